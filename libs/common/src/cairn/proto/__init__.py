@@ -1,0 +1,1 @@
+"""Generated protocol code. Do not edit: run `python proto/generate.py`."""
