@@ -1,0 +1,1 @@
+"""Code shared by every Cairn component: routing, key order, errors."""

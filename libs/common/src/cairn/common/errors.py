@@ -1,0 +1,85 @@
+"""Cairn's operating errors, each with its wire reason and gRPC status code.
+
+    CairnError                      any error a caller can act on
+    ├── InvalidRequest              malformed or over a limit (INVALID_ARGUMENT)
+    │   └── RequestTooLarge         key/value/operation-count/message limits
+    ├── NamespaceNotFound           unknown namespace (NOT_FOUND)
+    ├── ShardNotFound               this node hosts no such shard (NOT_FOUND)
+    ├── NotLeader                   the shard's leader is elsewhere (UNAVAILABLE, leader hint)
+    ├── InvalidTerm                 a request of a stale term (FAILED_PRECONDITION)
+    ├── SessionNotFound             unknown or expired session (NOT_FOUND)
+    ├── Overloaded                  a bounded queue is full; retry later (RESOURCE_EXHAUSTED)
+    └── Unavailable                 shutting down / not ready; retry elsewhere (UNAVAILABLE)
+
+Errors are mapped to the wire once, at the RPC edge, as a gRPC status with a
+`google.rpc.ErrorInfo` detail (domain `oxia.io`, reason, metadata) so that Oxia
+clients can recognise and redirect. Programmer errors are assertions, not these.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+ERROR_DOMAIN = "oxia.io"
+LEADER_HINT_KEY = "leader"
+
+
+class CairnError(Exception):
+    reason = "INTERNAL"
+    code = grpc.StatusCode.INTERNAL
+
+    def __init__(self, message: str, metadata: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.metadata = dict(metadata or {})
+
+
+class InvalidRequest(CairnError):
+    reason = "INVALID_ARGUMENT"
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class RequestTooLarge(InvalidRequest):
+    reason = "REQUEST_TOO_LARGE"
+
+
+class NamespaceNotFound(CairnError):
+    reason = "NAMESPACE_NOT_FOUND"
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class ShardNotFound(CairnError):
+    reason = "SHARD_NOT_FOUND"
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class NotLeader(CairnError):
+    reason = "NODE_IS_NOT_LEADER"
+    code = grpc.StatusCode.UNAVAILABLE
+
+    def __init__(self, shard: int, leader_hint: str | None = None) -> None:
+        metadata = {"shard": str(shard)}
+        if leader_hint:
+            metadata[LEADER_HINT_KEY] = leader_hint
+        super().__init__(f"this node is not the leader of shard {shard}", metadata)
+        self.leader_hint = leader_hint
+
+
+class InvalidTerm(CairnError):
+    reason = "INVALID_TERM"
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class SessionNotFound(CairnError):
+    reason = "SESSION_NOT_FOUND"
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class Overloaded(CairnError):
+    reason = "OVERLOADED"
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class Unavailable(CairnError):
+    reason = "UNAVAILABLE"
+    code = grpc.StatusCode.UNAVAILABLE

@@ -1,0 +1,1 @@
+"""Cairn storage pod."""

@@ -1,0 +1,78 @@
+"""Checks on client requests before anything is written to the log.
+
+Everything here is about the request alone (shape and limits). Whether a
+conditional write succeeds depends on the stored state and is decided when the
+entry is applied (see apply.py), identically on every replica.
+"""
+
+from __future__ import annotations
+
+from cairn.common.errors import InvalidRequest, RequestTooLarge
+from cairn.proto import oxia_client_pb2 as pb
+from cairn.storage.config import Limits
+
+# A UTF-8 character takes at most 4 bytes: strings shorter than limit / 4
+# characters cannot be over the limit, which spares encoding almost every key.
+_MAX_UTF8_BYTES_PER_CHAR = 4
+
+
+def _check_key(key: str, limits: Limits, what: str) -> None:
+    if len(key) * _MAX_UTF8_BYTES_PER_CHAR > limits.max_key_bytes:
+        size = len(key.encode("utf-8"))
+        if size > limits.max_key_bytes:
+            raise RequestTooLarge(f"{what} is {size} bytes; the limit is {limits.max_key_bytes}")
+
+
+def validate_write(request: pb.WriteRequest, limits: Limits) -> None:
+    operations = len(request.puts) + len(request.deletes) + len(request.delete_ranges)
+    if operations > limits.max_operations_per_request:
+        raise RequestTooLarge(
+            f"write request has {operations} operations; "
+            f"the limit is {limits.max_operations_per_request}"
+        )
+    max_value = limits.max_value_bytes
+    for put in request.puts:
+        _check_key(put.key, limits, "key")
+        if len(put.value) > max_value:
+            raise RequestTooLarge(
+                f"value of key {put.key[:100]!r} is {len(put.value)} bytes; "
+                f"the limit is {max_value}"
+            )
+        if put.HasField("partition_key"):
+            _check_key(put.partition_key, limits, "partition key")
+        if put.HasField("client_identity"):
+            _check_key(put.client_identity, limits, "client identity")
+        if put.sequence_key_delta:
+            raise InvalidRequest("sequence keys are not supported by this server version")
+        if put.secondary_indexes:
+            raise InvalidRequest("secondary indexes are not supported by this server version")
+        if put.HasField("override_version_id") or put.HasField("override_modifications_count"):
+            raise InvalidRequest("version overrides are not supported by this server version")
+        if put.HasField("expected_version_id") and put.expected_version_id < -1:
+            raise InvalidRequest(f"invalid expected_version_id {put.expected_version_id}")
+    for delete in request.deletes:
+        _check_key(delete.key, limits, "key")
+        if delete.HasField("expected_version_id") and delete.expected_version_id < -1:
+            raise InvalidRequest(f"invalid expected_version_id {delete.expected_version_id}")
+    for delete_range in request.delete_ranges:
+        _check_key(delete_range.start_inclusive, limits, "range start")
+        _check_key(delete_range.end_exclusive, limits, "range end")
+
+
+def validate_read(request: pb.ReadRequest, limits: Limits) -> None:
+    if len(request.gets) > limits.max_operations_per_request:
+        raise RequestTooLarge(
+            f"read request has {len(request.gets)} gets; "
+            f"the limit is {limits.max_operations_per_request}"
+        )
+    for get in request.gets:
+        _check_key(get.key, limits, "key")
+        if get.HasField("secondary_index_name"):
+            raise InvalidRequest("secondary indexes are not supported by this server version")
+
+
+def validate_range(start: str, end: str, secondary_index: str | None, limits: Limits) -> None:
+    _check_key(start, limits, "range start")
+    _check_key(end, limits, "range end")
+    if secondary_index is not None:
+        raise InvalidRequest("secondary indexes are not supported by this server version")

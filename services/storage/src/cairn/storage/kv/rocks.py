@@ -1,0 +1,96 @@
+"""The RocksDB KvStore (rocksdict, raw mode), one database per shard replica."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import rocksdict
+from cairn.storage.kv.store import Change, Column
+
+
+def _options() -> Any:
+    options = rocksdict.Options(raw_mode=True)
+    options.create_if_missing(True)
+    options.create_missing_column_families(True)
+    return options
+
+
+class RocksKv:
+    def __init__(self, path: Path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        column_options = {column.value: rocksdict.Options(raw_mode=True) for column in Column}
+        self._db: Any = rocksdict.Rdict(
+            str(path), options=_options(), column_families=column_options
+        )
+        self._columns: dict[Column, Any] = {
+            column: self._db.get_column_family(column.value) for column in Column
+        }
+        self._handles: dict[Column, Any] = {
+            column: self._db.get_column_family_handle(column.value) for column in Column
+        }
+        # RocksDB's own WAL stays on (unsynced): it makes each batch atomic across
+        # columns and survive a process crash; our WAL covers power loss.
+        self._write_options = rocksdict.WriteOptions()
+
+    def get(self, column: Column, key: bytes) -> bytes | None:
+        value: bytes | None = self._columns[column].get(key)
+        return value
+
+    def scan(
+        self, column: Column, start: bytes, end: bytes | None
+    ) -> Iterator[tuple[bytes, bytes]]:
+        read_options = rocksdict.ReadOptions()
+        if end is not None:
+            if end <= start:
+                return iter(())
+            read_options.set_iterate_upper_bound(end)
+        # A plain iterator reads the implicit snapshot taken at its creation.
+        iterator = self._columns[column].iter(read_options)
+        iterator.seek(start)
+        return _forward(iterator)
+
+    def floor(self, column: Column, key: bytes, inclusive: bool) -> tuple[bytes, bytes] | None:
+        iterator = self._columns[column].iter()
+        iterator.seek_for_prev(key)
+        if iterator.valid() and not inclusive and iterator.key() == key:
+            iterator.prev()
+        if not iterator.valid():
+            return None
+        return iterator.key(), iterator.value()
+
+    def ceiling(self, column: Column, key: bytes, inclusive: bool) -> tuple[bytes, bytes] | None:
+        iterator = self._columns[column].iter()
+        iterator.seek(key)
+        if iterator.valid() and not inclusive and iterator.key() == key:
+            iterator.next()
+        if not iterator.valid():
+            return None
+        return iterator.key(), iterator.value()
+
+    def write(self, changes: Sequence[Change]) -> None:
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        handles = self._handles
+        for column, key, value in changes:
+            if value is None:
+                batch.delete(key, handles[column])
+            else:
+                batch.put(key, value, handles[column])
+        self._db.write(batch, self._write_options)
+
+    def sync(self) -> None:
+        self._db.flush_wal(True)
+
+    def close(self) -> None:
+        # Column objects hold the database open: drop them before closing.
+        self._columns.clear()
+        self._handles.clear()
+        self._db.close()
+
+
+def _forward(iterator: Any) -> Iterator[tuple[bytes, bytes]]:
+    while iterator.valid():
+        yield iterator.key(), iterator.value()
+        iterator.next()

@@ -1,0 +1,60 @@
+"""The KV interface a shard replica needs, and its durability contract.
+
+Keys are already encoded (see cairn.common.keyorder), so every implementation
+orders them bytewise. User records live in `Column.RECORDS` and nothing else
+does; internal state (commit offset, term, and later sessions, indexes,
+notifications) lives in other columns, so an internal key can never show up
+in a client's list, scan or floor/ceiling answer.
+
+Durability contract of `write`: the changes are applied atomically (all or
+none, across columns) and survive a crash of the process once `write` returns;
+they may be lost on power loss until `sync` returns. The replica's WAL is what
+makes acknowledged writes survive power loss: the commit offset is written in
+the same atomic batch as the data it covers, and WAL entries past it are
+re-applied on restart.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator, Sequence
+from typing import Protocol
+
+
+class Column(enum.Enum):
+    RECORDS = "records"
+    META = "meta"
+
+
+# (column, key, value); value None deletes the key.
+Change = tuple[Column, bytes, bytes | None]
+
+
+class KvReader(Protocol):
+    def get(self, column: Column, key: bytes) -> bytes | None: ...
+
+    def scan(
+        self, column: Column, start: bytes, end: bytes | None
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Items with start <= key < end (no upper bound if end is None), ascending.
+
+        The iterator reads one consistent view, taken when it is created."""
+        ...
+
+    def floor(self, column: Column, key: bytes, inclusive: bool) -> tuple[bytes, bytes] | None:
+        """The item with the highest key <= `key` (< `key` if not inclusive)."""
+        ...
+
+    def ceiling(self, column: Column, key: bytes, inclusive: bool) -> tuple[bytes, bytes] | None:
+        """The item with the lowest key >= `key` (> `key` if not inclusive)."""
+        ...
+
+
+class KvStore(KvReader, Protocol):
+    def write(self, changes: Sequence[Change]) -> None: ...
+
+    def sync(self) -> None:
+        """Make every write that returned durable against power loss."""
+        ...
+
+    def close(self) -> None: ...

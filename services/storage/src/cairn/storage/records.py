@@ -1,0 +1,89 @@
+"""The stored form of a user record: version metadata followed by the value.
+
+Layout (little endian):
+    version_id i64 | modifications_count i64 | created_ms u64 | modified_ms u64 | flags u8
+    [session_id i64]                      if flags & HAS_SESSION
+    [u16 length + client_identity utf-8]  if flags & HAS_CLIENT_IDENTITY
+    [u16 length + partition_key utf-8]    if flags & HAS_PARTITION_KEY
+    value bytes (the rest)
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+_FIXED = struct.Struct("<qqQQB")
+_SESSION = struct.Struct("<q")
+_LENGTH = struct.Struct("<H")
+
+HAS_SESSION = 0x01
+HAS_CLIENT_IDENTITY = 0x02
+HAS_PARTITION_KEY = 0x04
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMeta:
+    version_id: int
+    modifications_count: int
+    created_ms: int
+    modified_ms: int
+    session_id: int | None = None
+    client_identity: str | None = None
+    partition_key: str | None = None
+
+
+def encode_record(meta: RecordMeta, value: bytes) -> bytes:
+    flags = 0
+    tail: list[bytes] = []
+    if meta.session_id is not None:
+        flags |= HAS_SESSION
+        tail.append(_SESSION.pack(meta.session_id))
+    if meta.client_identity is not None:
+        flags |= HAS_CLIENT_IDENTITY
+        raw = meta.client_identity.encode("utf-8")
+        tail.append(_LENGTH.pack(len(raw)))
+        tail.append(raw)
+    if meta.partition_key is not None:
+        flags |= HAS_PARTITION_KEY
+        raw = meta.partition_key.encode("utf-8")
+        tail.append(_LENGTH.pack(len(raw)))
+        tail.append(raw)
+    head = _FIXED.pack(
+        meta.version_id, meta.modifications_count, meta.created_ms, meta.modified_ms, flags
+    )
+    if not tail:
+        return head + value
+    return b"".join((head, *tail, value))
+
+
+def _decode(data: bytes) -> tuple[RecordMeta, int]:
+    version_id, modifications, created, modified, flags = _FIXED.unpack_from(data, 0)
+    position = _FIXED.size
+    session_id = client_identity = partition_key = None
+    if flags & HAS_SESSION:
+        (session_id,) = _SESSION.unpack_from(data, position)
+        position += _SESSION.size
+    if flags & HAS_CLIENT_IDENTITY:
+        (length,) = _LENGTH.unpack_from(data, position)
+        position += _LENGTH.size
+        client_identity = data[position : position + length].decode("utf-8")
+        position += length
+    if flags & HAS_PARTITION_KEY:
+        (length,) = _LENGTH.unpack_from(data, position)
+        position += _LENGTH.size
+        partition_key = data[position : position + length].decode("utf-8")
+        position += length
+    meta = RecordMeta(
+        version_id, modifications, created, modified, session_id, client_identity, partition_key
+    )
+    return meta, position
+
+
+def decode_meta(data: bytes) -> RecordMeta:
+    return _decode(data)[0]
+
+
+def decode_record(data: bytes) -> tuple[RecordMeta, bytes]:
+    meta, position = _decode(data)
+    return meta, data[position:]

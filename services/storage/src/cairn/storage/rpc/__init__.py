@@ -1,0 +1,1 @@
+"""gRPC servicers: decode, call, encode. No protocol decisions live here."""

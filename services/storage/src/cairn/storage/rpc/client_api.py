@@ -1,0 +1,255 @@
+"""The Oxia-compatible client service, served under both of its names.
+
+Handlers are registered with raw-bytes request (de)serialization where it
+pays: a write request's bytes go into the WAL exactly as received.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+from cairn.common.errors import CairnError, InvalidRequest
+from cairn.proto import oxia_client_pb2 as pb
+from cairn.storage.config import Limits
+from cairn.storage.core import reads
+from cairn.storage.core.validation import validate_range, validate_read, validate_write
+from cairn.storage.directory import ShardDirectory
+from cairn.storage.rpc.status import abort
+from google.protobuf.message import DecodeError
+
+SERVICE_NAMES = ("io.oxia.proto.v1.OxiaClient", "io.streamnative.oxia.proto.OxiaClient")
+SHARD_ID_HEADER = "shard-id"
+NAMESPACE_HEADER = "namespace"
+
+
+def _parse(message_type: Any, raw: bytes) -> Any:
+    try:
+        return message_type.FromString(raw)
+    except DecodeError as error:
+        raise InvalidRequest(f"malformed {message_type.DESCRIPTOR.name}: {error}") from None
+
+
+def _header(context: grpc.aio.ServicerContext, name: str) -> str | None:
+    for key, value in context.invocation_metadata() or ():
+        if key == name:
+            return str(value)
+    return None
+
+
+class ClientService:
+    def __init__(self, directory: ShardDirectory, limits: Limits) -> None:
+        self.directory = directory
+        self.limits = limits
+
+    # ---- shard map ------------------------------------------------------------------
+
+    async def get_shard_assignments(
+        self, request: pb.ShardAssignmentsRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ShardAssignments]:
+        try:
+            namespace = request.namespace or self.directory.default_namespace
+            version, message = self.directory.assignments(namespace)
+        except CairnError as error:
+            await abort(context, error)
+        yield message
+        # The stream stays open: later messages are full snapshots after a change.
+        while True:
+            changed = await self.directory.wait_for_assignment_change(version)
+            if changed is None:
+                return
+            version, message = self.directory.assignments(namespace)
+            yield message
+
+    # ---- writes ---------------------------------------------------------------------
+
+    async def _write_one(self, raw: bytes, header_shard: int | None) -> pb.WriteResponse:
+        request: pb.WriteRequest = _parse(pb.WriteRequest, raw)
+        if request.HasField("shard"):
+            shard_id = request.shard
+        elif header_shard is not None:
+            shard_id = header_shard
+        else:
+            raise InvalidRequest("write request names no shard")
+        shard = self.directory.leader_shard(shard_id)
+        validate_write(request, self.limits)
+        return await shard.write(raw, request)
+
+    async def write(self, raw: bytes, context: grpc.aio.ServicerContext) -> pb.WriteResponse:
+        try:
+            return await self._write_one(raw, None)
+        except CairnError as error:
+            await abort(context, error)
+
+    async def write_stream(
+        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.WriteResponse]:
+        header = _header(context, SHARD_ID_HEADER)
+        try:
+            header_shard = int(header) if header is not None else None
+        except ValueError:
+            await abort(context, InvalidRequest(f"invalid {SHARD_ID_HEADER} header {header!r}"))
+        namespace = _header(context, NAMESPACE_HEADER)
+        if namespace is not None and header_shard is not None:
+            try:
+                self.directory.check_shard_namespace(header_shard, namespace)
+            except CairnError as error:
+                await abort(context, error)
+        # Requests are pipelined: up to a bound of them are in flight, and the
+        # responses go back in request order.
+        in_flight: asyncio.Queue[asyncio.Future[pb.WriteResponse] | None] = asyncio.Queue(
+            self.limits.max_inflight_per_write_stream
+        )
+
+        async def read_requests() -> None:
+            try:
+                async for raw in requests:
+                    task = asyncio.ensure_future(self._write_one(raw, header_shard))
+                    await in_flight.put(task)
+            finally:
+                await in_flight.put(None)
+
+        reader = asyncio.create_task(read_requests())
+        try:
+            while (task := await in_flight.get()) is not None:
+                try:
+                    response = await task
+                except CairnError as error:
+                    await abort(context, error)
+                yield response
+            await reader  # surfaces a failure to read the request stream
+        finally:
+            reader.cancel()
+            while not in_flight.empty():
+                pending = in_flight.get_nowait()
+                if pending is not None:
+                    pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
+
+    # ---- reads ----------------------------------------------------------------------
+
+    async def read(
+        self, request: pb.ReadRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ReadResponse]:
+        try:
+            shard = self.directory.leader_shard(self._shard_of(request, context))
+            validate_read(request, self.limits)
+        except CairnError as error:
+            await abort(context, error)
+        chunk = pb.ReadResponse()
+        for get in request.gets:
+            chunk.gets.append(reads.get(shard.kv, get, shard.key_order))
+            if len(chunk.gets) >= self.limits.max_gets_per_read_chunk:
+                yield chunk
+                chunk = pb.ReadResponse()
+        if chunk.gets or not request.gets:
+            yield chunk
+
+    async def list(
+        self, request: pb.ListRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ListResponse]:
+        try:
+            shard = self.directory.leader_shard(self._shard_of(request, context))
+            index = (
+                request.secondary_index_name if request.HasField("secondary_index_name") else None
+            )
+            validate_range(request.start_inclusive, request.end_exclusive, index, self.limits)
+        except CairnError as error:
+            await abort(context, error)
+        max_keys, max_bytes = self.limits.max_keys_per_list_chunk, self.limits.max_bytes_per_chunk
+        keys: list[str] = []
+        size = 0
+        records = reads.scan_records(
+            shard.kv, request.start_inclusive, request.end_exclusive, shard.key_order
+        )
+        for key, _ in records:
+            keys.append(key)
+            size += len(key)
+            if len(keys) >= max_keys or size >= max_bytes:
+                yield pb.ListResponse(keys=keys)
+                keys, size = [], 0
+        if keys:
+            yield pb.ListResponse(keys=keys)
+
+    async def range_scan(
+        self, request: pb.RangeScanRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.RangeScanResponse]:
+        try:
+            shard = self.directory.leader_shard(self._shard_of(request, context))
+            index = (
+                request.secondary_index_name if request.HasField("secondary_index_name") else None
+            )
+            validate_range(request.start_inclusive, request.end_exclusive, index, self.limits)
+        except CairnError as error:
+            await abort(context, error)
+        max_records = self.limits.max_records_per_scan_chunk
+        max_bytes = self.limits.max_bytes_per_chunk
+        chunk = pb.RangeScanResponse()
+        size = 0
+        records = reads.scan_records(
+            shard.kv, request.start_inclusive, request.end_exclusive, shard.key_order
+        )
+        for key, data in records:
+            reads.record_response(key, data, include_value=True, response=chunk.records.add())
+            size += len(key) + len(data)
+            if len(chunk.records) >= max_records or size >= max_bytes:
+                yield chunk
+                chunk, size = pb.RangeScanResponse(), 0
+        if chunk.records:
+            yield chunk
+
+    def _shard_of(self, request: Any, context: grpc.aio.ServicerContext) -> int:
+        if request.HasField("shard"):
+            return int(request.shard)
+        header = _header(context, SHARD_ID_HEADER)
+        if header is None:
+            raise InvalidRequest("request names no shard")
+        try:
+            return int(header)
+        except ValueError:
+            raise InvalidRequest(f"invalid {SHARD_ID_HEADER} header {header!r}") from None
+
+
+def _unary(
+    behavior: Callable[..., Awaitable[Any]], request_type: Any, response_type: Any
+) -> grpc.RpcMethodHandler:
+    return grpc.unary_unary_rpc_method_handler(
+        behavior,
+        request_deserializer=request_type.FromString if request_type is not None else None,
+        response_serializer=response_type.SerializeToString,
+    )
+
+
+def _unary_stream(
+    behavior: Callable[..., AsyncIterator[Any]], request_type: Any, response_type: Any
+) -> grpc.RpcMethodHandler:
+    return grpc.unary_stream_rpc_method_handler(
+        behavior,
+        request_deserializer=request_type.FromString,
+        response_serializer=response_type.SerializeToString,
+    )
+
+
+def generic_handlers(service: ClientService) -> list[grpc.GenericRpcHandler]:
+    """Handlers for both service names. Session, notification and sequence RPCs are
+    not served yet: gRPC answers them UNIMPLEMENTED."""
+    methods = {
+        "GetShardAssignments": _unary_stream(
+            service.get_shard_assignments, pb.ShardAssignmentsRequest, pb.ShardAssignments
+        ),
+        # Raw bytes in: the request is parsed once by the handler and logged as received.
+        "Write": _unary(service.write, None, pb.WriteResponse),
+        "WriteStream": grpc.stream_stream_rpc_method_handler(
+            service.write_stream,
+            request_deserializer=None,
+            response_serializer=pb.WriteResponse.SerializeToString,
+        ),
+        "Read": _unary_stream(service.read, pb.ReadRequest, pb.ReadResponse),
+        "List": _unary_stream(service.list, pb.ListRequest, pb.ListResponse),
+        "RangeScan": _unary_stream(service.range_scan, pb.RangeScanRequest, pb.RangeScanResponse),
+    }
+    return [grpc.method_handlers_generic_handler(name, methods) for name in SERVICE_NAMES]

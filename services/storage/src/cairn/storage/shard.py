@@ -1,0 +1,267 @@
+"""One shard replica: WAL + KV + the asyncio pipeline that drives them.
+
+Write path (leader, replication factor 1):
+
+    write()  -> validate, assign offset and timestamp, append to the WAL (no fsync)
+    syncer   -> one fdatasync in a worker thread covers every entry appended so far
+                (group commit: writers arriving during an fsync ride the next one)
+    applier  -> applies durable entries in order, a group at a time, as ONE atomic
+                KV batch that also records the new commit offset; then answers
+
+So an answer is only sent for an entry that is durable in the WAL and applied.
+On restart, entries after the KV's commit offset are re-applied from the WAL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from cairn.common.errors import Overloaded, Unavailable
+from cairn.common.keyorder import KeyOrder
+from cairn.proto import oxia_client_pb2 as pb
+from cairn.storage.config import Limits
+from cairn.storage.core.apply import PendingChanges, apply_write
+from cairn.storage.core.entries import decode_entry, encode_client_write
+from cairn.storage.core.meta import COMMIT_OFFSET_KEY, decode_i64
+from cairn.storage.kv import Column, KvStore, RocksKv
+from cairn.storage.wal import Wal, WalEntry, WalOptions
+
+log = logging.getLogger(__name__)
+
+# Sessions arrive with the coordination-features work; until then none exists,
+# so an ephemeral put is answered SESSION_DOES_NOT_EXIST, as for an expired one.
+_NO_SESSIONS: Callable[[int], bool] = lambda _session_id: False  # noqa: E731
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(slots=True)
+class _Pending:
+    offset: int
+    timestamp_ms: int
+    request: pb.WriteRequest
+    size_bytes: int
+    future: asyncio.Future[pb.WriteResponse]
+
+
+class ShardReplica:
+    def __init__(
+        self,
+        shard_id: int,
+        namespace: str,
+        key_order: KeyOrder,
+        kv: KvStore,
+        wal: Wal,
+        limits: Limits,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.shard_id = shard_id
+        self.namespace = namespace
+        self.key_order = key_order
+        self.kv = kv
+        self.wal = wal
+        self.limits = limits
+        self._clock_ms = clock_ms
+        self.term = max(wal.last_term, 0)
+        self.commit_offset = decode_i64(kv.get(Column.META, COMMIT_OFFSET_KEY), -1)
+        self._replay()
+        last = wal.last_entry()
+        self._next_offset = max(wal.last_offset, self.commit_offset) + 1
+        self._last_timestamp_ms = last.timestamp_ms if last is not None else 0
+        self._appended: deque[_Pending] = deque()
+        self._durable: deque[_Pending] = deque()
+        self._pending_entries = 0
+        self._pending_bytes = 0
+        self._space_freed = asyncio.Event()
+        self._wake_syncer = asyncio.Event()
+        self._wake_applier = asyncio.Event()
+        self._failure: BaseException | None = None
+        self._closing = False
+        # One thread per shard: fsyncs of different shards proceed in parallel.
+        self._sync_executor = ThreadPoolExecutor(1, thread_name_prefix=f"wal-sync-{shard_id}")
+        self._tasks = [
+            asyncio.get_running_loop().create_task(self._sync_loop(), name=f"syncer-{shard_id}"),
+            asyncio.get_running_loop().create_task(self._apply_loop(), name=f"applier-{shard_id}"),
+        ]
+
+    @classmethod
+    def open(
+        cls,
+        shard_id: int,
+        namespace: str,
+        key_order: KeyOrder,
+        directory: Path,
+        limits: Limits,
+        wal_segment_size_bytes: int,
+    ) -> ShardReplica:
+        kv = RocksKv(directory / "kv")
+        wal = Wal.open(directory / "wal", WalOptions(segment_size_bytes=wal_segment_size_bytes))
+        return cls(shard_id, namespace, key_order, kv, wal, limits)
+
+    # ---- recovery -------------------------------------------------------------------
+
+    def _replay(self) -> None:
+        wal = self.wal
+        if wal.last_offset < self.commit_offset:
+            # The KV is ahead of the log (the log's tail was lost while the KV kept it):
+            # nothing to re-apply; new entries continue after what the KV has.
+            log.warning(
+                "shard %d: WAL ends at %d but the KV has applied up to %d",
+                self.shard_id,
+                wal.last_offset,
+                self.commit_offset,
+            )
+            wal.reset(self.commit_offset + 1)
+            return
+        start = self.commit_offset + 1
+        if wal.first_offset > start:
+            raise RuntimeError(
+                f"shard {self.shard_id}: WAL starts at {wal.first_offset} but entries from "
+                f"{start} were never applied"
+            )
+        replayed = 0
+        state = PendingChanges(self.kv)
+        for entry in wal.read(start):
+            _, request = decode_entry(entry.payload)
+            apply_write(
+                state, request, entry.offset, entry.timestamp_ms, self.key_order, _NO_SESSIONS
+            )
+            state.set_commit_offset(entry.offset)
+            replayed += 1
+            if replayed % self.limits.max_entries_per_apply_batch == 0:
+                self.kv.write(state.changes())
+                state = PendingChanges(self.kv)
+        if len(state):
+            self.kv.write(state.changes())
+        if replayed:
+            self.commit_offset = wal.last_offset
+            log.info("shard %d: re-applied %d entries from the WAL", self.shard_id, replayed)
+
+    # ---- write path -----------------------------------------------------------------
+
+    def _check_writable(self) -> None:
+        if self._failure is not None:
+            raise Unavailable(f"shard {self.shard_id} has failed: {self._failure}")
+        if self._closing:
+            raise Unavailable(f"shard {self.shard_id} is shutting down")
+
+    async def write(self, raw_request: bytes, request: pb.WriteRequest) -> pb.WriteResponse:
+        """Durably apply one client write request as one log entry (validated by the caller)."""
+        self._check_writable()
+        size = len(raw_request)
+        if size > self.limits.max_pending_bytes_per_shard:
+            raise Overloaded(f"a single request of {size} bytes exceeds the shard's write buffer")
+        while (
+            self._pending_entries >= self.limits.max_pending_entries_per_shard
+            or self._pending_bytes + size > self.limits.max_pending_bytes_per_shard
+        ):
+            # Backpressure: wait for the pipeline to drain rather than grow without bound.
+            self._space_freed.clear()
+            await self._space_freed.wait()
+            self._check_writable()
+        timestamp_ms = max(self._clock_ms(), self._last_timestamp_ms)
+        offset = self._next_offset
+        self.wal.append(WalEntry(self.term, offset, timestamp_ms, encode_client_write(raw_request)))
+        self._next_offset = offset + 1
+        self._last_timestamp_ms = timestamp_ms
+        future: asyncio.Future[pb.WriteResponse] = asyncio.get_running_loop().create_future()
+        self._appended.append(_Pending(offset, timestamp_ms, request, size, future))
+        self._pending_entries += 1
+        self._pending_bytes += size
+        self._wake_syncer.set()
+        # Shielded: a client that goes away must not cancel the entry's outcome.
+        return await asyncio.shield(future)
+
+    async def _sync_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self._appended:
+                if self._closing:
+                    self._wake_applier.set()
+                    return
+                await self._wake_syncer.wait()
+                self._wake_syncer.clear()
+                continue
+            batch = list(self._appended)
+            self._appended.clear()
+            try:
+                await loop.run_in_executor(self._sync_executor, self.wal.sync)
+            except Exception as error:  # an fsync failure leaves the disk state unknown
+                self._fail(error, batch)
+                return
+            self._durable.extend(batch)
+            self._wake_applier.set()
+
+    async def _apply_loop(self) -> None:
+        max_group = self.limits.max_entries_per_apply_batch
+        while True:
+            await self._wake_applier.wait()
+            self._wake_applier.clear()
+            while self._durable:
+                group = [self._durable.popleft() for _ in range(min(max_group, len(self._durable)))]
+                try:
+                    responses = self._apply_group(group)
+                except Exception as error:
+                    self._fail(error, group)
+                    return
+                for pending, response in zip(group, responses, strict=True):
+                    if not pending.future.done():
+                        pending.future.set_result(response)
+                self._release(group)
+                # Let the loop accept more requests between groups.
+                await asyncio.sleep(0)
+            if self._closing and not self._durable and self._tasks[0].done():
+                return
+
+    def _apply_group(self, group: list[_Pending]) -> list[pb.WriteResponse]:
+        state = PendingChanges(self.kv)
+        responses = [
+            apply_write(state, p.request, p.offset, p.timestamp_ms, self.key_order, _NO_SESSIONS)
+            for p in group
+        ]
+        state.set_commit_offset(group[-1].offset)
+        self.kv.write(state.changes())
+        self.commit_offset = group[-1].offset
+        return responses
+
+    def _release(self, group: list[_Pending]) -> None:
+        self._pending_entries -= len(group)
+        self._pending_bytes -= sum(p.size_bytes for p in group)
+        self._space_freed.set()
+
+    def _fail(self, error: BaseException, in_flight: list[_Pending]) -> None:
+        log.error("shard %d failed, refusing further writes: %r", self.shard_id, error)
+        self._failure = error
+        failure = Unavailable(f"shard {self.shard_id} failed: {error}")
+        for pending in (*in_flight, *self._appended, *self._durable):
+            if not pending.future.done():
+                pending.future.set_exception(failure)
+        self._appended.clear()
+        self._durable.clear()
+        self._space_freed.set()
+
+    # ---- lifecycle ------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Finish every accepted write, then release the WAL and KV."""
+        self._closing = True
+        self._wake_syncer.set()
+        self._wake_applier.set()
+        self._space_freed.set()
+        for task in self._tasks:
+            try:
+                await asyncio.wait_for(asyncio.shield(task), timeout=30)
+            except (TimeoutError, asyncio.CancelledError):
+                task.cancel()
+        self._sync_executor.shutdown(wait=True)
+        self.wal.close()
+        self.kv.close()

@@ -1,0 +1,402 @@
+"""The write-ahead log of a storage pod: a directory of segment files."""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from cairn.storage.wal.record import (
+    U32_MAX,
+    U64_MAX,
+    WalCorruptionError,
+    WalEntry,
+    WalError,
+    check_entry,
+    encode_into,
+)
+from cairn.storage.wal.segment import Segment, fsync_directory, parse_segment_file_name
+
+_MiB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class WalOptions:
+    # Roll to a new segment once the active one reaches this size (a group written by
+    # append_many is never split, so a segment may end up somewhat larger).
+    segment_size_bytes: int = 64 * _MiB
+    # Larger payloads are rejected on append and treated as corruption when read.
+    max_record_bytes: int = 64 * _MiB
+
+    def __post_init__(self) -> None:
+        if self.segment_size_bytes <= 0:
+            raise ValueError(f"segment_size_bytes must be > 0, got {self.segment_size_bytes}")
+        if not 0 <= self.max_record_bytes <= U32_MAX:
+            raise ValueError(f"max_record_bytes must fit a u32, got {self.max_record_bytes}")
+
+
+_DEFAULT_OPTIONS = WalOptions()
+
+
+class Wal:
+    """An append-only log of WalEntry with consecutive offsets and non-decreasing terms.
+
+    Durability contract: once ``append``/``append_many`` returns, the records have been
+    handed to the OS with os.write, so they survive a crash of this process. They survive
+    power loss or an OS crash only once ``sync`` has returned (equivalently once
+    ``synced_offset >= offset``). ``truncate_after``, ``trim_before`` and ``reset`` are
+    durable when they return.
+
+    Threading contract: ``append``/``append_many`` and every other method run on one thread
+    (the event loop), except ``sync``, which may run on another thread at the same time as
+    appends (group commit: the loop keeps appending while an executor thread fdatasyncs).
+    ``_lock`` guards the segment list and the append position and is only held briefly;
+    ``_sync_lock`` is held by ``sync`` for the whole fdatasync and by anything that closes
+    or deletes a file descriptor (segment rollover, truncate, trim, reset, close), so an fd
+    is never closed under a running fdatasync. Appends that do not roll over take only
+    ``_lock`` and so never wait for an fdatasync. Lock order: ``_sync_lock`` then ``_lock``.
+
+    After an fdatasync or write failure that leaves the log's state uncertain, the Wal
+    refuses further writes (WalError); reopen it to recover from what is on disk.
+    """
+
+    def __init__(self, directory: Path, options: WalOptions, segments: list[Segment]) -> None:
+        self._directory = directory
+        self._options = options
+        self._segments = segments  # in offset order; only the last may be empty
+        self._lock = threading.Lock()
+        self._sync_lock = threading.Lock()
+        self._last_term = -1
+        self._synced_offset = -1
+        self._closed = False
+        self._failure: str | None = None
+
+    @classmethod
+    def open(cls, directory: Path, options: WalOptions = _DEFAULT_OPTIONS) -> Wal:
+        """Open (creating if needed) the log in ``directory`` and recover it."""
+        directory = Path(directory)
+        if not directory.is_dir():
+            directory.mkdir(parents=True, exist_ok=True)
+            fsync_directory(directory.parent)
+        found = sorted(
+            (base, path)
+            for path in directory.iterdir()
+            if (base := parse_segment_file_name(path.name)) is not None
+        )
+        segments: list[Segment] = []
+        try:
+            for index, (base, path) in enumerate(found):
+                if segments and base != segments[-1].last_offset + 1:
+                    raise WalCorruptionError(
+                        f"{path}: segment starts at offset {base} but {segments[-1].path} ends"
+                        f" at offset {segments[-1].last_offset} (byte {segments[-1].size_bytes})"
+                    )
+                segments.append(
+                    Segment.recover(
+                        path,
+                        base,
+                        is_last=index == len(found) - 1,
+                        max_record_bytes=options.max_record_bytes,
+                    )
+                )
+            wal = cls(directory, options, segments)
+            if segments:
+                # Recovery promises synced_offset == last_offset: make it true even if the
+                # previous process died with records only in the page cache.
+                segments[-1].sync()
+                last = wal.last_entry()
+                wal._last_term = -1 if last is None else last.term
+                wal._synced_offset = wal.last_offset
+        except BaseException:
+            for segment in segments:
+                segment.close()
+            raise
+        return wal
+
+    # -- state -----------------------------------------------------------------------------
+
+    @property
+    def directory(self) -> Path:
+        return self._directory
+
+    @property
+    def first_offset(self) -> int:
+        """Offset of the first entry, or -1 if the log is empty."""
+        # Only the last segment can be empty, so the log is empty iff the first one is.
+        if not self._segments or self._segments[0].count == 0:
+            return -1
+        return self._segments[0].base_offset
+
+    @property
+    def last_offset(self) -> int:
+        """Offset of the last entry; -1 if empty, next_offset - 1 right after reset."""
+        return self._segments[-1].last_offset if self._segments else -1
+
+    @property
+    def last_term(self) -> int:
+        return self._last_term
+
+    @property
+    def synced_offset(self) -> int:
+        """Highest offset known to be durable (fdatasync'd); -1 if none."""
+        return self._synced_offset
+
+    def last_entry(self) -> WalEntry | None:
+        return None if self.first_offset < 0 else self.get(self.last_offset)
+
+    def total_size_bytes(self) -> int:
+        return sum(segment.size_bytes for segment in self._segments)
+
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def append(self, entry: WalEntry) -> None:
+        """Append one entry; its offset must be last_offset + 1 (anything for a new log)."""
+        self.append_many((entry,))
+
+    def append_many(self, entries: Sequence[WalEntry]) -> None:
+        """Append a group of entries with a single os.write (all or nothing on error)."""
+        self._check_writable()
+        if not entries:
+            return
+        # Validate the whole group before writing anything, so a bad entry leaves no trace.
+        expected = self.last_offset + 1 if self._segments else None
+        last_term = self._last_term
+        buffer = bytearray()
+        record_sizes_bytes = []
+        for entry in entries:
+            check_entry(entry, self._options.max_record_bytes)
+            if expected is not None and entry.offset != expected:
+                raise ValueError(f"entry offset {entry.offset}, expected {expected}")
+            if entry.term < last_term:
+                raise ValueError(f"entry term {entry.term} is lower than last term {last_term}")
+            expected = entry.offset + 1
+            last_term = entry.term
+            record_sizes_bytes.append(encode_into(buffer, entry))
+
+        active = self._segments[-1] if self._segments else None
+        if active is None or (
+            active.count > 0 and active.size_bytes >= self._options.segment_size_bytes
+        ):
+            self._roll(entries[0].offset)
+        with self._lock:
+            try:
+                self._segments[-1].append(buffer, record_sizes_bytes)
+            except WalError as exc:
+                self._failure = str(exc)
+                raise
+            self._last_term = last_term
+
+    def _roll(self, base_offset: int) -> None:
+        """Seal the active segment (if any) and start a new one at ``base_offset``."""
+        # _sync_lock: wait for a running sync to finish with the old fd before closing it.
+        with self._sync_lock:
+            old = self._segments[-1] if self._segments else None
+            if old is not None:
+                # Sealed segments are always durable, so sync() only ever needs the active fd.
+                self._fdatasync(old)
+            new = Segment.create(self._directory, base_offset)
+            try:
+                fsync_directory(self._directory)
+            except BaseException:
+                new.delete()
+                raise
+            with self._lock:
+                self._segments.append(new)
+                if old is not None:
+                    self._synced_offset = max(self._synced_offset, old.last_offset)
+            if old is not None:
+                old.close()
+
+    def sync(self) -> int:
+        """Make every entry appended before this call durable; return synced_offset.
+
+        Safe to call from another thread while appends go on (see the class docstring).
+        """
+        with self._sync_lock:
+            with self._lock:
+                self._check_writable()
+                covered_offset = self.last_offset
+                if not self._segments or covered_offset <= self._synced_offset:
+                    return self._synced_offset
+                active = self._segments[-1]
+            # Appends carry on during this fdatasync; they are covered by the next sync.
+            self._fdatasync(active)
+            with self._lock:
+                self._synced_offset = max(self._synced_offset, covered_offset)
+                return self._synced_offset
+
+    def _fdatasync(self, segment: Segment) -> None:
+        try:
+            segment.sync()
+        except OSError as exc:
+            # After a failed fdatasync Linux may have dropped the dirty pages: what is on
+            # disk is unknown, so stop accepting writes rather than pretend.
+            self._failure = f"fdatasync of {segment.path} failed: {exc}"
+            raise WalError(self._failure) from exc
+
+    def truncate_after(self, offset: int) -> None:
+        """Remove every entry with offset > ``offset``; durable when it returns.
+
+        ``offset`` may be first_offset - 1 or -1 to empty the log; the next append must then
+        have the offset of the first removed entry (the log does not go back before its
+        start: use reset for that).
+        """
+        self._check_writable()
+        if not self._segments or offset >= self.last_offset:
+            return
+        start_offset = self._segments[0].base_offset
+        if offset < start_offset - 1:
+            if offset != -1:
+                raise ValueError(
+                    f"cannot truncate after {offset}: the log starts at {start_offset}"
+                )
+            offset = start_offset - 1
+        with self._sync_lock, self._lock:
+            keep = bisect.bisect_right(self._segments, offset + 1, key=_base_offset) - 1
+            # Newest first, so a crash part way leaves a prefix of the log (still a valid log).
+            removed = self._segments[keep + 1 :]
+            for segment in reversed(removed):
+                segment.delete()
+            del self._segments[keep + 1 :]
+            if removed:
+                fsync_directory(self._directory)
+            target = self._segments[keep]
+            target.open_for_append()
+            target.truncate(offset + 1 - target.base_offset)
+            # Everything left is durable: sealed segments were synced when sealed and the
+            # truncate synced the rest.
+            self._synced_offset = self.last_offset
+            last = self.last_entry()
+            self._last_term = -1 if last is None else last.term
+
+    def trim_before(self, offset: int) -> int:
+        """Delete whole segments whose entries are all < ``offset`` (never the active one).
+
+        Returns the new first_offset.
+        """
+        self._check_writable()
+        with self._sync_lock, self._lock:
+            removable = 0
+            while (
+                removable + 1 < len(self._segments)
+                and self._segments[removable + 1].base_offset <= offset
+            ):
+                removable += 1
+            # Oldest first, so a crash part way leaves a suffix of the log (still chained).
+            for segment in self._segments[:removable]:
+                segment.delete()
+            del self._segments[:removable]
+            if removable:
+                fsync_directory(self._directory)
+        return self.first_offset
+
+    def reset(self, next_offset: int) -> None:
+        """Drop every entry; the next append must have offset ``next_offset``.
+
+        A crash part way through leaves a prefix of the old log (or nothing), never a mix
+        of the old log and the new start.
+        """
+        self._check_writable()
+        if not 0 <= next_offset <= U64_MAX:
+            raise ValueError(f"next_offset must be a u64, got {next_offset}")
+        with self._sync_lock, self._lock:
+            for segment in reversed(self._segments):
+                segment.delete()
+            self._segments = []
+            # Persist the deletions before creating the new start: otherwise a crash could
+            # keep the new file and some old ones, which do not chain.
+            fsync_directory(self._directory)
+            self._segments.append(Segment.create(self._directory, next_offset))
+            fsync_directory(self._directory)
+            self._last_term = -1
+            self._synced_offset = next_offset - 1
+
+    def close(self) -> None:
+        """Close the files. Does not sync: unsynced entries stay in the OS page cache."""
+        with self._sync_lock, self._lock:
+            for segment in self._segments:
+                segment.close()
+            self._closed = True
+
+    def __enter__(self) -> Wal:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def read(self, from_offset: int, to_offset: int | None = None) -> Iterator[WalEntry]:
+        """Entries from_offset..to_offset inclusive (to the current end if None).
+
+        Raises ValueError (now, not on iteration) if from_offset was trimmed/reset away.
+        The range is fixed when called; appends during iteration are fine, truncate/trim/
+        reset during iteration are not.
+        """
+        self._check_open()
+        if from_offset < 0:
+            raise ValueError(f"from_offset must be >= 0, got {from_offset}")
+        if not self._segments:
+            return iter(())
+        start_offset = self._segments[0].base_offset
+        if from_offset < start_offset:
+            raise ValueError(
+                f"offset {from_offset} is before the start of the log ({start_offset})"
+            )
+        end_offset = self.last_offset if to_offset is None else min(to_offset, self.last_offset)
+        if from_offset > end_offset:
+            return iter(())
+        first = bisect.bisect_right(self._segments, from_offset, key=_base_offset) - 1
+        plan = []
+        for segment in self._segments[first:]:
+            if segment.base_offset > end_offset:
+                break
+            plan.append(
+                (
+                    segment,
+                    max(from_offset, segment.base_offset),
+                    min(end_offset, segment.last_offset),
+                )
+            )
+        return self._read_plan(plan)
+
+    def _read_plan(self, plan: list[tuple[Segment, int, int]]) -> Iterator[WalEntry]:
+        for segment, first_offset, last_offset in plan:
+            yield from segment.read(first_offset, last_offset, self._options.max_record_bytes)
+
+    def get(self, offset: int) -> WalEntry:
+        """The entry at ``offset``; KeyError if there is none."""
+        self._check_open()
+        if self.first_offset < 0 or not self.first_offset <= offset <= self.last_offset:
+            raise KeyError(offset)
+        index = bisect.bisect_right(self._segments, offset, key=_base_offset) - 1
+        segment = self._segments[index]
+        # list() runs the reader to completion so a sealed segment's fd is closed right away.
+        (entry,) = list(segment.read(offset, offset, self._options.max_record_bytes))
+        return entry
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise WalError(f"WAL in {self._directory} is closed")
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self._failure is not None:
+            raise WalError(f"WAL in {self._directory} failed earlier: {self._failure}")
+
+
+def _base_offset(segment: Segment) -> int:
+    return segment.base_offset

@@ -1,0 +1,248 @@
+"""One WAL segment file: records with consecutive offsets starting at ``base_offset``.
+
+The file is named ``{base_offset:020d}.wal`` so that a directory listing sorts segments in
+log order and an empty segment still says which offset comes next. A segment keeps the
+byte position of every record in an ``array('Q')`` so reads seek straight to an offset.
+
+Only the active (last) segment of a log keeps its file descriptor open: sealed segments
+are opened on demand for reads, which bounds the number of descriptors a log holds.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from array import array
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from cairn.storage.wal.record import (
+    BadRecordError,
+    TornRecordError,
+    WalCorruptionError,
+    WalEntry,
+    WalError,
+    decode,
+)
+
+# Reads (recovery scans and log reads) fetch this much per pread: large enough to amortize
+# the syscall, small enough not to hold a whole 64 MiB segment in memory.
+READ_CHUNK_BYTES = 1024 * 1024
+
+_FILE_NAME = re.compile(r"^(\d{20})\.wal$")
+_OPEN_FLAGS_APPEND = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC
+
+
+def segment_file_name(base_offset: int) -> str:
+    return f"{base_offset:020d}.wal"
+
+
+def parse_segment_file_name(name: str) -> int | None:
+    """The base offset encoded in a segment file name, or None if it is not a segment."""
+    match = _FILE_NAME.match(name)
+    return int(match.group(1)) if match else None
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make creations/deletions of entries in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Segment:
+    __slots__ = ("_fd", "base_offset", "path", "positions", "size_bytes")
+
+    def __init__(
+        self, path: Path, base_offset: int, positions: array[int], size_bytes: int, fd: int | None
+    ) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self.positions = positions  # byte position of each record, by offset - base_offset
+        self.size_bytes = size_bytes
+        self._fd = fd  # open (O_APPEND) only while this is the active segment
+
+    @classmethod
+    def create(cls, directory: Path, base_offset: int) -> Segment:
+        """Create an empty segment file open for appends. The caller fsyncs the directory."""
+        path = directory / segment_file_name(base_offset)
+        # O_EXCL: a file already there would mean the in-memory view of the log is wrong.
+        fd = os.open(path, _OPEN_FLAGS_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
+        return cls(path, base_offset, array("Q"), 0, fd)
+
+    @classmethod
+    def recover(
+        cls, path: Path, base_offset: int, *, is_last: bool, max_record_bytes: int
+    ) -> Segment:
+        """Scan the file and index its records.
+
+        Damage in the last segment is a torn tail (the crash hit an unsynced write): the file
+        is cut back to the last good record. Damage anywhere else is in data that was durable
+        before the next segment was created, so it raises WalCorruptionError.
+        """
+        fd = os.open(path, _OPEN_FLAGS_APPEND if is_last else os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            positions, valid_size_bytes, problem = _scan(fd, base_offset, max_record_bytes)
+            if problem is not None:
+                if not is_last:
+                    raise WalCorruptionError(f"{path}: {problem} at byte {valid_size_bytes}")
+                os.ftruncate(fd, valid_size_bytes)
+                os.fdatasync(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        if not is_last:
+            os.close(fd)
+        return cls(path, base_offset, positions, valid_size_bytes, fd if is_last else None)
+
+    @property
+    def count(self) -> int:
+        return len(self.positions)
+
+    @property
+    def last_offset(self) -> int:
+        """Offset of the last record; base_offset - 1 when the segment is empty."""
+        return self.base_offset + len(self.positions) - 1
+
+    @property
+    def fd(self) -> int:
+        if self._fd is None:
+            raise WalError(f"{self.path} is not open for appends")
+        return self._fd
+
+    def open_for_append(self) -> None:
+        if self._fd is None:
+            self._fd = os.open(self.path, _OPEN_FLAGS_APPEND)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+    def delete(self) -> None:
+        self.close()
+        self.path.unlink()
+
+    def sync(self) -> None:
+        os.fdatasync(self.fd)
+
+    def append(self, data: bytes | bytearray, record_sizes_bytes: Sequence[int]) -> None:
+        """Write already-encoded records with as few os.write calls as the OS allows."""
+        fd = self.fd
+        start = self.size_bytes
+        try:
+            with memoryview(data) as view:
+                written = 0
+                while written < len(data):
+                    written += os.write(fd, view[written:])
+        except OSError:
+            # A partial record left at the tail would sit in front of every later append and
+            # make recovery drop them, so cut it off before reporting the failure.
+            try:
+                os.ftruncate(fd, start)
+            except OSError as cleanup_exc:
+                raise WalError(
+                    f"{self.path}: write failed and the partial record could not be removed"
+                ) from cleanup_exc
+            raise
+        position = start
+        for size in record_sizes_bytes:
+            self.positions.append(position)
+            position += size
+        self.size_bytes = position
+
+    def truncate(self, keep_count: int) -> None:
+        """Keep only the first ``keep_count`` records; durable when it returns."""
+        new_size = self.positions[keep_count] if keep_count < self.count else self.size_bytes
+        os.ftruncate(self.fd, new_size)
+        os.fdatasync(self.fd)
+        del self.positions[keep_count:]
+        self.size_bytes = new_size
+
+    def _record_end(self, index: int) -> int:
+        return self.positions[index + 1] if index + 1 < len(self.positions) else self.size_bytes
+
+    def read(
+        self, first_offset: int, last_offset: int, max_record_bytes: int
+    ) -> Iterator[WalEntry]:
+        """Entries first_offset..last_offset (inclusive; both must be in this segment)."""
+        first_index = first_offset - self.base_offset
+        last_index = last_offset - self.base_offset
+        owned_fd = self._fd is None
+        fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC) if owned_fd else self.fd
+        try:
+            index = first_index
+            while index <= last_index:
+                # One pread for as many whole records as fit in a chunk (at least one).
+                start = self.positions[index]
+                chunk_last = index
+                while (
+                    chunk_last < last_index
+                    and self._record_end(chunk_last + 1) - start <= READ_CHUNK_BYTES
+                ):
+                    chunk_last += 1
+                data = os.pread(fd, self._record_end(chunk_last) - start, start)
+                cursor = 0
+                for expected in range(index + self.base_offset, chunk_last + self.base_offset + 1):
+                    try:
+                        entry, next_cursor = decode(data, cursor, max_record_bytes)
+                    except (TornRecordError, BadRecordError) as exc:
+                        raise WalCorruptionError(
+                            f"{self.path}: {exc} at byte {start + cursor}"
+                        ) from exc
+                    if entry.offset != expected:
+                        raise WalCorruptionError(
+                            f"{self.path}: offset {entry.offset} where {expected} was expected"
+                            f" at byte {start + cursor}"
+                        )
+                    cursor = next_cursor
+                    yield entry
+                index = chunk_last + 1
+        finally:
+            if owned_fd:
+                os.close(fd)
+
+
+def _scan(fd: int, base_offset: int, max_record_bytes: int) -> tuple[array[int], int, str | None]:
+    """Index the valid prefix of a segment file.
+
+    Returns (record positions, size of the valid prefix in bytes, description of what ends
+    the valid prefix or None if the whole file is valid).
+    """
+    file_size_bytes = os.fstat(fd).st_size
+    positions: array[int] = array("Q")
+    buffer = bytearray()
+    buffer_start = 0  # file position of buffer[0]
+    cursor = 0  # position in buffer of the next record
+    read_end = 0  # file position up to which the buffer holds data
+    expected_offset = base_offset
+    while True:
+        try:
+            entry, next_cursor = decode(buffer, cursor, max_record_bytes)
+        except TornRecordError as exc:
+            if read_end < file_size_bytes:
+                del buffer[:cursor]
+                buffer_start += cursor
+                cursor = 0
+                chunk = os.pread(fd, min(READ_CHUNK_BYTES, file_size_bytes - read_end), read_end)
+                if not chunk:  # the file shrank under us: treat what we have as the end
+                    file_size_bytes = read_end
+                buffer += chunk
+                read_end += len(chunk)
+                continue
+            if cursor == len(buffer):
+                return positions, buffer_start + cursor, None
+            return positions, buffer_start + cursor, f"torn record ({exc})"
+        except BadRecordError as exc:
+            return positions, buffer_start + cursor, str(exc)
+        if entry.offset != expected_offset:
+            return (
+                positions,
+                buffer_start + cursor,
+                f"record has offset {entry.offset} where {expected_offset} was expected",
+            )
+        positions.append(buffer_start + cursor)
+        expected_offset += 1
+        cursor = next_cursor

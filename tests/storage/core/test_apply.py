@@ -1,0 +1,127 @@
+"""The write semantics, applied directly to an in-memory KV."""
+
+from __future__ import annotations
+
+from cairn.common.keyorder import KeyOrder
+from cairn.proto import oxia_client_pb2 as pb
+from cairn.storage.core import reads
+from cairn.storage.core.apply import PendingChanges, apply_write
+from cairn.storage.kv import Column, MemoryKv
+
+ORDER = KeyOrder.HIERARCHICAL
+
+
+class Shard:
+    def __init__(self) -> None:
+        self.kv = MemoryKv()
+        self.offset = -1
+        self.sessions: set[int] = set()
+
+    def write(self, request: pb.WriteRequest, timestamp_ms: int = 1000) -> pb.WriteResponse:
+        self.offset += 1
+        state = PendingChanges(self.kv)
+        response = apply_write(
+            state, request, self.offset, timestamp_ms, ORDER, self.sessions.__contains__
+        )
+        state.set_commit_offset(self.offset)
+        self.kv.write(state.changes())
+        return response
+
+    def get(self, key: str, comparison: int = pb.EQUAL) -> pb.GetResponse:
+        return reads.get(
+            self.kv, pb.GetRequest(key=key, include_value=True, comparison_type=comparison), ORDER
+        )
+
+
+def put(key: str, value: bytes = b"v", **kwargs: object) -> pb.WriteRequest:
+    return pb.WriteRequest(puts=[pb.PutRequest(key=key, value=value, **kwargs)])  # type: ignore[arg-type]
+
+
+def test_version_id_is_the_entry_offset_and_counts_modifications() -> None:
+    shard = Shard()
+    first = shard.write(put("/a"), timestamp_ms=100).puts[0]
+    second = shard.write(put("/a"), timestamp_ms=200).puts[0]
+    assert (first.version.version_id, second.version.version_id) == (0, 1)
+    assert (first.version.modifications_count, second.version.modifications_count) == (0, 1)
+    assert second.version.created_timestamp == 100
+    assert second.version.modified_timestamp == 200
+    assert not second.version.HasField("session_id")
+    assert not second.version.HasField("client_identity")
+
+
+def test_operations_of_one_entry_apply_in_order_puts_deletes_ranges() -> None:
+    shard = Shard()
+    request = pb.WriteRequest(
+        puts=[
+            pb.PutRequest(key="/x", value=b"1"),
+            pb.PutRequest(key="/x", value=b"2"),
+            pb.PutRequest(key="/r/1", value=b"r"),
+        ],
+        deletes=[pb.DeleteRequest(key="/x"), pb.DeleteRequest(key="/x")],
+        delete_ranges=[pb.DeleteRangeRequest(start_inclusive="/r/", end_exclusive="/r//")],
+    )
+    response = shard.write(request)
+    assert [p.version.modifications_count for p in response.puts] == [0, 1, 0]
+    assert [d.status for d in response.deletes] == [pb.OK, pb.KEY_NOT_FOUND]
+    assert [r.status for r in response.delete_ranges] == [pb.OK]
+    assert shard.get("/x").status == pb.KEY_NOT_FOUND
+    assert shard.get("/r/1").status == pb.KEY_NOT_FOUND
+
+
+def test_expected_version_rules() -> None:
+    shard = Shard()
+    assert shard.write(put("/k", expected_version_id=-1)).puts[0].status == pb.OK
+    assert shard.write(put("/k", expected_version_id=-1)).puts[0].status == pb.UNEXPECTED_VERSION_ID
+    assert shard.write(put("/k", expected_version_id=5)).puts[0].status == pb.UNEXPECTED_VERSION_ID
+    assert (
+        shard.write(put("/new", expected_version_id=0)).puts[0].status == pb.UNEXPECTED_VERSION_ID
+    )
+    ok = shard.write(put("/k", b"2", expected_version_id=0)).puts[0]
+    assert ok.status == pb.OK and ok.version.modifications_count == 1
+    # failed operations change nothing
+    assert shard.get("/k").value == b"2"
+    assert shard.get("/new").status == pb.KEY_NOT_FOUND
+    delete = pb.WriteRequest(deletes=[pb.DeleteRequest(key="/k", expected_version_id=0)])
+    assert shard.write(delete).deletes[0].status == pb.UNEXPECTED_VERSION_ID
+    delete = pb.WriteRequest(
+        deletes=[pb.DeleteRequest(key="/k", expected_version_id=ok.version.version_id)]
+    )
+    assert shard.write(delete).deletes[0].status == pb.OK
+
+
+def test_put_with_unknown_session_is_refused_per_operation() -> None:
+    shard = Shard()
+    response = shard.write(
+        pb.WriteRequest(
+            puts=[
+                pb.PutRequest(key="/e", value=b"x", session_id=7),
+                pb.PutRequest(key="/p", value=b"y"),
+            ]
+        )
+    )
+    assert [p.status for p in response.puts] == [pb.SESSION_DOES_NOT_EXIST, pb.OK]
+    assert shard.get("/e").status == pb.KEY_NOT_FOUND
+    shard.sessions.add(8)
+    ok = shard.write(put("/e", session_id=8, client_identity="me")).puts[0]
+    assert ok.version.session_id == 8 and ok.version.client_identity == "me"
+
+
+def test_commit_offset_is_written_with_the_data() -> None:
+    shard = Shard()
+    shard.write(put("/a"))
+    shard.write(put("/b"))
+    assert shard.kv.get(Column.META, b"commit_offset") is not None
+    assert [k for k, _ in shard.kv.scan(Column.RECORDS, b"", None)] == [
+        ORDER.encode("/a"),
+        ORDER.encode("/b"),
+    ]
+
+
+def test_get_answers_found_key_and_omits_value_when_not_asked() -> None:
+    shard = Shard()
+    shard.write(put("/a/1", b"one"))
+    shard.write(put("/a/3", b"three"))
+    floor = shard.get("/a/2", pb.FLOOR)
+    assert (floor.key, floor.value) == ("/a/1", b"one")
+    bare = reads.get(shard.kv, pb.GetRequest(key="/a/3", include_value=False), ORDER)
+    assert bare.status == pb.OK and not bare.HasField("value") and bare.key == "/a/3"

@@ -1,0 +1,98 @@
+"""Real storage server processes for end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+LISTENING_PREFIX = "cairn-storage listening on "
+
+
+class StandaloneProcess:
+    """`cairn-storage standalone` in a child process, on an ephemeral port."""
+
+    def __init__(self, data_dir: Path, shards: int, extra_args: tuple[str, ...] = ()) -> None:
+        self.data_dir = data_dir
+        self.shards = shards
+        self.extra_args = extra_args
+        self.process: subprocess.Popen[str] | None = None
+        self.address = ""
+        self.output: list[str] = []
+        self._pump: threading.Thread | None = None
+
+    def start(self, timeout_s: float = 30.0) -> str:
+        command = [
+            sys.executable, "-m", "cairn.storage", "standalone",
+            "--port", "0", "--shards", str(self.shards), "--data-dir", str(self.data_dir),
+            "--log-level", "WARNING", *self.extra_args,
+        ]  # fmt: skip
+        self.process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        lines: queue.Queue[str | None] = queue.Queue()
+        stdout = self.process.stdout
+        assert stdout is not None
+
+        def pump() -> None:
+            with stdout:
+                for line in stdout:
+                    self.output.append(line)
+                    lines.put(line)
+            lines.put(None)
+
+        self._pump = threading.Thread(target=pump, daemon=True)
+        self._pump.start()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if line is None:
+                raise RuntimeError("server exited before listening:\n" + "".join(self.output))
+            if line.startswith(LISTENING_PREFIX):
+                self.address = line[len(LISTENING_PREFIX) :].strip()
+                return self.address
+        self.kill()
+        raise TimeoutError("server did not start:\n" + "".join(self.output))
+
+    def signal(self, signum: int) -> None:
+        assert self.process is not None
+        self.process.send_signal(signum)
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown code runs."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=30)
+        self._join_pump()
+
+    def _join_pump(self) -> None:
+        # The pump closes the pipe at EOF, which comes once the process is gone.
+        if self._pump is not None:
+            self._pump.join(timeout=30)
+            self._pump = None
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        """SIGTERM and wait for a clean exit."""
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=30)
+            raise
+        finally:
+            self._join_pump()
