@@ -1,6 +1,9 @@
 import itertools
 
 import xxhash
+from hypothesis import given
+from hypothesis import strategies as st
+
 from cairn.common.hashing import (
     HASH_SPACE_MAX,
     MAX_SHARDS_PER_NAMESPACE,
@@ -9,8 +12,6 @@ from cairn.common.hashing import (
     key_hash,
     split_hash_space,
 )
-from hypothesis import given
-from hypothesis import strategies as st
 
 
 def test_key_hash_is_low_32_bits_of_xxh3_64_seed_0() -> None:

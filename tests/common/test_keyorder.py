@@ -1,9 +1,10 @@
 import functools
 
 import pytest
-from cairn.common.keyorder import KeyOrder, compare_hierarchical
 from hypothesis import given
 from hypothesis import strategies as st
+
+from cairn.common.keyorder import KeyOrder, compare_hierarchical
 
 # Keys built from a small alphabet with many slashes and NULs, so that the
 # interesting cases (shared prefixes, empty segments, trailing slashes) are common.

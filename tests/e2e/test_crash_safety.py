@@ -19,6 +19,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+
 from cairn.proto import oxia_client_pb2 as pb
 from support.grpc_client import Router
 from support.processes import StandaloneProcess

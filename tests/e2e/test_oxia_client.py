@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 import oxia
 import oxia.ex
 import pytest
+
 from cairn.common.keyorder import compare_hierarchical
 from support.processes import StandaloneProcess
 

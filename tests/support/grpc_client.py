@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import grpc
+
 from cairn.common.hashing import HashRange, find_range, key_hash
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import oxia_client_pb2_grpc as pb_grpc

@@ -6,6 +6,7 @@ from cairn.common.keyorder import KeyOrder
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.storage.core import reads
 from cairn.storage.core.apply import PendingChanges, apply_write
+from cairn.storage.core.fastpath import has_plain_puts
 from cairn.storage.kv import Column, MemoryKv
 
 ORDER = KeyOrder.HIERARCHICAL
@@ -20,8 +21,11 @@ class Shard:
     def write(self, request: pb.WriteRequest, timestamp_ms: int = 1000) -> pb.WriteResponse:
         self.offset += 1
         state = PendingChanges(self.kv)
-        response = apply_write(
-            state, request, self.offset, timestamp_ms, ORDER, self.sessions.__contains__
+        plain = has_plain_puts(request.SerializeToString())
+        response = pb.WriteResponse.FromString(
+            apply_write(
+                state, request, self.offset, timestamp_ms, ORDER, self.sessions.__contains__, plain
+            )
         )
         state.set_commit_offset(self.offset)
         self.kv.write(state.changes())
@@ -125,3 +129,46 @@ def test_get_answers_found_key_and_omits_value_when_not_asked() -> None:
     assert (floor.key, floor.value) == ("/a/1", b"one")
     bare = reads.get(shard.kv, pb.GetRequest(key="/a/3", include_value=False), ORDER)
     assert bare.status == pb.OK and not bare.HasField("value") and bare.key == "/a/3"
+
+
+def test_plain_put_detection() -> None:
+    plain = pb.WriteRequest(
+        shard=3, puts=[pb.PutRequest(key="/a", value=b"v", expected_version_id=4)]
+    )
+    assert has_plain_puts(plain.SerializeToString())
+    for extra in (
+        {"session_id": 1},
+        {"partition_key": "p"},
+        {"client_identity": "c"},
+        {"sequence_key_delta": [1]},
+        {"override_version_id": 9},
+    ):
+        request = pb.WriteRequest(puts=[pb.PutRequest(key="/a", value=b"v", **extra)])  # type: ignore[arg-type]
+        assert not has_plain_puts(request.SerializeToString()), extra
+    assert not has_plain_puts(b"\x12\xff\xff")
+
+
+def test_plain_and_general_paths_agree() -> None:
+    requests = [
+        pb.WriteRequest(
+            puts=[pb.PutRequest(key=f"/k/{i % 3}", value=bytes([i])) for i in range(6)]
+        ),
+        pb.WriteRequest(puts=[pb.PutRequest(key="/k/0", value=b"c", expected_version_id=0)]),
+        pb.WriteRequest(puts=[pb.PutRequest(key="/k/1", value=b"c", expected_version_id=1)]),
+        pb.WriteRequest(puts=[pb.PutRequest(key="/k/9", value=b"c", expected_version_id=-1)]),
+        pb.WriteRequest(
+            deletes=[pb.DeleteRequest(key="/k/2")], puts=[pb.PutRequest(key="/k/2", value=b"z")]
+        ),
+    ]
+    outcomes = []
+    for plain in (True, False):
+        kv = MemoryKv()
+        responses = []
+        for offset, request in enumerate(requests):
+            state = PendingChanges(kv)
+            responses.append(
+                apply_write(state, request, offset, 100 + offset, ORDER, lambda _: False, plain)
+            )
+            kv.write(state.changes())
+        outcomes.append((responses, list(kv.scan(Column.RECORDS, b"", None))))
+    assert outcomes[0] == outcomes[1]

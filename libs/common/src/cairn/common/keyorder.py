@@ -22,6 +22,7 @@ NATURAL is plain bytewise order of the UTF-8 key.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 
 _LEAF = b"\x01"
 _INNER = b"\x02"
@@ -29,6 +30,7 @@ _TERMINATOR = b"\x00\x01"
 _NUL = b"\x00"
 _ESCAPED_NUL = b"\x00\xff"
 _SLASH = b"/"
+_SEPARATOR = _TERMINATOR + _INNER
 
 
 class KeyOrder(enum.Enum):
@@ -36,10 +38,12 @@ class KeyOrder(enum.Enum):
     NATURAL = "natural"
 
     def encode(self, key: str) -> bytes:
-        raw = key.encode("utf-8")
-        if self is KeyOrder.NATURAL:
-            return raw
-        return encode_hierarchical(raw)
+        return self.encoder(key)
+
+    @property
+    def encoder(self) -> Callable[[str], bytes]:
+        """The encoding as a plain function, for hot loops (no enum dispatch per key)."""
+        return _encode_natural_key if self is KeyOrder.NATURAL else _encode_hierarchical_key
 
     def decode(self, encoded: bytes) -> str:
         if self is KeyOrder.NATURAL:
@@ -54,17 +58,25 @@ class KeyOrder(enum.Enum):
 
 
 def encode_hierarchical(raw: bytes) -> bytes:
-    if _SLASH not in raw:
+    last_slash = raw.rfind(_SLASH)
+    if last_slash < 0:
         return _LEAF + raw
-    segments = raw.split(_SLASH)
-    parts: list[bytes] = []
-    for segment in segments[:-1]:
-        parts.append(_INNER)
-        parts.append(segment.replace(_NUL, _ESCAPED_NUL) if _NUL in segment else segment)
-        parts.append(_TERMINATOR)
-    parts.append(_LEAF)
-    parts.append(segments[-1])
-    return b"".join(parts)
+    # Inner segments: escape NULs, then turn each separator into
+    # "end of segment, next inner segment" with one C-level replace.
+    inner = raw[:last_slash]
+    if _NUL in inner:
+        inner = inner.replace(_NUL, _ESCAPED_NUL)
+    return b"".join(
+        (_INNER, inner.replace(_SLASH, _SEPARATOR), _TERMINATOR, _LEAF, raw[last_slash + 1 :])
+    )
+
+
+def _encode_natural_key(key: str) -> bytes:
+    return key.encode("utf-8")
+
+
+def _encode_hierarchical_key(key: str) -> bytes:
+    return encode_hierarchical(key.encode("utf-8"))
 
 
 def decode_hierarchical(encoded: bytes) -> bytes:

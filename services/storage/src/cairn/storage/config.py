@@ -32,6 +32,8 @@ class Limits:
     max_bytes_per_chunk: int = 1 * MiB
     max_gets_per_read_chunk: int = 100
     max_concurrent_rpcs: int = 10_000
+    # Version headers kept in memory per shard (about 150 bytes each).
+    max_cached_headers_per_shard: int = 200_000
 
 
 @dataclass(frozen=True, slots=True)

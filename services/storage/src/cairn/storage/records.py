@@ -14,6 +14,9 @@ import struct
 from dataclasses import dataclass
 
 _FIXED = struct.Struct("<qqQQB")
+# The fixed header alone, for hot paths that need no dataclass.
+HEADER = _FIXED
+HEADER_SIZE = _FIXED.size
 _SESSION = struct.Struct("<q")
 _LENGTH = struct.Struct("<H")
 

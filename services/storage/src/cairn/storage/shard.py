@@ -27,8 +27,9 @@ from cairn.common.errors import Overloaded, Unavailable
 from cairn.common.keyorder import KeyOrder
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.storage.config import Limits
-from cairn.storage.core.apply import PendingChanges, apply_write
+from cairn.storage.core.apply import HeaderCache, PendingChanges, apply_write
 from cairn.storage.core.entries import decode_entry, encode_client_write
+from cairn.storage.core.fastpath import has_plain_puts
 from cairn.storage.core.meta import COMMIT_OFFSET_KEY, decode_i64
 from cairn.storage.kv import Column, KvStore, RocksKv
 from cairn.storage.wal import Wal, WalEntry, WalOptions
@@ -49,8 +50,9 @@ class _Pending:
     offset: int
     timestamp_ms: int
     request: pb.WriteRequest
+    plain_puts: bool
     size_bytes: int
-    future: asyncio.Future[pb.WriteResponse]
+    future: asyncio.Future[bytes]
 
 
 class ShardReplica:
@@ -72,6 +74,7 @@ class ShardReplica:
         self.limits = limits
         self._clock_ms = clock_ms
         self.term = max(wal.last_term, 0)
+        self._header_cache = HeaderCache(limits.max_cached_headers_per_shard)
         self.commit_offset = decode_i64(kv.get(Column.META, COMMIT_OFFSET_KEY), -1)
         self._replay()
         last = wal.last_entry()
@@ -133,7 +136,13 @@ class ShardReplica:
         for entry in wal.read(start):
             _, request = decode_entry(entry.payload)
             apply_write(
-                state, request, entry.offset, entry.timestamp_ms, self.key_order, _NO_SESSIONS
+                state,
+                request,
+                entry.offset,
+                entry.timestamp_ms,
+                self.key_order,
+                _NO_SESSIONS,
+                has_plain_puts(entry.payload[1:]),
             )
             state.set_commit_offset(entry.offset)
             replayed += 1
@@ -154,8 +163,11 @@ class ShardReplica:
         if self._closing:
             raise Unavailable(f"shard {self.shard_id} is shutting down")
 
-    async def write(self, raw_request: bytes, request: pb.WriteRequest) -> pb.WriteResponse:
-        """Durably apply one client write request as one log entry (validated by the caller)."""
+    async def write(
+        self, raw_request: bytes, request: pb.WriteRequest, plain_puts: bool = False
+    ) -> bytes:
+        """Durably apply one client write request as one log entry (validated by the
+        caller); returns the serialized WriteResponse."""
         self._check_writable()
         size = len(raw_request)
         if size > self.limits.max_pending_bytes_per_shard:
@@ -173,8 +185,8 @@ class ShardReplica:
         self.wal.append(WalEntry(self.term, offset, timestamp_ms, encode_client_write(raw_request)))
         self._next_offset = offset + 1
         self._last_timestamp_ms = timestamp_ms
-        future: asyncio.Future[pb.WriteResponse] = asyncio.get_running_loop().create_future()
-        self._appended.append(_Pending(offset, timestamp_ms, request, size, future))
+        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._appended.append(_Pending(offset, timestamp_ms, request, plain_puts, size, future))
         self._pending_entries += 1
         self._pending_bytes += size
         self._wake_syncer.set()
@@ -209,7 +221,12 @@ class ShardReplica:
             while self._durable:
                 group = [self._durable.popleft() for _ in range(min(max_group, len(self._durable)))]
                 try:
-                    responses = self._apply_group(group)
+                    state, responses = self._apply_group(group)
+                    # Inline on purpose: rocksdict holds the GIL while RocksDB writes,
+                    # so a worker thread would only add hand-off cost.
+                    self.kv.write(state.changes())
+                    state.written()
+                    self.commit_offset = group[-1].offset
                 except Exception as error:
                     self._fail(error, group)
                     return
@@ -217,21 +234,27 @@ class ShardReplica:
                     if not pending.future.done():
                         pending.future.set_result(response)
                 self._release(group)
-                # Let the loop accept more requests between groups.
+                # Let the loop take in more requests between groups.
                 await asyncio.sleep(0)
             if self._closing and not self._durable and self._tasks[0].done():
                 return
 
-    def _apply_group(self, group: list[_Pending]) -> list[pb.WriteResponse]:
-        state = PendingChanges(self.kv)
+    def _apply_group(self, group: list[_Pending]) -> tuple[PendingChanges, list[bytes]]:
+        state = PendingChanges(self.kv, self._header_cache)
         responses = [
-            apply_write(state, p.request, p.offset, p.timestamp_ms, self.key_order, _NO_SESSIONS)
+            apply_write(
+                state,
+                p.request,
+                p.offset,
+                p.timestamp_ms,
+                self.key_order,
+                _NO_SESSIONS,
+                p.plain_puts,
+            )
             for p in group
         ]
         state.set_commit_offset(group[-1].offset)
-        self.kv.write(state.changes())
-        self.commit_offset = group[-1].offset
-        return responses
+        return state, responses
 
     def _release(self, group: list[_Pending]) -> None:
         self._pending_entries -= len(group)

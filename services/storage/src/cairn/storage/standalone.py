@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+
 from cairn.common.hashing import split_hash_space
 from cairn.common.keyorder import KeyOrder
 from cairn.storage.config import NamespaceConfig, StandaloneConfig

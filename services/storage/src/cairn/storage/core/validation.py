@@ -23,7 +23,12 @@ def _check_key(key: str, limits: Limits, what: str) -> None:
             raise RequestTooLarge(f"{what} is {size} bytes; the limit is {limits.max_key_bytes}")
 
 
-def validate_write(request: pb.WriteRequest, limits: Limits) -> None:
+def validate_write(
+    request: pb.WriteRequest, limits: Limits, size_bytes: int, plain_puts: bool = False
+) -> None:
+    """`size_bytes`: the serialized request's size (no key or value can be larger).
+    `plain_puts`: no put carries fields beyond key, value and expected version
+    (see fastpath.py), so there is no unsupported feature to look for."""
     operations = len(request.puts) + len(request.deletes) + len(request.delete_ranges)
     if operations > limits.max_operations_per_request:
         raise RequestTooLarge(
@@ -31,7 +36,19 @@ def validate_write(request: pb.WriteRequest, limits: Limits) -> None:
             f"the limit is {limits.max_operations_per_request}"
         )
     max_value = limits.max_value_bytes
+    sizes_cannot_exceed = size_bytes <= min(limits.max_key_bytes, max_value)
+    if plain_puts and sizes_cannot_exceed:
+        return
     for put in request.puts:
+        # Feature checks are cheap container tests; size checks only when needed.
+        if put.sequence_key_delta:
+            raise InvalidRequest("sequence keys are not supported by this server version")
+        if put.secondary_indexes:
+            raise InvalidRequest("secondary indexes are not supported by this server version")
+        if put.HasField("override_version_id") or put.HasField("override_modifications_count"):
+            raise InvalidRequest("version overrides are not supported by this server version")
+        if sizes_cannot_exceed:
+            continue
         _check_key(put.key, limits, "key")
         if len(put.value) > max_value:
             raise RequestTooLarge(
@@ -42,18 +59,10 @@ def validate_write(request: pb.WriteRequest, limits: Limits) -> None:
             _check_key(put.partition_key, limits, "partition key")
         if put.HasField("client_identity"):
             _check_key(put.client_identity, limits, "client identity")
-        if put.sequence_key_delta:
-            raise InvalidRequest("sequence keys are not supported by this server version")
-        if put.secondary_indexes:
-            raise InvalidRequest("secondary indexes are not supported by this server version")
-        if put.HasField("override_version_id") or put.HasField("override_modifications_count"):
-            raise InvalidRequest("version overrides are not supported by this server version")
-        if put.HasField("expected_version_id") and put.expected_version_id < -1:
-            raise InvalidRequest(f"invalid expected_version_id {put.expected_version_id}")
+    if sizes_cannot_exceed:
+        return
     for delete in request.deletes:
         _check_key(delete.key, limits, "key")
-        if delete.HasField("expected_version_id") and delete.expected_version_id < -1:
-            raise InvalidRequest(f"invalid expected_version_id {delete.expected_version_id}")
     for delete_range in request.delete_ranges:
         _check_key(delete_range.start_inclusive, limits, "range start")
         _check_key(delete_range.end_exclusive, limits, "range end")

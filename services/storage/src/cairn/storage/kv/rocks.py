@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import rocksdict
+
 from cairn.storage.kv.store import Change, Column
 
 
@@ -42,15 +43,14 @@ class RocksKv:
     def scan(
         self, column: Column, start: bytes, end: bytes | None
     ) -> Iterator[tuple[bytes, bytes]]:
-        read_options = rocksdict.ReadOptions()
-        if end is not None:
-            if end <= start:
-                return iter(())
-            read_options.set_iterate_upper_bound(end)
-        # A plain iterator reads the implicit snapshot taken at its creation.
-        iterator = self._columns[column].iter(read_options)
+        if end is not None and end <= start:
+            return iter(())
+        # A plain iterator reads the implicit snapshot taken at its creation. The
+        # end bound is checked here: rocksdict's iterate_upper_bound was seen to end
+        # scans early (a property test found a key it skipped).
+        iterator = self._columns[column].iter()
         iterator.seek(start)
-        return _forward(iterator)
+        return _forward(iterator, end)
 
     def floor(self, column: Column, key: bytes, inclusive: bool) -> tuple[bytes, bytes] | None:
         iterator = self._columns[column].iter()
@@ -90,7 +90,10 @@ class RocksKv:
         self._db.close()
 
 
-def _forward(iterator: Any) -> Iterator[tuple[bytes, bytes]]:
+def _forward(iterator: Any, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
     while iterator.valid():
-        yield iterator.key(), iterator.value()
+        key = iterator.key()
+        if end is not None and key >= end:
+            return
+        yield key, iterator.value()
         iterator.next()

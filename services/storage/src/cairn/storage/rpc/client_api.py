@@ -8,18 +8,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
+
 from cairn.common.errors import CairnError, InvalidRequest
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.storage.config import Limits
 from cairn.storage.core import reads
+from cairn.storage.core.fastpath import has_plain_puts
 from cairn.storage.core.validation import validate_range, validate_read, validate_write
 from cairn.storage.directory import ShardDirectory
 from cairn.storage.rpc.status import abort
-from google.protobuf.message import DecodeError
 
 SERVICE_NAMES = ("io.oxia.proto.v1.OxiaClient", "io.streamnative.oxia.proto.OxiaClient")
 SHARD_ID_HEADER = "shard-id"
@@ -66,7 +68,7 @@ class ClientService:
 
     # ---- writes ---------------------------------------------------------------------
 
-    async def _write_one(self, raw: bytes, header_shard: int | None) -> pb.WriteResponse:
+    async def _write_one(self, raw: bytes, header_shard: int | None) -> bytes:
         request: pb.WriteRequest = _parse(pb.WriteRequest, raw)
         if request.HasField("shard"):
             shard_id = request.shard
@@ -75,10 +77,13 @@ class ClientService:
         else:
             raise InvalidRequest("write request names no shard")
         shard = self.directory.leader_shard(shard_id)
-        validate_write(request, self.limits)
-        return await shard.write(raw, request)
+        plain_puts = has_plain_puts(raw)
+        validate_write(request, self.limits, len(raw), plain_puts)
+        return await shard.write(raw, request, plain_puts)
 
-    async def write(self, raw: bytes, context: grpc.aio.ServicerContext) -> pb.WriteResponse:
+    async def write(self, raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        """Raw bytes in and out: the request goes to the WAL as received, and the
+        response comes hand-encoded from the apply step."""
         try:
             return await self._write_one(raw, None)
         except CairnError as error:
@@ -86,7 +91,7 @@ class ClientService:
 
     async def write_stream(
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.WriteResponse]:
+    ) -> AsyncIterator[bytes]:
         header = _header(context, SHARD_ID_HEADER)
         try:
             header_shard = int(header) if header is not None else None
@@ -100,7 +105,7 @@ class ClientService:
                 await abort(context, error)
         # Requests are pipelined: up to a bound of them are in flight, and the
         # responses go back in request order.
-        in_flight: asyncio.Queue[asyncio.Future[pb.WriteResponse] | None] = asyncio.Queue(
+        in_flight: asyncio.Queue[asyncio.Future[bytes] | None] = asyncio.Queue(
             self.limits.max_inflight_per_write_stream
         )
 
@@ -214,16 +219,6 @@ class ClientService:
             raise InvalidRequest(f"invalid {SHARD_ID_HEADER} header {header!r}") from None
 
 
-def _unary(
-    behavior: Callable[..., Awaitable[Any]], request_type: Any, response_type: Any
-) -> grpc.RpcMethodHandler:
-    return grpc.unary_unary_rpc_method_handler(
-        behavior,
-        request_deserializer=request_type.FromString if request_type is not None else None,
-        response_serializer=response_type.SerializeToString,
-    )
-
-
 def _unary_stream(
     behavior: Callable[..., AsyncIterator[Any]], request_type: Any, response_type: Any
 ) -> grpc.RpcMethodHandler:
@@ -241,13 +236,9 @@ def generic_handlers(service: ClientService) -> list[grpc.GenericRpcHandler]:
         "GetShardAssignments": _unary_stream(
             service.get_shard_assignments, pb.ShardAssignmentsRequest, pb.ShardAssignments
         ),
-        # Raw bytes in: the request is parsed once by the handler and logged as received.
-        "Write": _unary(service.write, None, pb.WriteResponse),
-        "WriteStream": grpc.stream_stream_rpc_method_handler(
-            service.write_stream,
-            request_deserializer=None,
-            response_serializer=pb.WriteResponse.SerializeToString,
-        ),
+        # Writes: raw bytes both ways (no (de)serializer), see ClientService.write.
+        "Write": grpc.unary_unary_rpc_method_handler(service.write),
+        "WriteStream": grpc.stream_stream_rpc_method_handler(service.write_stream),
         "Read": _unary_stream(service.read, pb.ReadRequest, pb.ReadResponse),
         "List": _unary_stream(service.list, pb.ListRequest, pb.ListResponse),
         "RangeScan": _unary_stream(service.range_scan, pb.RangeScanRequest, pb.RangeScanResponse),

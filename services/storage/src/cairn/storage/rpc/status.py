@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import NoReturn
 
 import grpc
-from cairn.common.errors import ERROR_DOMAIN, CairnError
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
+
+from cairn.common.errors import ERROR_DOMAIN, CairnError
 
 
 def to_status(error: CairnError) -> grpc.Status:

@@ -294,6 +294,10 @@ class Wal:
             del self._segments[:removable]
             if removable:
                 fsync_directory(self._directory)
+            if self.first_offset < 0:
+                # The active segment was empty, so nothing is left: last_term is that of an
+                # empty log (as it will be after a reopen).
+                self._last_term = -1
         return self.first_offset
 
     def reset(self, next_offset: int) -> None:

@@ -1,0 +1,212 @@
+"""Spawn and stop a standalone `cairn-storage` server for `cairn-bench --spawn`.
+
+The server runs as `python -c 'from cairn.storage.__main__ import main; ...'`
+with this interpreter (so it is the same checkout, no PATH lookup) and its pid
+is the server process itself, which `cpu_seconds` reads from /proc. Its stdout
+and stderr go to a log file in the work directory, which is polled for the
+`cairn-storage listening on HOST:PORT` line: a file, unlike a pipe, never fills
+up and blocks the server if nobody reads it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+LISTENING_LINE = re.compile(r"cairn-storage listening on (\S+)")
+_SERVER_CODE = "import sys; from cairn.storage.__main__ import main; sys.exit(main())"
+_POLL_INTERVAL_S = 0.02
+_WILDCARD_HOSTS = {"0.0.0.0", "::", "[::]", ""}
+
+
+class ServerStartError(RuntimeError):
+    """The server exited or did not announce its address in time."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpawnedServer:
+    address: str
+    pid: int
+    data_dir: Path
+    work_dir: Path  # holds the log, and the data dir unless one was given
+    log_path: Path
+
+    def log_tail(self, max_lines: int = 20) -> str:
+        return _tail(self.log_path, max_lines)
+
+
+def _tail(path: Path, max_lines: int) -> str:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(lines[-max_lines:])
+
+
+def dialable(address: str) -> str:
+    """`host:port` with a wildcard bind host replaced by loopback."""
+    host, _, port = address.rpartition(":")
+    return f"127.0.0.1:{port}" if host in _WILDCARD_HOSTS else address
+
+
+def server_command(data_dir: Path, shards: int, extra_args: Sequence[str]) -> list[str]:
+    return [
+        sys.executable,
+        "-c",
+        _SERVER_CODE,
+        "standalone",
+        "--port",
+        "0",
+        "--shards",
+        str(shards),
+        "--data-dir",
+        str(data_dir),
+        *extra_args,
+    ]
+
+
+def _read_log(log_path: Path) -> str:
+    try:
+        return log_path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+async def _launch(command: list[str], log_path: Path) -> asyncio.subprocess.Process:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    with log_path.open("wb") as log_file:  # the child keeps its own descriptor
+        return await asyncio.create_subprocess_exec(
+            *command,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+
+
+@asynccontextmanager
+async def spawned_server(
+    shards: int,
+    data_dir: Path | None,
+    extra_args: Sequence[str],
+    start_timeout_s: float,
+    stop_timeout_s: float,
+) -> AsyncIterator[SpawnedServer]:
+    """A running server; stopped (SIGTERM, then SIGKILL) and its temp dir removed on exit.
+
+    A caller-given data dir is kept; the temp work dir (log, own data dir) is removed.
+    """
+    work_dir = Path(tempfile.mkdtemp(prefix="cairn-bench-"))
+    server_data = work_dir / "data" if data_dir is None else data_dir
+    log_path = work_dir / "server.log"
+    try:
+        process = await _launch(server_command(server_data, shards, extra_args), log_path)
+        try:
+            address = await _wait_listening(process, log_path, start_timeout_s)
+            yield SpawnedServer(
+                address=dialable(address),
+                pid=process.pid,
+                data_dir=server_data,
+                work_dir=work_dir,
+                log_path=log_path,
+            )
+        finally:
+            code = await _stop(process, stop_timeout_s)
+            if code not in (0, -signal.SIGTERM):
+                print(
+                    f"cairn-bench: server exited with code {code}; log tail:\n"
+                    f"{_tail(log_path, 20)}",
+                    file=sys.stderr,
+                )
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
+
+
+async def _wait_listening(
+    process: asyncio.subprocess.Process, log_path: Path, timeout_s: float
+) -> str:
+    deadline_s = time.monotonic() + timeout_s
+    while True:
+        match = LISTENING_LINE.search(_read_log(log_path))
+        if match:
+            return match.group(1)
+        if process.returncode is not None:
+            raise ServerStartError(
+                f"server exited with code {process.returncode} before listening:\n"
+                f"{_tail(log_path, 20)}"
+            )
+        if time.monotonic() > deadline_s:
+            raise ServerStartError(
+                f"server did not print its listening line within {timeout_s:.0f} s:\n"
+                f"{_tail(log_path, 20)}"
+            )
+        await asyncio.sleep(_POLL_INTERVAL_S)
+
+
+async def _stop(process: asyncio.subprocess.Process, timeout_s: float) -> int:
+    """SIGTERM, wait up to `timeout_s`, then SIGKILL. Returns the exit code."""
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGTERM)
+        try:
+            return await asyncio.wait_for(process.wait(), timeout_s)
+        except TimeoutError:
+            print(
+                f"cairn-bench: server did not stop within {timeout_s:.0f} s of SIGTERM; SIGKILL",
+                file=sys.stderr,
+            )
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+    return await process.wait()
+
+
+_CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(root_pid: int) -> float | None:
+    """User + system CPU seconds of a process and its live descendants (Linux /proc).
+
+    None when /proc is unavailable or the process is gone. Descendants matter if a
+    server ever forks workers; for a single-process server it is just the pid.
+    """
+    children: dict[int, list[int]] = {}
+    times: dict[int, float] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return None
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        # Fields after the parenthesised command name, which may hold spaces.
+        fields = stat[stat.rfind(")") + 2 :].split()
+        pid = int(entry)
+        parent = int(fields[1])
+        times[pid] = (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS_PER_S
+        children.setdefault(parent, []).append(pid)
+    if root_pid not in times:
+        return None
+    total_s = 0.0
+    pending = [root_pid]
+    while pending:
+        pid = pending.pop()
+        total_s += times.get(pid, 0.0)
+        pending.extend(children.get(pid, ()))
+    return total_s

@@ -1,0 +1,77 @@
+"""Hand-encoded WriteResponse bytes.
+
+A write's response is built for every put of every entry, and building it as
+protobuf objects costs more than the rest of the put. Its shape is tiny and
+fixed, so we encode it directly, canonically (fields in number order, proto3
+zero values omitted, optional fields emitted when present); a property test
+checks the bytes against the protobuf library's own serialization.
+"""
+
+from __future__ import annotations
+
+import struct
+
+_FIXED64 = struct.Struct("<Q")
+_SMALL = [bytes((n,)) for n in range(128)]
+
+# Tags: (field_number << 3) | wire_type.
+_STATUS = b"\x08"  # field 1, varint (PutResponse/DeleteResponse/DeleteRangeResponse.status)
+_VERSION = b"\x12"  # PutResponse.version: field 2, length-delimited
+_VERSION_ID = b"\x08"
+_MODIFICATIONS = b"\x10"
+_CREATED = b"\x19"  # field 3, fixed64
+_MODIFIED = b"\x21"  # field 4, fixed64
+_SESSION_ID = b"\x28"
+_CLIENT_IDENTITY = b"\x32"
+# WriteResponse repeated fields.
+PUTS = b"\x0a"
+DELETES = b"\x12"
+DELETE_RANGES = b"\x1a"
+
+
+def varint(value: int) -> bytes:
+    if 0 <= value < 128:
+        return _SMALL[value]
+    if value < 0:
+        value += 1 << 64  # int64 two's complement, as protobuf does
+    out = bytearray()
+    while value > 127:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def field(tag: bytes, payload: bytes) -> bytes:
+    """A length-delimited field."""
+    return b"".join((tag, varint(len(payload)), payload))
+
+
+def status_only(status: int) -> bytes:
+    """A PutResponse / DeleteResponse / DeleteRangeResponse holding only a status."""
+    return _STATUS + varint(status) if status else b""
+
+
+def put_ok(
+    version_id: int,
+    modifications_count: int,
+    created_ms: int,
+    modified_ms: int,
+    session_id: int | None = None,
+    client_identity: str | None = None,
+) -> bytes:
+    """A successful PutResponse (status OK is the default, so it is omitted)."""
+    parts = []
+    if version_id:
+        parts.append(_VERSION_ID + varint(version_id))
+    if modifications_count:
+        parts.append(_MODIFICATIONS + varint(modifications_count))
+    if created_ms:
+        parts.append(_CREATED + _FIXED64.pack(created_ms))
+    if modified_ms:
+        parts.append(_MODIFIED + _FIXED64.pack(modified_ms))
+    if session_id is not None:
+        parts.append(_SESSION_ID + varint(session_id))
+    if client_identity is not None:
+        parts.append(field(_CLIENT_IDENTITY, client_identity.encode("utf-8")))
+    return field(_VERSION, b"".join(parts))

@@ -1,0 +1,236 @@
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cairn.common.hashing import key_hash, split_hash_space
+from cairn.proto import oxia_client_pb2 as pb
+from cairn.storage.bench.__main__ import main
+from cairn.storage.bench.load import (
+    Kind,
+    LoadResult,
+    LoadSpec,
+    Router,
+    Schedule,
+    ShardInfo,
+    build_pool,
+    count_get_results,
+    count_put_results,
+)
+
+FIGURE = re.compile(r"([a-z0-9_/]+)=([0-9.]+|-)")
+
+
+def figures(line: str) -> dict[str, float]:
+    return {key: float(value) for key, value in FIGURE.findall(line) if value != "-"}
+
+
+def json_document(output: str) -> dict[str, Any]:
+    lines = [line for line in output.splitlines() if line.startswith("{")]
+    assert len(lines) == 1, output
+    document: dict[str, Any] = json.loads(lines[0])
+    return document
+
+
+def shards_of(count: int) -> list[ShardInfo]:
+    return [
+        ShardInfo(
+            shard_id=10 + i,
+            leader="127.0.0.1:1",
+            min_hash=r.min_inclusive,
+            max_hash=r.max_inclusive,
+        )
+        for i, r in enumerate(split_hash_space(count))
+    ]
+
+
+# ---------------------------------------------------------------------------
+# fsync: runs everywhere, no server
+
+
+def test_fsync_prints_positive_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        ["--data-dir", str(tmp_path), "fsync", "--duration-s", "0.5", "--warmup-s", "0", "--json"]
+    )
+    assert code == 0
+    output = capsys.readouterr().out
+    lines = [line for line in output.splitlines() if line.startswith("fsync ")]
+    assert len(lines) == 2, output
+    single, grouped = (figures(line) for line in lines)
+    for row in (single, grouped):
+        assert row["records/s"] > 0
+        assert row["syncs/s"] > 0
+        assert 0 < row["p50_ms"] <= row["p99_ms"] <= row["max_ms"]
+        assert row["errors"] == 0
+    assert single["records/s"] == pytest.approx(single["syncs/s"], rel=0.01)
+    assert grouped["records/s"] == pytest.approx(100 * grouped["syncs/s"], rel=0.01)
+    document = json_document(output)
+    assert [r["records_per_sync"] for r in document["results"]] == [1, 100]
+    assert list(tmp_path.iterdir()) == [], "the probe file must be removed"
+
+
+def test_load_workloads_need_a_server(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as raised:
+        main(["put"])
+    assert raised.value.code == 2
+    assert "--address" in capsys.readouterr().err
+
+
+def test_bounds_are_enforced() -> None:
+    with pytest.raises(SystemExit):
+        main(["--spawn", "put", "--concurrency", "0"])
+    with pytest.raises(SystemExit):
+        main(["--spawn", "put", "--duration-s", "1e9"])
+    with pytest.raises(SystemExit):
+        main(["--spawn", "put", "--concurrency", "2", "--procs", "3"])
+
+
+# ---------------------------------------------------------------------------
+# the pieces figures depend on
+
+
+def test_router_matches_the_hash_ranges() -> None:
+    shards = shards_of(3)
+    router = Router(list(reversed(shards)))
+    for i in range(500):
+        key = f"/k/{i}"
+        shard = router.shard_of(key)
+        assert shard.min_hash <= key_hash(key) <= shard.max_hash
+
+
+def test_router_rejects_a_gap() -> None:
+    router = Router([ShardInfo(1, "a:1", 0, 10)])
+    with pytest.raises(LookupError):
+        router.shard_of("/k/0")  # hashes far above 10 with overwhelming likelihood
+
+
+@pytest.mark.parametrize("kind", ["put", "get"])
+def test_pool_requests_hold_exactly_batch_ops_of_their_shard(kind: Kind) -> None:
+    shards = shards_of(3)
+    router = Router(shards)
+    spec = LoadSpec(
+        kind=kind,
+        mode="stream",
+        batch=7,
+        value_size_bytes=33,
+        keys=500,
+        concurrency=4,
+        rate_ops_per_s=None,
+    )
+    pool = build_pool(spec, router, max_ops=10_000)
+    assert set(pool) == {s.shard_id for s in shards}
+    seen: set[str] = set()
+    for shard_id, requests in pool.items():
+        for raw in requests:
+            if kind == "put":
+                message: Any = pb.WriteRequest.FromString(raw)
+                ops = [(p.key, len(p.value)) for p in message.puts]
+                assert all(size == 33 for _, size in ops)
+                keys = [k for k, _ in ops]
+            else:
+                message = pb.ReadRequest.FromString(raw)
+                assert all(g.include_value for g in message.gets)
+                keys = [g.key for g in message.gets]
+            assert message.shard == shard_id
+            assert len(keys) == 7
+            assert all(router.shard_of(k).shard_id == shard_id for k in keys)
+            seen.update(keys)
+    assert len(seen) == 500, "the pool covers the whole key space"
+
+
+def test_pool_is_bounded() -> None:
+    router = Router(shards_of(2))
+    spec = LoadSpec("put", "stream", 10, 10, 1_000_000, 4, None)
+    pool = build_pool(spec, router, max_ops=2_000)
+    assert sum(len(r) for r in pool.values()) <= 2_000 // 10 + 2
+
+
+def put_response(statuses: list[Any]) -> bytes:
+    puts = [
+        pb.PutResponse(status=s, version=pb.Version(version_id=1000 + i, modified_timestamp=0x0A08))
+        for i, s in enumerate(statuses)
+    ]
+    return bytes(pb.WriteResponse(puts=puts).SerializeToString())
+
+
+def test_put_results_count_every_status() -> None:
+    assert count_put_results(put_response([0] * 100), 100) == (100, 0)
+    assert count_put_results(put_response([0, 2, 0, 1]), 4) == (2, 2)
+    assert count_put_results(put_response([0, 0]), 5) == (2, 3), "missing answers are failures"
+    assert count_put_results(b"", 3) == (0, 3)
+
+
+def test_get_results_survive_values_that_look_like_statuses() -> None:
+    tricky = b"\x0a\x05\x08\x01" * 8
+    ok = pb.ReadResponse(gets=[pb.GetResponse(value=tricky, key="/a")] * 3)
+    bad = pb.ReadResponse(
+        gets=[pb.GetResponse(status=pb.KEY_NOT_FOUND), pb.GetResponse(value=tricky)]
+    )
+    chunks = [ok.SerializeToString(), bad.SerializeToString()]
+    assert count_get_results(chunks, 5) == (4, 1)
+    assert count_get_results(chunks, 7) == (4, 3)
+
+
+def test_schedule_counts_what_is_left() -> None:
+    schedule = Schedule(first_s=100.0, interval_s=0.5)
+    assert schedule.take() == 100.0
+    assert schedule.take() == 100.5
+    assert schedule.count_before(102.0) == 2  # 101.0 and 101.5
+
+
+def test_results_merge_and_roundtrip() -> None:
+    spec = LoadSpec("put", "stream", 100, 100, 10, 4, None)
+    a = LoadResult(spec=spec, requests=3, ops_ok=300, elapsed_s=2.0)
+    a.latency.record_us(500)
+    b = LoadResult.from_dict(spec, json.loads(json.dumps(a.to_dict())))
+    b.first_error = "UNAVAILABLE: x"
+    a.merge(b)
+    assert (a.requests, a.ops_ok, a.latency.count, a.first_error) == (6, 600, 2, "UNAVAILABLE: x")
+    assert a.ops_per_s == 300.0
+
+
+# ---------------------------------------------------------------------------
+# end to end: a spawned server
+
+
+def run_bench(*args: str, timeout_s: float = 60.0) -> tuple[int, str, str]:
+    process = subprocess.run(
+        [sys.executable, "-m", "cairn.storage.bench", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    return process.returncode, process.stdout, process.stderr
+
+
+COMMON = ("--spawn", "--shards", "2", "--duration-s", "1", "--warmup-s", "0", "--json")
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(60)
+def test_spawned_put_end_to_end() -> None:
+    code, out, err = run_bench(*COMMON, "--keys", "2000", "put")
+    assert code == 0, out + err
+    (row,) = json_document(out)["results"]
+    assert row["ops"] > 0 and row["ops_per_s"] > 0
+    assert row["errors"] == 0 and row["rpc_errors"] == 0
+    assert row["ops"] == 100 * row["requests"]
+    assert row["server_cpu_us_per_op"] is not None
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(60)
+def test_spawned_get_end_to_end() -> None:
+    code, out, err = run_bench(*COMMON, "--keys", "2000", "--batch", "10", "get")
+    assert code == 0, out + err
+    assert "# preloaded 2000 keys" in out
+    (row,) = json_document(out)["results"]
+    assert row["ops"] > 0 and row["errors"] == 0
+    assert row["ops"] == 10 * row["requests"]

@@ -1,0 +1,272 @@
+"""Property-based tests of the write-ahead log: the codec, and the Wal against a list model."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+)
+
+from cairn.storage.wal import Wal, WalEntry, WalOptions
+from cairn.storage.wal.record import (
+    HEADER_SIZE_BYTES,
+    U64_MAX,
+    BadRecordError,
+    TornRecordError,
+    decode,
+    encode,
+)
+
+u64 = st.integers(min_value=0, max_value=U64_MAX)
+entries = st.builds(
+    WalEntry, term=u64, offset=u64, timestamp_ms=u64, payload=st.binary(max_size=300)
+)
+
+
+@given(entry=entries, prefix=st.binary(max_size=40))
+def test_codec_round_trips(entry: WalEntry, prefix: bytes) -> None:
+    data = prefix + encode(entry)
+    assert len(data) == len(prefix) + HEADER_SIZE_BYTES + len(entry.payload)
+    assert decode(data, len(prefix), 1024) == (entry, len(data))
+
+
+@given(entry=entries, data=st.data())
+def test_a_cut_record_is_torn(entry: WalEntry, data: st.DataObject) -> None:
+    encoded = encode(entry)
+    cut = data.draw(st.integers(0, len(encoded) - 1))
+    with pytest.raises(TornRecordError):
+        decode(encoded[:cut], 0, 1024)
+
+
+@given(entry=entries, data=st.data())
+def test_a_flipped_bit_is_never_decoded_as_a_record(entry: WalEntry, data: st.DataObject) -> None:
+    encoded = bytearray(encode(entry))
+    bit = data.draw(st.integers(0, len(encoded) * 8 - 1))
+    encoded[bit // 8] ^= 1 << (bit % 8)
+    # A flipped length bit may make the record look longer than the buffer (torn); any
+    # other flip fails the CRC. Either way no entry comes out.
+    with pytest.raises((TornRecordError, BadRecordError)):
+        decode(bytes(encoded), 0, 1 << 20)
+
+
+# -- the Wal against a model ------------------------------------------------------------------
+
+OPTIONS = WalOptions(segment_size_bytes=1024)
+
+payloads = st.one_of(
+    st.just(b""),
+    st.binary(min_size=1, max_size=120),
+    # A few KB: bigger than a segment, so it gets a segment of its own.
+    st.integers(1000, 3000).map(lambda n: bytes([n % 251]) * n),
+)
+
+
+class WalMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.directory = Path(tempfile.mkdtemp(prefix="wal-properties-"))
+        self.wal = Wal.open(self.directory, OPTIONS)
+        self.model: list[WalEntry] = []
+        # Offset the next append must have; None while the log is brand new (anything goes).
+        self.next_offset: int | None = None
+        self.last_term = -1
+        # Highest offset the model knows to be durable (a lower bound on synced_offset).
+        self.durable_offset = -1
+        # (name, size) of the last segment file when the whole log was last durable: a crash
+        # can only lose bytes past that point.
+        self.durable_tail: tuple[str, int] | None = None
+
+    def teardown(self) -> None:
+        self.wal.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _segment_files(self) -> list[Path]:
+        return sorted(self.directory.glob("*.wal"))
+
+    def _start_offset(self) -> int:
+        """Where the log starts (first entry, or the offset it continues at when empty)."""
+        assert self.next_offset is not None
+        return self.model[0].offset if self.model else self.next_offset
+
+    def _now_durable(self) -> None:
+        self.durable_offset = self.wal.last_offset
+        files = self._segment_files()
+        self.durable_tail = (files[-1].name, files[-1].stat().st_size) if files else None
+
+    def _make(self, offset: int, term_bump: int, payload: bytes) -> WalEntry:
+        term = max(self.last_term, 0) + term_bump
+        return WalEntry(term=term, offset=offset, timestamp_ms=offset * 10, payload=payload)
+
+    def _adopt_recovered(self) -> None:
+        self.next_offset = self.wal.last_offset + 1
+        self.last_term = self.model[-1].term if self.model else -1
+
+    # -- rules -----------------------------------------------------------------------------
+
+    @rule(payload=payloads, term_bump=st.integers(0, 2), new_log_offset=st.integers(0, 100))
+    def append(self, payload: bytes, term_bump: int, new_log_offset: int) -> None:
+        offset = new_log_offset if self.next_offset is None else self.next_offset
+        entry = self._make(offset, term_bump, payload)
+        self.wal.append(entry)
+        self.model.append(entry)
+        self.next_offset = offset + 1
+        self.last_term = entry.term
+
+    @rule(
+        group_payloads=st.lists(payloads, min_size=1, max_size=8),
+        term_bumps=st.lists(st.integers(0, 1), min_size=8, max_size=8),
+        new_log_offset=st.integers(0, 100),
+    )
+    def append_many(
+        self, group_payloads: list[bytes], term_bumps: list[int], new_log_offset: int
+    ) -> None:
+        offset = new_log_offset if self.next_offset is None else self.next_offset
+        group = []
+        for i, payload in enumerate(group_payloads):
+            entry = self._make(offset + i, term_bumps[i], payload)
+            self.last_term = entry.term
+            group.append(entry)
+        self.wal.append_many(group)
+        self.model += group
+        self.next_offset = offset + len(group)
+
+    @rule(payload=payloads)
+    def append_with_wrong_offset_is_rejected(self, payload: bytes) -> None:
+        if self.next_offset is None:
+            return
+        for offset in (self.next_offset - 1, self.next_offset + 1):
+            if offset >= 0:
+                with pytest.raises(ValueError, match="expected"):
+                    self.wal.append(self._make(offset, 0, payload))
+
+    @rule()
+    def sync(self) -> None:
+        assert self.wal.sync() == self.wal.last_offset
+        assert self.wal.synced_offset == self.wal.last_offset
+        self._now_durable()
+
+    @precondition(lambda self: self.next_offset is not None)
+    @rule(data=st.data())
+    def truncate_after(self, data: st.DataObject) -> None:
+        assert self.next_offset is not None
+        start = self._start_offset()
+        offset = data.draw(
+            st.one_of(st.just(-1), st.integers(start - 1, self.next_offset + 2)), label="offset"
+        )
+        self.wal.truncate_after(offset)
+        effective = max(offset, start - 1)
+        if effective < self.next_offset - 1:
+            self.model = [e for e in self.model if e.offset <= effective]
+            self.next_offset = effective + 1
+            self.last_term = self.model[-1].term if self.model else -1
+            # A truncation that removed something is durable, and so is what it kept.
+            assert self.wal.synced_offset == self.wal.last_offset
+            self._now_durable()
+
+    @precondition(lambda self: self.next_offset is not None)
+    @rule(data=st.data())
+    def trim_before(self, data: st.DataObject) -> None:
+        assert self.next_offset is not None
+        offset = data.draw(st.integers(0, self.next_offset + 2), label="offset")
+        last_before = self.wal.last_offset
+        first = self.wal.trim_before(offset)
+        assert first == self.wal.first_offset
+        assert self.wal.last_offset == last_before  # the active segment is never removed
+        if first < 0:
+            # Only possible when the active segment is empty: everything before it went.
+            assert all(e.offset < offset for e in self.model)
+            self.model = []
+            self.last_term = -1
+        else:
+            assert self.model[0].offset <= first <= max(offset, self.model[0].offset)
+            self.model = [e for e in self.model if e.offset >= first]
+        files = self._segment_files()
+        # Every segment that could go did go: the oldest one left still holds offset - 1.
+        if len(files) > 1:
+            assert int(files[1].stem) > offset
+
+    @rule(next_offset=st.integers(0, 300))
+    def reset(self, next_offset: int) -> None:
+        self.wal.reset(next_offset)
+        self.model = []
+        self.next_offset = next_offset
+        self.last_term = -1
+        self._now_durable()
+
+    @rule()
+    def reopen(self) -> None:
+        # A clean crash: close without sync. Everything appended is in the OS, so it is all
+        # still there after the reopen.
+        self.wal.close()
+        self.wal = Wal.open(self.directory, OPTIONS)
+        assert self.wal.synced_offset == self.wal.last_offset
+        self._now_durable()
+
+    @precondition(lambda self: self.next_offset is not None)
+    @rule(data=st.data())
+    def crash_losing_unsynced_tail(self, data: st.DataObject) -> None:
+        synced_before = self.wal.synced_offset
+        assert synced_before >= self.durable_offset
+        self.wal.close()
+        last_file = self._segment_files()[-1]
+        size = last_file.stat().st_size
+        durable_size = 0
+        if self.durable_tail is not None and self.durable_tail[0] == last_file.name:
+            durable_size = min(self.durable_tail[1], size)
+        cut = data.draw(st.integers(durable_size, size), label="cut")
+        os.truncate(last_file, cut)
+        self.wal = Wal.open(self.directory, OPTIONS)
+
+        recovered = list(self.wal.read(self._start_offset()))
+        assert recovered == self.model[: len(recovered)]
+        assert all(e in recovered for e in self.model if e.offset <= synced_before)
+        event("crash lost entries" if len(recovered) < len(self.model) else "crash lost nothing")
+        self.model = recovered
+        self._adopt_recovered()
+        self._now_durable()
+
+    @rule(data=st.data())
+    def get_and_read_slices(self, data: st.DataObject) -> None:
+        if not self.model:
+            return
+        i = data.draw(st.integers(0, len(self.model) - 1), label="i")
+        j = data.draw(st.integers(i, len(self.model) + 2), label="j")
+        assert self.wal.get(self.model[i].offset) == self.model[i]
+        to_offset = self.model[0].offset + j
+        assert list(self.wal.read(self.model[i].offset, to_offset)) == self.model[i : j + 1]
+
+    # -- invariants ------------------------------------------------------------------------
+
+    @invariant()
+    def matches_model(self) -> None:
+        wal = self.wal
+        assert wal.first_offset == (self.model[0].offset if self.model else -1)
+        assert wal.last_offset == (-1 if self.next_offset is None else self.next_offset - 1)
+        assert wal.last_term == self.last_term
+        assert self.durable_offset <= wal.synced_offset <= wal.last_offset
+        assert wal.last_entry() == (self.model[-1] if self.model else None)
+        if self.next_offset is not None:
+            assert list(wal.read(self._start_offset())) == self.model
+        assert wal.total_size_bytes() == sum(HEADER_SIZE_BYTES + len(e.payload) for e in self.model)
+        assert wal.segment_count() == len(self._segment_files())
+        if self.model:
+            for entry in (self.model[0], self.model[len(self.model) // 2], self.model[-1]):
+                assert wal.get(entry.offset) == entry
+            with pytest.raises(KeyError):
+                wal.get(self.model[-1].offset + 1)
+
+
+WalMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=40, deadline=None)
+test_wal_against_model = WalMachine.TestCase
