@@ -12,6 +12,8 @@ import signal
 import sys
 from pathlib import Path
 
+import uvloop
+
 from cairn.common.keyorder import KeyOrder
 from cairn.storage.config import NamespaceConfig, StandaloneConfig
 from cairn.storage.standalone import LayoutMismatch, StandaloneServer
@@ -79,7 +81,9 @@ def main(argv: list[str] | None = None) -> int:
         advertised_address=args.advertise,
         namespaces=(NamespaceConfig(args.namespace, args.shards, KeyOrder(args.key_order)),),
     )
-    return asyncio.run(_run_standalone(config))
+    # uvloop: cheaper per-message event-loop work under grpc.aio (see BASELINES.md).
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(_run_standalone(config))
 
 
 if __name__ == "__main__":

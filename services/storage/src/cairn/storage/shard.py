@@ -73,6 +73,7 @@ class ShardReplica:
         self.wal = wal
         self.limits = limits
         self._clock_ms = clock_ms
+        self._loop = asyncio.get_running_loop()
         self.term = max(wal.last_term, 0)
         self._header_cache = HeaderCache(limits.max_cached_headers_per_shard)
         self.commit_offset = decode_i64(kv.get(Column.META, COMMIT_OFFSET_KEY), -1)
@@ -163,11 +164,13 @@ class ShardReplica:
         if self._closing:
             raise Unavailable(f"shard {self.shard_id} is shutting down")
 
-    async def write(
+    async def submit(
         self, raw_request: bytes, request: pb.WriteRequest, plain_puts: bool = False
-    ) -> bytes:
-        """Durably apply one client write request as one log entry (validated by the
-        caller); returns the serialized WriteResponse."""
+    ) -> asyncio.Future[bytes]:
+        """Log one client write request (validated by the caller) as one entry and
+        return the future of its serialized WriteResponse, resolved once the entry is
+        durable and applied. Waits only while the shard's write buffer is full, so
+        a pipelining caller gets its future without a task switch."""
         self._check_writable()
         size = len(raw_request)
         if size > self.limits.max_pending_bytes_per_shard:
@@ -185,13 +188,20 @@ class ShardReplica:
         self.wal.append(WalEntry(self.term, offset, timestamp_ms, encode_client_write(raw_request)))
         self._next_offset = offset + 1
         self._last_timestamp_ms = timestamp_ms
-        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        # A caller that goes away may cancel this future; the entry still commits and
+        # the pipeline skips answering it (it checks done()).
+        future: asyncio.Future[bytes] = self._loop.create_future()
         self._appended.append(_Pending(offset, timestamp_ms, request, plain_puts, size, future))
         self._pending_entries += 1
         self._pending_bytes += size
         self._wake_syncer.set()
-        # Shielded: a client that goes away must not cancel the entry's outcome.
-        return await asyncio.shield(future)
+        return future
+
+    async def write(
+        self, raw_request: bytes, request: pb.WriteRequest, plain_puts: bool = False
+    ) -> bytes:
+        """`submit`, then wait for the answer."""
+        return await (await self.submit(raw_request, request, plain_puts))
 
     async def _sync_loop(self) -> None:
         loop = asyncio.get_running_loop()

@@ -4,39 +4,56 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from cairn.common.errors import InvalidRequest
 from cairn.common.keyorder import KeyOrder
 from cairn.proto import oxia_client_pb2 as pb
-from cairn.storage.core.apply import version_of
 from cairn.storage.kv.store import Column, KvReader
-from cairn.storage.records import decode_meta, decode_record
+from cairn.storage.records import HEADER, HEADER_SIZE, decode_record
 
 _RECORDS = Column.RECORDS
-_NOT_FOUND = pb.GetResponse(status=pb.KEY_NOT_FOUND)
 
 
 def record_response(
-    key: str, data: bytes, include_value: bool, response: pb.GetResponse | None = None
+    key: str, data: bytes, include_value: bool, response: pb.GetResponse
 ) -> pb.GetResponse:
-    if response is None:
-        response = pb.GetResponse()
-    if include_value:
+    """Fill `response` (typically just added to a chunk) with a stored record."""
+    version_id, modifications, created_ms, modified_ms, flags = HEADER.unpack_from(data)
+    version = response.version
+    version.version_id = version_id
+    version.modifications_count = modifications
+    version.created_timestamp = created_ms
+    version.modified_timestamp = modified_ms
+    if flags:
         meta, value = decode_record(data)
-        response.value = value
-    else:
-        meta = decode_meta(data)
-    response.version.CopyFrom(version_of(meta))
+        if meta.session_id is not None:
+            version.session_id = meta.session_id
+        if meta.client_identity is not None:
+            version.client_identity = meta.client_identity
+        if include_value:
+            response.value = value
+    elif include_value:
+        response.value = data[HEADER_SIZE:]
     response.key = key
     return response
 
 
-def get(reader: KvReader, request: pb.GetRequest, key_order: KeyOrder) -> pb.GetResponse:
-    encoded = key_order.encode(request.key)
+def get(
+    reader: KvReader,
+    request: pb.GetRequest,
+    key_order: KeyOrder,
+    response: pb.GetResponse | None = None,
+) -> pb.GetResponse:
+    """Answer one get into `response` (a new message if None)."""
+    if response is None:
+        response = pb.GetResponse()
+    encoded = key_order.encoder(request.key)
     comparison = request.comparison_type
     if comparison == pb.EQUAL:
         data = reader.get(_RECORDS, encoded)
         if data is None:
-            return _NOT_FOUND
-        return record_response(request.key, data, request.include_value)
+            response.status = pb.KEY_NOT_FOUND
+            return response
+        return record_response(request.key, data, request.include_value, response)
     if comparison == pb.FLOOR:
         found = reader.floor(_RECORDS, encoded, inclusive=True)
     elif comparison == pb.LOWER:
@@ -46,11 +63,12 @@ def get(reader: KvReader, request: pb.GetRequest, key_order: KeyOrder) -> pb.Get
     elif comparison == pb.HIGHER:
         found = reader.ceiling(_RECORDS, encoded, inclusive=False)
     else:
-        raise ValueError(f"unknown comparison type {comparison}")
+        raise InvalidRequest(f"unknown comparison type {comparison}")
     if found is None:
-        return _NOT_FOUND
+        response.status = pb.KEY_NOT_FOUND
+        return response
     found_key, data = found
-    return record_response(key_order.decode(found_key), data, request.include_value)
+    return record_response(key_order.decode(found_key), data, request.include_value, response)
 
 
 def scan_records(

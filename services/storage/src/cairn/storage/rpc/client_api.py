@@ -68,7 +68,7 @@ class ClientService:
 
     # ---- writes ---------------------------------------------------------------------
 
-    async def _write_one(self, raw: bytes, header_shard: int | None) -> bytes:
+    async def _submit_one(self, raw: bytes, header_shard: int | None) -> asyncio.Future[bytes]:
         request: pb.WriteRequest = _parse(pb.WriteRequest, raw)
         if request.HasField("shard"):
             shard_id = request.shard
@@ -79,13 +79,13 @@ class ClientService:
         shard = self.directory.leader_shard(shard_id)
         plain_puts = has_plain_puts(raw)
         validate_write(request, self.limits, len(raw), plain_puts)
-        return await shard.write(raw, request, plain_puts)
+        return await shard.submit(raw, request, plain_puts)
 
     async def write(self, raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
         """Raw bytes in and out: the request goes to the WAL as received, and the
         response comes hand-encoded from the apply step."""
         try:
-            return await self._write_one(raw, None)
+            return await (await self._submit_one(raw, None))
         except CairnError as error:
             await abort(context, error)
 
@@ -109,19 +109,25 @@ class ClientService:
             self.limits.max_inflight_per_write_stream
         )
 
+        loop = asyncio.get_running_loop()
+
         async def read_requests() -> None:
             try:
                 async for raw in requests:
-                    task = asyncio.ensure_future(self._write_one(raw, header_shard))
-                    await in_flight.put(task)
+                    try:
+                        future = await self._submit_one(raw, header_shard)
+                    except CairnError as error:
+                        future = loop.create_future()
+                        future.set_exception(error)
+                    await in_flight.put(future)
             finally:
                 await in_flight.put(None)
 
         reader = asyncio.create_task(read_requests())
         try:
-            while (task := await in_flight.get()) is not None:
+            while (future := await in_flight.get()) is not None:
                 try:
-                    response = await task
+                    response = await future
                 except CairnError as error:
                     await abort(context, error)
                 yield response
@@ -147,7 +153,10 @@ class ClientService:
             await abort(context, error)
         chunk = pb.ReadResponse()
         for get in request.gets:
-            chunk.gets.append(reads.get(shard.kv, get, shard.key_order))
+            try:
+                reads.get(shard.kv, get, shard.key_order, chunk.gets.add())
+            except CairnError as error:
+                await abort(context, error)
             if len(chunk.gets) >= self.limits.max_gets_per_read_chunk:
                 yield chunk
                 chunk = pb.ReadResponse()
