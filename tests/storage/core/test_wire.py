@@ -76,3 +76,16 @@ def test_varint_round_trips_through_protobuf(value: int) -> None:
         return
     message.version_id = value
     assert (b"\x08" + wire.varint(value) if value else b"") == message.SerializeToString()
+
+
+@given(version_id=int64s, modifications=int64s, created=uint64s, modified=uint64s)
+def test_entry_put_responses_match_general_encoding(
+    version_id: int, modifications: int, created: int, modified: int
+) -> None:
+    responses = wire.PutResponses(version_id, modified)
+    assert responses.created == wire.field(
+        wire.PUTS, wire.put_ok(version_id, 0, modified, modified)
+    )
+    assert responses.updated(modifications, created) == wire.field(
+        wire.PUTS, wire.put_ok(version_id, modifications, created, modified)
+    )

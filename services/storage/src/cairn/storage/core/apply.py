@@ -46,11 +46,24 @@ class HeaderCache:
         return False, None
 
     def store(self, encoded_key: bytes, header: bytes | None) -> None:
+        self._headers[encoded_key] = header
+        self._evict()
+
+    def store_records(self, records: dict[bytes, bytes | None]) -> None:
+        """Remember the headers of freshly written records (None: deleted)."""
+        self._headers.update(
+            (key, None if data is None else data[:HEADER_SIZE]) for key, data in records.items()
+        )
+        self._evict()
+
+    def _evict(self) -> None:
+        # Oldest first by first insertion (a dict keeps that order): cheaper than LRU
+        # bookkeeping on every put, and recently created keys stay.
         headers = self._headers
-        headers.pop(encoded_key, None)
-        headers[encoded_key] = header
-        if len(headers) > self.max_entries:
-            del headers[next(iter(headers))]
+        excess = len(headers) - self.max_entries
+        if excess > 0:
+            for key in [key for key, _ in zip(headers, range(excess), strict=False)]:
+                del headers[key]
 
     def clear(self) -> None:
         self._headers.clear()
@@ -120,10 +133,8 @@ class PendingChanges:
 
     def written(self) -> None:
         """The changes are in the KV: carry the new headers into the cache."""
-        cache = self._cache
-        if cache is not None:
-            for key, data in self._records.items():
-                cache.store(key, None if data is None else data[:HEADER_SIZE])
+        if self._cache is not None:
+            self._cache.store_records(self._records)
 
     def __len__(self) -> int:
         return len(self._records) + len(self._meta)
@@ -175,17 +186,11 @@ def apply_write(
     if plain_puts:
         # Every record created by this entry gets the same header and response.
         created_header = HEADER.pack(offset, 0, timestamp_ms, timestamp_ms, 0)
-        created_response = wire.field(wire.PUTS, wire.put_ok(offset, 0, timestamp_ms, timestamp_ms))
+        responses = wire.PutResponses(offset, timestamp_ms)
         for put in request.puts:
             append(
                 _apply_plain_put(
-                    state,
-                    put,
-                    encode(put.key),
-                    offset,
-                    timestamp_ms,
-                    created_header,
-                    created_response,
+                    state, put, encode(put.key), offset, timestamp_ms, created_header, responses
                 )
             )
     else:
@@ -217,14 +222,14 @@ def _apply_plain_put(
     offset: int,
     timestamp_ms: int,
     created_header: bytes,
-    created_response: bytes,
+    responses: wire.PutResponses,
 ) -> bytes:
     existing = state.get_header(encoded_key)
     if existing is None:
         if put.HasField("expected_version_id") and _expected_version_fails(put, None):
             return _PUT_UNEXPECTED_VERSION
         state.put_record(encoded_key, created_header + put.value)
-        return created_response
+        return responses.created
     existing_version, previous_modifications, created_ms, _, _ = HEADER.unpack_from(existing)
     if put.HasField("expected_version_id") and _expected_version_fails(put, existing_version):
         return _PUT_UNEXPECTED_VERSION
@@ -232,7 +237,7 @@ def _apply_plain_put(
     state.put_record(
         encoded_key, HEADER.pack(offset, modifications, created_ms, timestamp_ms, 0) + put.value
     )
-    return wire.field(wire.PUTS, wire.put_ok(offset, modifications, created_ms, timestamp_ms))
+    return responses.updated(modifications, created_ms)
 
 
 def _apply_put(

@@ -75,3 +75,28 @@ def put_ok(
     if client_identity is not None:
         parts.append(field(_CLIENT_IDENTITY, client_identity.encode("utf-8")))
     return field(_VERSION, b"".join(parts))
+
+
+class PutResponses:
+    """Framed PutResponses for one entry, with the parts shared by every put of the
+    entry (version id = the entry's offset, modified time = its timestamp) encoded once."""
+
+    def __init__(self, version_id: int, modified_ms: int) -> None:
+        self._version_id = _VERSION_ID + varint(version_id) if version_id else b""
+        self._modified = _MODIFIED + _FIXED64.pack(modified_ms) if modified_ms else b""
+        self.created = self._framed(0, modified_ms)
+
+    def _framed(self, modifications_count: int, created_ms: int) -> bytes:
+        payload = b"".join(
+            (
+                self._version_id,
+                _MODIFICATIONS + varint(modifications_count) if modifications_count else b"",
+                _CREATED + _FIXED64.pack(created_ms) if created_ms else b"",
+                self._modified,
+            )
+        )
+        # At most 40 bytes, so both lengths are one-byte varints.
+        return b"".join((PUTS, _SMALL[len(payload) + 2], _VERSION, _SMALL[len(payload)], payload))
+
+    def updated(self, modifications_count: int, created_ms: int) -> bytes:
+        return self._framed(modifications_count, created_ms)
