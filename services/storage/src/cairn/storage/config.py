@@ -24,8 +24,10 @@ class Limits:
     max_pending_bytes_per_shard: int = 256 * MiB
     # Requests in flight on one WriteStream before it stops reading from the client.
     max_inflight_per_write_stream: int = 256
-    # Entries applied to the KV in one RocksDB batch.
+    # Entries applied to the KV in one RocksDB batch, and the operations in them: the
+    # loop serves no read while it applies, so a group must stay short (~10 ms here).
     max_entries_per_apply_batch: int = 512
+    max_operations_per_apply_batch: int = 2000
     # Stream chunking for List / RangeScan / Read.
     max_keys_per_list_chunk: int = 1000
     max_records_per_scan_chunk: int = 1000

@@ -45,6 +45,10 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _operation_count(request: pb.WriteRequest) -> int:
+    return len(request.puts) + len(request.deletes) + len(request.delete_ranges)
+
+
 @dataclass(slots=True)
 class _Pending:
     offset: int
@@ -224,12 +228,11 @@ class ShardReplica:
             self._wake_applier.set()
 
     async def _apply_loop(self) -> None:
-        max_group = self.limits.max_entries_per_apply_batch
         while True:
             await self._wake_applier.wait()
             self._wake_applier.clear()
             while self._durable:
-                group = [self._durable.popleft() for _ in range(min(max_group, len(self._durable)))]
+                group = self._take_apply_group()
                 try:
                     state, responses = self._apply_group(group)
                     # Inline on purpose: rocksdict holds the GIL while RocksDB writes,
@@ -248,6 +251,19 @@ class ShardReplica:
                 await asyncio.sleep(0)
             if self._closing and not self._durable and self._tasks[0].done():
                 return
+
+    def _take_apply_group(self) -> list[_Pending]:
+        """The next durable entries to apply together: at least one, then as many as
+        fit the entry and operation bounds."""
+        durable = self._durable
+        group = [durable.popleft()]
+        operations = _operation_count(group[0].request)
+        while durable and len(group) < self.limits.max_entries_per_apply_batch:
+            operations += _operation_count(durable[0].request)
+            if operations > self.limits.max_operations_per_apply_batch:
+                break
+            group.append(durable.popleft())
+        return group
 
     def _apply_group(self, group: list[_Pending]) -> tuple[PendingChanges, list[bytes]]:
         state = PendingChanges(self.kv, self._header_cache)
