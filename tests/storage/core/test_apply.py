@@ -8,37 +8,9 @@ from cairn.storage.core import reads
 from cairn.storage.core.apply import PendingChanges, apply_write
 from cairn.storage.core.fastpath import has_plain_puts
 from cairn.storage.kv import Column, MemoryKv
+from support.memory_shard import Shard, put
 
 ORDER = KeyOrder.HIERARCHICAL
-
-
-class Shard:
-    def __init__(self) -> None:
-        self.kv = MemoryKv()
-        self.offset = -1
-        self.sessions: set[int] = set()
-
-    def write(self, request: pb.WriteRequest, timestamp_ms: int = 1000) -> pb.WriteResponse:
-        self.offset += 1
-        state = PendingChanges(self.kv)
-        plain = has_plain_puts(request.SerializeToString())
-        response = pb.WriteResponse.FromString(
-            apply_write(
-                state, request, self.offset, timestamp_ms, ORDER, self.sessions.__contains__, plain
-            )
-        )
-        state.set_commit_offset(self.offset)
-        self.kv.write(state.changes())
-        return response
-
-    def get(self, key: str, comparison: int = pb.EQUAL) -> pb.GetResponse:
-        return reads.get(
-            self.kv, pb.GetRequest(key=key, include_value=True, comparison_type=comparison), ORDER
-        )
-
-
-def put(key: str, value: bytes = b"v", **kwargs: object) -> pb.WriteRequest:
-    return pb.WriteRequest(puts=[pb.PutRequest(key=key, value=value, **kwargs)])  # type: ignore[arg-type]
 
 
 def test_version_id_is_the_entry_offset_and_counts_modifications() -> None:
@@ -105,9 +77,10 @@ def test_put_with_unknown_session_is_refused_per_operation() -> None:
     )
     assert [p.status for p in response.puts] == [pb.SESSION_DOES_NOT_EXIST, pb.OK]
     assert shard.get("/e").status == pb.KEY_NOT_FOUND
-    shard.sessions.add(8)
-    ok = shard.write(put("/e", session_id=8, client_identity="me")).puts[0]
-    assert ok.version.session_id == 8 and ok.version.client_identity == "me"
+    session = shard.create_session()
+    ok = shard.write(put("/e", session_id=session, client_identity="me")).puts[0]
+    assert ok.version.session_id == session
+    assert ok.version.client_identity == "me"
 
 
 def test_commit_offset_is_written_with_the_data() -> None:
@@ -166,9 +139,7 @@ def test_plain_and_general_paths_agree() -> None:
         responses = []
         for offset, request in enumerate(requests):
             state = PendingChanges(kv)
-            responses.append(
-                apply_write(state, request, offset, 100 + offset, ORDER, lambda _: False, plain)
-            )
+            responses.append(apply_write(state, request, offset, 100 + offset, ORDER, plain))
             kv.write(state.changes())
         outcomes.append((responses, list(kv.scan(Column.RECORDS, b"", None))))
     assert outcomes[0] == outcomes[1]

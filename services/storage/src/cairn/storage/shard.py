@@ -2,19 +2,23 @@
 
 Write path (leader, replication factor 1):
 
-    write()  -> validate, assign offset and timestamp, append to the WAL (no fsync)
-    syncer   -> one fdatasync in a worker thread covers every entry appended so far
-                (group commit: writers arriving during an fsync ride the next one)
-    applier  -> applies durable entries in order, a group at a time, as ONE atomic
-                KV batch that also records the new commit offset; then answers
+    submit()  -> validate, assign offset and timestamp, append to the WAL (no fsync)
+    syncer    -> one fdatasync in a worker thread covers every entry appended so far
+                 (group commit: writers arriving during an fsync ride the next one)
+    applier   -> applies durable entries in order, a group at a time, as ONE atomic
+                 KV batch that also records the new commit offset; then answers
 
 So an answer is only sent for an entry that is durable in the WAL and applied.
 On restart, entries after the KV's commit offset are re-applied from the WAL.
+
+Entries are client writes and session lifecycle events (open, close/expire): all
+state changes go through the log, so a replica that applies it is identical.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -22,41 +26,71 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from cairn.common.errors import Overloaded, Unavailable
+from google.protobuf.message import Message
+
+from cairn.common.errors import InvalidRequest, Overloaded, SessionNotFound, Unavailable
 from cairn.common.keyorder import KeyOrder
 from cairn.proto import oxia_client_pb2 as pb
+from cairn.proto import storage_internal_pb2 as internal_pb
 from cairn.storage.config import Limits
-from cairn.storage.core.apply import HeaderCache, PendingChanges, apply_write
-from cairn.storage.core.entries import decode_entry, encode_client_write
+from cairn.storage.core.apply import (
+    HeaderCache,
+    PendingChanges,
+    apply_close_session,
+    apply_create_session,
+    apply_write,
+)
+from cairn.storage.core.entries import (
+    CLIENT_WRITE,
+    CLOSE_SESSION,
+    CREATE_SESSION,
+    decode_entry,
+    encode_entry,
+)
 from cairn.storage.core.fastpath import has_plain_puts
 from cairn.storage.core.meta import COMMIT_OFFSET_KEY, decode_i64
+from cairn.storage.core.sessions import (
+    MAX_SESSION_TIMEOUT_MS,
+    MIN_SESSION_TIMEOUT_MS,
+    SessionTracker,
+    stored_sessions,
+)
 from cairn.storage.kv import Column, KvStore, RocksKv
 from cairn.storage.wal import Wal, WalEntry, WalOptions
 
 log = logging.getLogger(__name__)
 
-# Sessions arrive with the coordination-features work; until then none exists,
-# so an ephemeral put is answered SESSION_DOES_NOT_EXIST, as for an expired one.
-_NO_SESSIONS: Callable[[int], bool] = lambda _session_id: False  # noqa: E731
+# How often the leader looks for expired sessions; expiry happens at most this
+# late after a full timeout without a heartbeat.
+SESSION_CHECK_INTERVAL_S = 0.25
 
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _operation_count(request: pb.WriteRequest) -> int:
-    return len(request.puts) + len(request.deletes) + len(request.delete_ranges)
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+def _operation_count(kind: int, body: Message) -> int:
+    if kind == CLIENT_WRITE:
+        assert isinstance(body, pb.WriteRequest)
+        return len(body.puts) + len(body.deletes) + len(body.delete_ranges)
+    return 1
 
 
 @dataclass(slots=True)
 class _Pending:
     offset: int
     timestamp_ms: int
-    request: pb.WriteRequest
+    kind: int
+    body: Message
     plain_puts: bool
     size_bytes: int
-    future: asyncio.Future[bytes]
+    future: asyncio.Future[Any]
 
 
 class ShardReplica:
@@ -69,6 +103,7 @@ class ShardReplica:
         wal: Wal,
         limits: Limits,
         clock_ms: Callable[[], int] = wall_clock_ms,
+        session_clock_ms: Callable[[], int] = monotonic_ms,
     ) -> None:
         self.shard_id = shard_id
         self.namespace = namespace
@@ -77,6 +112,7 @@ class ShardReplica:
         self.wal = wal
         self.limits = limits
         self._clock_ms = clock_ms
+        self._session_clock_ms = session_clock_ms
         self._loop = asyncio.get_running_loop()
         self.term = max(wal.last_term, 0)
         self._header_cache = HeaderCache(limits.max_cached_headers_per_shard)
@@ -85,6 +121,11 @@ class ShardReplica:
         last = wal.last_entry()
         self._next_offset = max(wal.last_offset, self.commit_offset) + 1
         self._last_timestamp_ms = last.timestamp_ms if last is not None else 0
+        # Every stored session starts with a fresh full timeout under this leader.
+        self.sessions = SessionTracker()
+        now = session_clock_ms()
+        for session_id, state in stored_sessions(kv):
+            self.sessions.open(session_id, state.timeout_ms, now)
         self._appended: deque[_Pending] = deque()
         self._durable: deque[_Pending] = deque()
         self._pending_entries = 0
@@ -97,9 +138,12 @@ class ShardReplica:
         # One thread per shard: fsyncs of different shards proceed in parallel.
         self._sync_executor = ThreadPoolExecutor(1, thread_name_prefix=f"wal-sync-{shard_id}")
         self._tasks = [
-            asyncio.get_running_loop().create_task(self._sync_loop(), name=f"syncer-{shard_id}"),
-            asyncio.get_running_loop().create_task(self._apply_loop(), name=f"applier-{shard_id}"),
+            self._loop.create_task(self._sync_loop(), name=f"syncer-{shard_id}"),
+            self._loop.create_task(self._apply_loop(), name=f"applier-{shard_id}"),
         ]
+        self._expiry_task = self._loop.create_task(
+            self._expiry_loop(), name=f"session-expiry-{shard_id}"
+        )
 
     @classmethod
     def open(
@@ -115,7 +159,27 @@ class ShardReplica:
         wal = Wal.open(directory / "wal", WalOptions(segment_size_bytes=wal_segment_size_bytes))
         return cls(shard_id, namespace, key_order, kv, wal, limits)
 
-    # ---- recovery -------------------------------------------------------------------
+    # ---- applying entries (the same on every replica, and on replay) ----------------
+
+    def _apply_entry(
+        self,
+        state: PendingChanges,
+        kind: int,
+        body: Message,
+        offset: int,
+        timestamp_ms: int,
+        plain_puts: bool,
+    ) -> Any:
+        if kind == CLIENT_WRITE:
+            assert isinstance(body, pb.WriteRequest)
+            return apply_write(state, body, offset, timestamp_ms, self.key_order, plain_puts)
+        if kind == CREATE_SESSION:
+            assert isinstance(body, internal_pb.CreateSessionEntry)
+            return apply_create_session(state, body, offset)
+        if kind == CLOSE_SESSION:
+            assert isinstance(body, internal_pb.CloseSessionEntry)
+            return apply_close_session(state, body)
+        raise AssertionError(f"unknown entry kind {kind}")
 
     def _replay(self) -> None:
         wal = self.wal
@@ -139,16 +203,9 @@ class ShardReplica:
         replayed = 0
         state = PendingChanges(self.kv)
         for entry in wal.read(start):
-            _, request = decode_entry(entry.payload)
-            apply_write(
-                state,
-                request,
-                entry.offset,
-                entry.timestamp_ms,
-                self.key_order,
-                _NO_SESSIONS,
-                has_plain_puts(entry.payload[1:]),
-            )
+            kind, body = decode_entry(entry.payload)
+            plain = kind == CLIENT_WRITE and has_plain_puts(entry.payload[1:])
+            self._apply_entry(state, kind, body, entry.offset, entry.timestamp_ms, plain)
             state.set_commit_offset(entry.offset)
             replayed += 1
             if replayed % self.limits.max_entries_per_apply_batch == 0:
@@ -168,15 +225,14 @@ class ShardReplica:
         if self._closing:
             raise Unavailable(f"shard {self.shard_id} is shutting down")
 
-    async def submit(
-        self, raw_request: bytes, request: pb.WriteRequest, plain_puts: bool = False
-    ) -> asyncio.Future[bytes]:
-        """Log one client write request (validated by the caller) as one entry and
-        return the future of its serialized WriteResponse, resolved once the entry is
-        durable and applied. Waits only while the shard's write buffer is full, so
-        a pipelining caller gets its future without a task switch."""
+    async def _append(
+        self, kind: int, raw_body: bytes, body: Message, plain_puts: bool = False
+    ) -> asyncio.Future[Any]:
+        """Log one entry and return the future of its apply result, resolved once the
+        entry is durable and applied. Waits only while the shard's write buffer is
+        full, so a pipelining caller gets its future without a task switch."""
         self._check_writable()
-        size = len(raw_request)
+        size = len(raw_body)
         if size > self.limits.max_pending_bytes_per_shard:
             raise Overloaded(f"a single request of {size} bytes exceeds the shard's write buffer")
         while (
@@ -189,26 +245,80 @@ class ShardReplica:
             self._check_writable()
         timestamp_ms = max(self._clock_ms(), self._last_timestamp_ms)
         offset = self._next_offset
-        self.wal.append(WalEntry(self.term, offset, timestamp_ms, encode_client_write(raw_request)))
+        self.wal.append(WalEntry(self.term, offset, timestamp_ms, encode_entry(kind, raw_body)))
         self._next_offset = offset + 1
         self._last_timestamp_ms = timestamp_ms
         # A caller that goes away may cancel this future; the entry still commits and
         # the pipeline skips answering it (it checks done()).
-        future: asyncio.Future[bytes] = self._loop.create_future()
-        self._appended.append(_Pending(offset, timestamp_ms, request, plain_puts, size, future))
+        future: asyncio.Future[Any] = self._loop.create_future()
+        self._appended.append(_Pending(offset, timestamp_ms, kind, body, plain_puts, size, future))
         self._pending_entries += 1
         self._pending_bytes += size
         self._wake_syncer.set()
         return future
 
+    async def submit(
+        self, raw_request: bytes, request: pb.WriteRequest, plain_puts: bool = False
+    ) -> asyncio.Future[bytes]:
+        """Log a client write request (validated by the caller); the future holds the
+        serialized WriteResponse."""
+        return await self._append(CLIENT_WRITE, raw_request, request, plain_puts)
+
     async def write(
         self, raw_request: bytes, request: pb.WriteRequest, plain_puts: bool = False
     ) -> bytes:
         """`submit`, then wait for the answer."""
-        return await (await self.submit(raw_request, request, plain_puts))
+        response: bytes = await (await self.submit(raw_request, request, plain_puts))
+        return response
+
+    # ---- sessions -------------------------------------------------------------------
+
+    async def create_session(self, timeout_ms: int, client_identity: str) -> int:
+        if not MIN_SESSION_TIMEOUT_MS <= timeout_ms <= MAX_SESSION_TIMEOUT_MS:
+            raise InvalidRequest(
+                f"session timeout {timeout_ms} ms is outside "
+                f"[{MIN_SESSION_TIMEOUT_MS}, {MAX_SESSION_TIMEOUT_MS}] ms"
+            )
+        entry = internal_pb.CreateSessionEntry(
+            timeout_ms=timeout_ms, client_identity=client_identity
+        )
+        future = await self._append(CREATE_SESSION, entry.SerializeToString(), entry)
+        session_id: int = await future
+        self.sessions.open(session_id, timeout_ms, self._session_clock_ms())
+        return session_id
+
+    def keep_alive(self, session_id: int) -> None:
+        if not self.sessions.heartbeat(session_id, self._session_clock_ms()):
+            raise SessionNotFound(f"session {session_id} does not exist on shard {self.shard_id}")
+
+    async def close_session(self, session_id: int) -> None:
+        """Delete the session's ephemeral records, through the log, then answer."""
+        if not self.sessions.start_closing(session_id):
+            raise SessionNotFound(f"session {session_id} does not exist on shard {self.shard_id}")
+        await self._close_session(session_id, internal_pb.CLOSED_BY_CLIENT)
+
+    async def _close_session(self, session_id: int, reason: int) -> None:
+        entry = internal_pb.CloseSessionEntry(session_id=session_id, reason=reason)  # type: ignore[arg-type]
+        try:
+            await (await self._append(CLOSE_SESSION, entry.SerializeToString(), entry))
+        finally:
+            self.sessions.forget(session_id)
+
+    async def _expiry_loop(self) -> None:
+        while not self._closing:
+            await asyncio.sleep(SESSION_CHECK_INTERVAL_S)
+            for session_id in self.sessions.expired(self._session_clock_ms()):
+                if self.sessions.start_closing(session_id):
+                    log.info("shard %d: session %d expired", self.shard_id, session_id)
+                    # Expiry waits its turn in the log like any write; a failure leaves
+                    # the session for the next leader (it restarts the timeout).
+                    with contextlib.suppress(Unavailable):
+                        await self._close_session(session_id, internal_pb.EXPIRED)
+
+    # ---- the pipeline ---------------------------------------------------------------
 
     async def _sync_loop(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         while True:
             if not self._appended:
                 if self._closing:
@@ -234,7 +344,7 @@ class ShardReplica:
             while self._durable:
                 group = self._take_apply_group()
                 try:
-                    state, responses = self._apply_group(group)
+                    state, results = self._apply_group(group)
                     # Inline on purpose: rocksdict holds the GIL while RocksDB writes,
                     # so a worker thread would only add hand-off cost.
                     self.kv.write(state.changes())
@@ -243,9 +353,9 @@ class ShardReplica:
                 except Exception as error:
                     self._fail(error, group)
                     return
-                for pending, response in zip(group, responses, strict=True):
+                for pending, result in zip(group, results, strict=True):
                     if not pending.future.done():
-                        pending.future.set_result(response)
+                        pending.future.set_result(result)
                 self._release(group)
                 # Let the loop take in more requests between groups.
                 await asyncio.sleep(0)
@@ -257,30 +367,22 @@ class ShardReplica:
         fit the entry and operation bounds."""
         durable = self._durable
         group = [durable.popleft()]
-        operations = _operation_count(group[0].request)
+        operations = _operation_count(group[0].kind, group[0].body)
         while durable and len(group) < self.limits.max_entries_per_apply_batch:
-            operations += _operation_count(durable[0].request)
+            operations += _operation_count(durable[0].kind, durable[0].body)
             if operations > self.limits.max_operations_per_apply_batch:
                 break
             group.append(durable.popleft())
         return group
 
-    def _apply_group(self, group: list[_Pending]) -> tuple[PendingChanges, list[bytes]]:
+    def _apply_group(self, group: list[_Pending]) -> tuple[PendingChanges, list[Any]]:
         state = PendingChanges(self.kv, self._header_cache)
-        responses = [
-            apply_write(
-                state,
-                p.request,
-                p.offset,
-                p.timestamp_ms,
-                self.key_order,
-                _NO_SESSIONS,
-                p.plain_puts,
-            )
+        results = [
+            self._apply_entry(state, p.kind, p.body, p.offset, p.timestamp_ms, p.plain_puts)
             for p in group
         ]
         state.set_commit_offset(group[-1].offset)
-        return state, responses
+        return state, results
 
     def _release(self, group: list[_Pending]) -> None:
         self._pending_entries -= len(group)
@@ -303,6 +405,9 @@ class ShardReplica:
     async def close(self) -> None:
         """Finish every accepted write, then release the WAL and KV."""
         self._closing = True
+        self._expiry_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._expiry_task
         self._wake_syncer.set()
         self._wake_applier.set()
         self._space_freed.set()

@@ -10,14 +10,14 @@ with the new commit offset.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from cairn.common.keyorder import KeyOrder
 from cairn.proto import oxia_client_pb2 as pb
+from cairn.proto import storage_internal_pb2 as internal_pb
 from cairn.storage.core import wire
-from cairn.storage.core.meta import COMMIT_OFFSET_KEY, encode_i64
+from cairn.storage.core.meta import COMMIT_OFFSET_KEY, encode_i64, ephemeral_key, session_key
+from cairn.storage.core.sessions import ephemeral_range, owning_session
 from cairn.storage.kv.store import Change, Column, KvReader
-from cairn.storage.records import HEADER, HEADER_SIZE, RecordMeta, encode_record
+from cairn.storage.records import HAS_SESSION, HEADER, HEADER_SIZE, RecordMeta, encode_record
 
 OK = pb.OK
 KEY_NOT_FOUND = pb.KEY_NOT_FOUND
@@ -123,6 +123,33 @@ class PendingChanges:
     def set_meta(self, key: bytes, data: bytes | None) -> None:
         self._meta[key] = data
 
+    def get_meta(self, key: bytes) -> bytes | None:
+        if key in self._meta:
+            return self._meta[key]
+        return self._reader.get(Column.META, key)
+
+    def meta_keys_in_range(self, start: bytes, end: bytes) -> list[bytes]:
+        """Internal-state keys present in [start, end) in the new state, ascending."""
+        keys = {key for key, _ in self._reader.scan(Column.META, start, end)}
+        for key, data in self._meta.items():
+            if start <= key < end:
+                if data is None:
+                    keys.discard(key)
+                else:
+                    keys.add(key)
+        return sorted(keys)
+
+    def session_exists(self, session_id: int) -> bool:
+        return self.get_meta(session_key(session_id)) is not None
+
+    def detach_ephemeral(self, encoded_key: bytes, header: bytes) -> None:
+        """Drop the record from its owning session's index, if it has an owner."""
+        if HEADER.unpack_from(header)[4] & HAS_SESSION:
+            record = self.get_record(encoded_key)
+            owner = None if record is None else owning_session(record)
+            if owner is not None:
+                self._meta[ephemeral_key(owner, encoded_key)] = None
+
     def set_commit_offset(self, offset: int) -> None:
         self._meta[COMMIT_OFFSET_KEY] = encode_i64(offset)
 
@@ -170,7 +197,6 @@ def apply_write(
     offset: int,
     timestamp_ms: int,
     key_order: KeyOrder,
-    session_exists: Callable[[int], bool],
     plain_puts: bool = False,
 ) -> bytes:
     """Apply one entry's write request (puts, then deletes, then delete ranges) and
@@ -195,7 +221,7 @@ def apply_write(
             )
     else:
         for put in request.puts:
-            append(_apply_put(state, put, encode(put.key), offset, timestamp_ms, session_exists))
+            append(_apply_put(state, put, encode(put.key), offset, timestamp_ms))
     for delete in request.deletes:
         append(_DELETE_RESPONSES[_apply_delete(state, delete, encode(delete.key))])
     for delete_range in request.delete_ranges:
@@ -203,6 +229,9 @@ def apply_write(
         end = encode(delete_range.end_exclusive)
         if start < end:
             for key in state.record_keys_in_range(start, end):
+                header = state.get_header(key)
+                if header is not None:
+                    state.detach_ephemeral(key, header)
                 state.delete_record(key)
         append(_DELETE_RANGE_OK)
     return b"".join(parts)
@@ -230,9 +259,12 @@ def _apply_plain_put(
             return _PUT_UNEXPECTED_VERSION
         state.put_record(encoded_key, created_header + put.value)
         return responses.created
-    existing_version, previous_modifications, created_ms, _, _ = HEADER.unpack_from(existing)
+    existing_version, previous_modifications, created_ms, _, flags = HEADER.unpack_from(existing)
     if put.HasField("expected_version_id") and _expected_version_fails(put, existing_version):
         return _PUT_UNEXPECTED_VERSION
+    if flags & HAS_SESSION:
+        # A persistent put over an ephemeral record detaches it from its session.
+        state.detach_ephemeral(encoded_key, existing)
     modifications = previous_modifications + 1
     state.put_record(
         encoded_key, HEADER.pack(offset, modifications, created_ms, timestamp_ms, 0) + put.value
@@ -246,7 +278,6 @@ def _apply_put(
     encoded_key: bytes,
     offset: int,
     timestamp_ms: int,
-    session_exists: Callable[[int], bool],
 ) -> bytes:
     existing = state.get_header(encoded_key)
     if existing is None:
@@ -261,11 +292,16 @@ def _apply_put(
     session_id: int | None = None
     client_identity: str | None = None
     if put.HasField("session_id"):
-        if not session_exists(put.session_id):
+        if not state.session_exists(put.session_id):
             return _PUT_NO_SESSION
         session_id = put.session_id
         if put.HasField("client_identity"):
             client_identity = put.client_identity
+    if existing is not None:
+        # The record leaves its previous owner, if any (it may be taken over below).
+        state.detach_ephemeral(encoded_key, existing)
+    if session_id is not None:
+        state.set_meta(ephemeral_key(session_id, encoded_key), b"")
     meta = RecordMeta(
         offset,
         modifications,
@@ -291,5 +327,33 @@ def _apply_delete(state: PendingChanges, delete: pb.DeleteRequest, encoded_key: 
         and HEADER.unpack_from(existing)[0] != delete.expected_version_id
     ):
         return UNEXPECTED_VERSION_ID
+    state.detach_ephemeral(encoded_key, existing)
     state.delete_record(encoded_key)
     return OK
+
+
+def apply_create_session(
+    state: PendingChanges, entry: internal_pb.CreateSessionEntry, offset: int
+) -> int:
+    """Open a session; its id is the entry's offset (unique and increasing per shard)."""
+    stored = internal_pb.SessionState(
+        timeout_ms=entry.timeout_ms, client_identity=entry.client_identity
+    )
+    state.set_meta(session_key(offset), stored.SerializeToString())
+    return offset
+
+
+def apply_close_session(state: PendingChanges, entry: internal_pb.CloseSessionEntry) -> bool:
+    """Delete a session and the records it still owns; False if it was not open."""
+    session_id = entry.session_id
+    if not state.session_exists(session_id):
+        return False
+    start, end = ephemeral_range(session_id)
+    for index_key in state.meta_keys_in_range(start, end):
+        encoded_key = index_key[len(start) :]
+        record = state.get_record(encoded_key)
+        if record is not None and owning_session(record) == session_id:
+            state.delete_record(encoded_key)
+        state.set_meta(index_key, None)
+    state.set_meta(session_key(session_id), None)
+    return True

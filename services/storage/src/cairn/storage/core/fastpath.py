@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from google.protobuf.message import DecodeError
 
-from cairn.proto import storage_fastpath_pb2 as fastpath_pb
+from cairn.proto import storage_internal_pb2 as internal_pb
 
 
 def has_plain_puts(raw_request: bytes) -> bool:
     try:
-        narrow = fastpath_pb.NarrowWriteRequest.FromString(raw_request)
+        narrow = internal_pb.NarrowWriteRequest.FromString(raw_request)
     except DecodeError:
         return False
     narrow.DiscardUnknownFields()

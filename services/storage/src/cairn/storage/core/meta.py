@@ -6,6 +6,11 @@ import struct
 
 COMMIT_OFFSET_KEY = b"commit_offset"
 TERM_KEY = b"term"
+# session/<id>: SessionState of an open session.
+SESSION_PREFIX = b"session/"
+# ephemeral/<id><encoded key>: the records a session owns, so closing it finds them.
+EPHEMERAL_PREFIX = b"ephemeral/"
+_ID = struct.Struct(">q")  # big endian: keys of one prefix sort by id
 
 _I64 = struct.Struct("<q")
 
@@ -19,3 +24,28 @@ def decode_i64(data: bytes | None, default: int) -> int:
         return default
     value: int = _I64.unpack(data)[0]
     return value
+
+
+def session_key(session_id: int) -> bytes:
+    return SESSION_PREFIX + _ID.pack(session_id)
+
+
+def session_id_of(key: bytes) -> int:
+    value: int = _ID.unpack_from(key, len(SESSION_PREFIX))[0]
+    return value
+
+
+def ephemeral_prefix(session_id: int) -> bytes:
+    return EPHEMERAL_PREFIX + _ID.pack(session_id)
+
+
+def ephemeral_key(session_id: int, encoded_key: bytes) -> bytes:
+    return EPHEMERAL_PREFIX + _ID.pack(session_id) + encoded_key
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The smallest key greater than every key starting with `prefix`."""
+    trimmed = prefix.rstrip(b"\xff")
+    if not trimmed:
+        raise ValueError("a prefix of only 0xFF bytes has no end")
+    return trimmed[:-1] + bytes((trimmed[-1] + 1,))

@@ -216,6 +216,40 @@ class ClientService:
         if chunk.records:
             yield chunk
 
+    # ---- sessions -------------------------------------------------------------------
+
+    async def create_session(
+        self, request: pb.CreateSessionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateSessionResponse:
+        try:
+            shard = self.directory.leader_shard(request.shard)
+            if len(request.client_identity.encode("utf-8")) > self.limits.max_key_bytes:
+                raise InvalidRequest("client identity is too long")
+            session_id = await shard.create_session(
+                request.session_timeout_ms, request.client_identity
+            )
+        except CairnError as error:
+            await abort(context, error)
+        return pb.CreateSessionResponse(session_id=session_id)
+
+    async def keep_alive(
+        self, request: pb.SessionHeartbeat, context: grpc.aio.ServicerContext
+    ) -> pb.KeepAliveResponse:
+        try:
+            self.directory.leader_shard(request.shard).keep_alive(request.session_id)
+        except CairnError as error:
+            await abort(context, error)
+        return pb.KeepAliveResponse()
+
+    async def close_session(
+        self, request: pb.CloseSessionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CloseSessionResponse:
+        try:
+            await self.directory.leader_shard(request.shard).close_session(request.session_id)
+        except CairnError as error:
+            await abort(context, error)
+        return pb.CloseSessionResponse()
+
     def _shard_of(self, request: Any, context: grpc.aio.ServicerContext) -> int:
         if request.HasField("shard"):
             return int(request.shard)
@@ -226,6 +260,16 @@ class ClientService:
             return int(header)
         except ValueError:
             raise InvalidRequest(f"invalid {SHARD_ID_HEADER} header {header!r}") from None
+
+
+def _unary(
+    behavior: Callable[..., Any], request_type: Any, response_type: Any
+) -> grpc.RpcMethodHandler:
+    return grpc.unary_unary_rpc_method_handler(
+        behavior,
+        request_deserializer=request_type.FromString,
+        response_serializer=response_type.SerializeToString,
+    )
 
 
 def _unary_stream(
@@ -239,8 +283,8 @@ def _unary_stream(
 
 
 def generic_handlers(service: ClientService) -> list[grpc.GenericRpcHandler]:
-    """Handlers for both service names. Session, notification and sequence RPCs are
-    not served yet: gRPC answers them UNIMPLEMENTED."""
+    """Handlers for both service names. Notification and sequence RPCs are not
+    served yet: gRPC answers them UNIMPLEMENTED."""
     methods = {
         "GetShardAssignments": _unary_stream(
             service.get_shard_assignments, pb.ShardAssignmentsRequest, pb.ShardAssignments
@@ -251,5 +295,12 @@ def generic_handlers(service: ClientService) -> list[grpc.GenericRpcHandler]:
         "Read": _unary_stream(service.read, pb.ReadRequest, pb.ReadResponse),
         "List": _unary_stream(service.list, pb.ListRequest, pb.ListResponse),
         "RangeScan": _unary_stream(service.range_scan, pb.RangeScanRequest, pb.RangeScanResponse),
+        "CreateSession": _unary(
+            service.create_session, pb.CreateSessionRequest, pb.CreateSessionResponse
+        ),
+        "KeepAlive": _unary(service.keep_alive, pb.SessionHeartbeat, pb.KeepAliveResponse),
+        "CloseSession": _unary(
+            service.close_session, pb.CloseSessionRequest, pb.CloseSessionResponse
+        ),
     }
     return [grpc.method_handlers_generic_handler(name, methods) for name in SERVICE_NAMES]

@@ -1,11 +1,19 @@
 from cairn.proto import oxia_client_pb2 as _oxia_client_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class SessionCloseReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CLOSED_BY_CLIENT: _ClassVar[SessionCloseReason]
+    EXPIRED: _ClassVar[SessionCloseReason]
+CLOSED_BY_CLIENT: SessionCloseReason
+EXPIRED: SessionCloseReason
 
 class NarrowWriteRequest(_message.Message):
     __slots__ = ("shard", "puts", "deletes", "delete_ranges")
@@ -28,3 +36,27 @@ class NarrowPut(_message.Message):
     value: bytes
     expected_version_id: int
     def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ..., expected_version_id: _Optional[int] = ...) -> None: ...
+
+class CreateSessionEntry(_message.Message):
+    __slots__ = ("timeout_ms", "client_identity")
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_IDENTITY_FIELD_NUMBER: _ClassVar[int]
+    timeout_ms: int
+    client_identity: str
+    def __init__(self, timeout_ms: _Optional[int] = ..., client_identity: _Optional[str] = ...) -> None: ...
+
+class CloseSessionEntry(_message.Message):
+    __slots__ = ("session_id", "reason")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    session_id: int
+    reason: SessionCloseReason
+    def __init__(self, session_id: _Optional[int] = ..., reason: _Optional[_Union[SessionCloseReason, str]] = ...) -> None: ...
+
+class SessionState(_message.Message):
+    __slots__ = ("timeout_ms", "client_identity")
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_IDENTITY_FIELD_NUMBER: _ClassVar[int]
+    timeout_ms: int
+    client_identity: str
+    def __init__(self, timeout_ms: _Optional[int] = ..., client_identity: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,59 @@
+"""An in-memory shard that applies entries directly, for core tests."""
+
+from __future__ import annotations
+
+from cairn.common.keyorder import KeyOrder
+from cairn.proto import oxia_client_pb2 as pb
+from cairn.proto import storage_internal_pb2 as internal_pb
+from cairn.storage.core import reads
+from cairn.storage.core.apply import (
+    PendingChanges,
+    apply_close_session,
+    apply_create_session,
+    apply_write,
+)
+from cairn.storage.core.fastpath import has_plain_puts
+from cairn.storage.kv import MemoryKv
+
+ORDER = KeyOrder.HIERARCHICAL
+
+
+class Shard:
+    def __init__(self) -> None:
+        self.kv = MemoryKv()
+        self.offset = -1
+
+    def write(self, request: pb.WriteRequest, timestamp_ms: int = 1000) -> pb.WriteResponse:
+        self.offset += 1
+        state = PendingChanges(self.kv)
+        plain = has_plain_puts(request.SerializeToString())
+        response = pb.WriteResponse.FromString(
+            apply_write(state, request, self.offset, timestamp_ms, ORDER, plain)
+        )
+        state.set_commit_offset(self.offset)
+        self.kv.write(state.changes())
+        return response
+
+    def create_session(self, timeout_ms: int = 5000) -> int:
+        self.offset += 1
+        state = PendingChanges(self.kv)
+        entry = internal_pb.CreateSessionEntry(timeout_ms=timeout_ms, client_identity="c")
+        session_id = apply_create_session(state, entry, self.offset)
+        self.kv.write(state.changes())
+        return session_id
+
+    def close_session(self, session_id: int) -> bool:
+        self.offset += 1
+        state = PendingChanges(self.kv)
+        closed = apply_close_session(state, internal_pb.CloseSessionEntry(session_id=session_id))
+        self.kv.write(state.changes())
+        return closed
+
+    def get(self, key: str, comparison: int = pb.EQUAL) -> pb.GetResponse:
+        return reads.get(
+            self.kv, pb.GetRequest(key=key, include_value=True, comparison_type=comparison), ORDER
+        )
+
+
+def put(key: str, value: bytes = b"v", **kwargs: object) -> pb.WriteRequest:
+    return pb.WriteRequest(puts=[pb.PutRequest(key=key, value=value, **kwargs)])  # type: ignore[arg-type]
