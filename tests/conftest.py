@@ -12,7 +12,9 @@ from support.processes import StandaloneProcess
 def standalone_factory(tmp_path: Path) -> Iterator[Callable[..., StandaloneProcess]]:
     started: list[StandaloneProcess] = []
 
-    def start(shards: int = 1, data_dir: Path | None = None, *extra: str) -> StandaloneProcess:
+    def start(
+        shards: int | None = 1, data_dir: Path | None = None, *extra: str
+    ) -> StandaloneProcess:
         server = StandaloneProcess(data_dir or tmp_path / f"data-{len(started)}", shards, extra)
         server.start()
         started.append(server)

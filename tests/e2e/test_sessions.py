@@ -105,7 +105,9 @@ def test_expiry_after_a_full_timeout_and_heartbeats_keep_sessions_alive(
                 gone_at = time.monotonic() - started
             time.sleep(0.4)
         assert gone_at is not None, "the silent session never expired"
-        assert 2.0 <= gone_at <= 4.0, gone_at
+        # A full timeout, then at most a check interval (generous upper bound for a
+        # loaded machine).
+        assert 2.0 <= gone_at <= 5.0, gone_at
         assert _exists(stub, 0, "/kept")
         # The expired session is gone for good.
         assert _put(stub, 0, "/late", silent) == pb.SESSION_DOES_NOT_EXIST

@@ -45,7 +45,9 @@ class Shard:
     def close_session(self, session_id: int) -> bool:
         self.offset += 1
         state = PendingChanges(self.kv)
-        closed = apply_close_session(state, internal_pb.CloseSessionEntry(session_id=session_id))
+        closed = apply_close_session(
+            state, internal_pb.CloseSessionEntry(session_id=session_id), ORDER
+        )
         self.kv.write(state.changes())
         return closed
 

@@ -17,7 +17,10 @@ LISTENING_PREFIX = "cairn-storage listening on "
 class StandaloneProcess:
     """`cairn-storage standalone` in a child process, on an ephemeral port."""
 
-    def __init__(self, data_dir: Path, shards: int, extra_args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, data_dir: Path, shards: int | None, extra_args: tuple[str, ...] = ()
+    ) -> None:
+        """`shards` None: leave the layout to `extra_args` (e.g. --namespace-spec)."""
         self.data_dir = data_dir
         self.shards = shards
         self.extra_args = extra_args
@@ -29,8 +32,9 @@ class StandaloneProcess:
     def start(self, timeout_s: float = 30.0) -> str:
         command = [
             sys.executable, "-m", "cairn.storage", "standalone",
-            "--port", "0", "--shards", str(self.shards), "--data-dir", str(self.data_dir),
-            "--log-level", "WARNING", *self.extra_args,
+            "--port", "0", "--data-dir", str(self.data_dir), "--log-level", "WARNING",
+            *(["--shards", str(self.shards)] if self.shards is not None else []),
+            *self.extra_args,
         ]  # fmt: skip
         self.process = subprocess.Popen(
             command,

@@ -12,17 +12,10 @@ import pytest
 from cairn.common.hashing import key_hash, split_hash_space
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.storage.bench.__main__ import main
-from cairn.storage.bench.load import (
-    Kind,
-    LoadResult,
-    LoadSpec,
-    Router,
-    Schedule,
-    ShardInfo,
-    build_pool,
-    count_get_results,
-    count_put_results,
-)
+from cairn.storage.bench.pools import build_pool, count_get_results, count_put_results
+from cairn.storage.bench.rpc import Router, ShardInfo
+from cairn.storage.bench.specs import Kind, LoadResult, LoadSpec
+from cairn.storage.bench.timing import Schedule
 
 FIGURE = re.compile(r"([a-z0-9_/]+)=([0-9.]+|-)")
 
@@ -234,3 +227,67 @@ def test_spawned_get_end_to_end() -> None:
     (row,) = json_document(out)["results"]
     assert row["ops"] > 0 and row["errors"] == 0
     assert row["ops"] == 10 * row["requests"]
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(60)
+def test_ceiling_runs_the_put_load_against_a_null_server() -> None:
+    code, out, err = run_bench(
+        "ceiling", "--duration-s", "1", "--warmup-s", "0", "--keys", "2000", "--json"
+    )
+    assert code == 0, out + err
+    assert "# cairn-bench ceiling:" in out
+    (row,) = json_document(out)["results"]
+    assert row["name"] == "ceiling grpc.aio stream b=100"
+    assert row["ops"] > 0 and row["ops_per_s"] > 0
+    assert row["errors"] == 0 and row["rpc_errors"] == 0
+    assert row["ops"] == 100 * row["requests"]
+    assert row["server_cpu_us_per_op"] is not None, "the null server's CPU is read too"
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(60)
+def test_ceiling_unary_batch_one() -> None:
+    code, out, err = run_bench(
+        "ceiling", "--mode", "unary", "--batch", "1", "--duration-s", "0.5", "--warmup-s", "0"
+    )
+    assert code == 0, out + err
+    (line,) = [line for line in out.splitlines() if line.startswith("ceiling ")]
+    assert line.startswith("ceiling grpc.aio unary b=1:")
+    row = figures(line)
+    assert row["ops/s"] > 0 and row["errors"] == 0
+    assert row["ops/s"] == pytest.approx(row["req/s"], rel=0.01)
+
+
+def test_ceiling_refuses_an_address(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as raised:
+        main(["--address", "127.0.0.1:1", "ceiling"])
+    assert raised.value.code == 2
+    assert "null server" in capsys.readouterr().err
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(90)
+def test_all_puts_a_ceiling_row_before_each_put_row_and_gives_the_share() -> None:
+    code, out, err = run_bench(
+        "--spawn", "all", "--duration-s", "0.3", "--warmup-s", "0", "--keys", "2000", "--json"
+    )
+    assert code == 0, out + err
+    names = [row["name"] for row in json_document(out)["results"]]
+    batched = names.index("put stream b=100")
+    single = names.index("put stream b=1")
+    assert names[batched - 1] == "ceiling grpc.aio stream b=100"
+    assert names[single - 1] == "ceiling grpc.aio stream b=1"
+    results = {row["name"]: row for row in json_document(out)["results"]}
+    for put, ceiling in (
+        ("put stream b=100", "ceiling grpc.aio stream b=100"),
+        ("put stream b=1", "ceiling grpc.aio stream b=1"),
+    ):
+        assert results[ceiling]["errors"] == 0 and results[ceiling]["ops"] > 0
+        expected = 100 * results[put]["ops_per_s"] / results[ceiling]["ops_per_s"]
+        assert results[put]["ceiling_pct"] == pytest.approx(expected, abs=0.1)
+        table = [line for line in out.splitlines() if re.match(rf"{ceiling} +\d+ ", line)]
+        assert len(table) == 1, "the ceiling row is in the table"
+        share = re.search(rf"^{put}: (\d+)% of the grpc\.aio ceiling \(", out, re.MULTILINE)
+        assert share is not None, out
+        assert int(share.group(1)) == round(expected)

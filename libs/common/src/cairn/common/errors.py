@@ -8,6 +8,7 @@
     ├── NotLeader                   the shard's leader is elsewhere (UNAVAILABLE, leader hint)
     ├── InvalidTerm                 a request of a stale term (FAILED_PRECONDITION)
     ├── SessionNotFound             unknown or expired session (NOT_FOUND)
+    ├── NotificationsTrimmed        resume point older than the retention (OUT_OF_RANGE)
     ├── Overloaded                  a bounded queue is full; retry later (RESOURCE_EXHAUSTED)
     └── Unavailable                 shutting down / not ready; retry elsewhere (UNAVAILABLE)
 
@@ -73,6 +74,11 @@ class InvalidTerm(CairnError):
 class SessionNotFound(CairnError):
     reason = "SESSION_NOT_FOUND"
     code = grpc.StatusCode.NOT_FOUND
+
+
+class NotificationsTrimmed(CairnError):
+    reason = "NOTIFICATIONS_TRIMMED"
+    code = grpc.StatusCode.OUT_OF_RANGE
 
 
 class Overloaded(CairnError):

@@ -1,6 +1,8 @@
 """`cairn-storage`: run a storage pod.
 
 cairn-storage standalone --port 6648 --shards 3 --data-dir ./data
+cairn-storage standalone --data-dir ./data \
+    --namespace-spec default:3 --namespace-spec pulsar:8:natural:notifications=off
 """
 
 from __future__ import annotations
@@ -15,18 +17,68 @@ from pathlib import Path
 import uvloop
 
 from cairn.common.keyorder import KeyOrder
-from cairn.storage.config import NamespaceConfig, StandaloneConfig
+from cairn.storage.config import DEFAULT_NAMESPACE, NamespaceConfig, StandaloneConfig
 from cairn.storage.standalone import LayoutMismatch, StandaloneServer
 
 log = logging.getLogger("cairn.storage")
 
 
-def _parser() -> argparse.ArgumentParser:
+_NOTIFICATIONS_OPTION = "notifications="
+_SWITCH_VALUES = {"on": True, "off": False}
+
+
+def parse_namespace_spec(spec: str) -> NamespaceConfig:
+    """`NAME:SHARDS[:ORDER][:notifications=on|off]` -> NamespaceConfig."""
+    name, _, rest = spec.partition(":")
+    if not rest:
+        raise argparse.ArgumentTypeError(
+            f"{spec!r} is not NAME:SHARDS[:ORDER][:notifications=on|off]"
+        )
+    count_text, *options = rest.split(":")
+    if len(options) > 2:
+        raise argparse.ArgumentTypeError(
+            f"{spec!r} has too many parts for NAME:SHARDS[:ORDER][:notifications=on|off]"
+        )
+    try:
+        shard_count = int(count_text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{spec!r}: shard count {count_text!r} is not a number"
+        ) from None
+    key_order = KeyOrder.HIERARCHICAL
+    notifications_enabled = True
+    seen: set[str] = set()
+    for option in options:
+        kind = "notifications" if option.startswith(_NOTIFICATIONS_OPTION) else "order"
+        if kind in seen:
+            raise argparse.ArgumentTypeError(f"{spec!r}: {kind} given twice")
+        seen.add(kind)
+        if kind == "notifications":
+            switch = option[len(_NOTIFICATIONS_OPTION) :]
+            if switch not in _SWITCH_VALUES:
+                raise argparse.ArgumentTypeError(f"{spec!r}: notifications must be on or off")
+            notifications_enabled = _SWITCH_VALUES[switch]
+        else:
+            try:
+                key_order = KeyOrder(option)
+            except ValueError:
+                orders = ", ".join(o.value for o in KeyOrder)
+                raise argparse.ArgumentTypeError(
+                    f"{spec!r}: unknown key order {option!r} (one of {orders})"
+                ) from None
+    try:
+        return NamespaceConfig(name, shard_count, key_order, notifications_enabled)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{spec!r}: {error}") from None
+
+
+def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """The program's parser and its `standalone` subparser (whose usage errors show)."""
     parser = argparse.ArgumentParser(prog="cairn-storage", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     standalone = commands.add_parser(
         "standalone",
-        help="serve every shard of one namespace from this process (replication factor 1)",
+        help="serve every shard of every namespace from this process (replication factor 1)",
     )
     standalone.add_argument("--data-dir", type=Path, required=True, help="where WAL and KV live")
     standalone.add_argument(
@@ -35,19 +87,72 @@ def _parser() -> argparse.ArgumentParser:
     standalone.add_argument(
         "--port", type=int, default=6648, help="client port; 0 picks a free one"
     )
-    standalone.add_argument("--shards", type=int, default=1, help="shard count (fixed at creation)")
-    standalone.add_argument("--namespace", default="default")
+    # One namespace (None = not given, so a clash with --namespace-spec can be told).
     standalone.add_argument(
-        "--key-order", choices=[o.value for o in KeyOrder], default=KeyOrder.HIERARCHICAL.value
+        "--shards", type=int, default=None, help="shard count, fixed at creation (default 1)"
+    )
+    standalone.add_argument(
+        "--namespace", default=None, help=f"namespace name (default {DEFAULT_NAMESPACE!r})"
+    )
+    standalone.add_argument(
+        "--key-order",
+        choices=[o.value for o in KeyOrder],
+        default=None,
+        help=f"key order (default {KeyOrder.HIERARCHICAL.value})",
+    )
+    # Several namespaces.
+    standalone.add_argument(
+        "--namespace-spec",
+        dest="namespace_specs",
+        action="append",
+        type=parse_namespace_spec,
+        default=[],
+        metavar="NAME:SHARDS[:ORDER][:notifications=on|off]",
+        help="a namespace to serve (repeatable; instead of --shards/--namespace/--key-order), "
+        "e.g. --namespace-spec default:3 --namespace-spec pulsar:8:natural:notifications=off. "
+        "Shard count and key order are fixed at creation; a later start may add namespaces",
     )
     standalone.add_argument(
         "--advertise", default=None, help="host:port clients should dial (default: bound address)"
     )
     standalone.add_argument("--log-level", default="INFO")
-    return parser
+    return parser, standalone
+
+
+def _namespaces(
+    args: argparse.Namespace, parser: argparse.ArgumentParser
+) -> tuple[NamespaceConfig, ...]:
+    """The configured namespaces; exits with status 2 (via parser.error) on bad input."""
+    specs: list[NamespaceConfig] = args.namespace_specs
+    single = (args.shards, args.namespace, args.key_order)
+    if specs:
+        if any(option is not None for option in single):
+            parser.error(
+                "--namespace-spec cannot be combined with --shards, --namespace or --key-order"
+            )
+        names = [spec.name for spec in specs]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            parser.error(f"--namespace-spec names a namespace twice: {', '.join(repeated)}")
+        return tuple(specs)
+    try:
+        return (
+            NamespaceConfig(
+                args.namespace if args.namespace is not None else DEFAULT_NAMESPACE,
+                args.shards if args.shards is not None else 1,
+                KeyOrder(args.key_order or KeyOrder.HIERARCHICAL.value),
+            ),
+        )
+    except ValueError as error:
+        parser.error(str(error))
 
 
 async def _run_standalone(config: StandaloneConfig) -> int:
+    # Handlers first: a SIGTERM right after "listening" must still shut down cleanly.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
     server = StandaloneServer(config)
     try:
         address = await server.start()
@@ -56,10 +161,6 @@ async def _run_standalone(config: StandaloneConfig) -> int:
         return 2
     print(f"cairn-storage listening on {address}", flush=True)
     print(f"cairn-storage data in {config.data_dir.resolve()}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
     await stop.wait()
     log.info("shutting down")
     await server.stop()
@@ -67,19 +168,18 @@ async def _run_standalone(config: StandaloneConfig) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser, standalone = _parser()
+    args = parser.parse_args(argv)
+    namespaces = _namespaces(args, standalone)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    if args.shards < 1:
-        print("cairn-storage: --shards must be at least 1", file=sys.stderr)
-        return 2
     config = StandaloneConfig(
         data_dir=args.data_dir,
         bind_host=args.host,
         port=args.port,
         advertised_address=args.advertise,
-        namespaces=(NamespaceConfig(args.namespace, args.shards, KeyOrder(args.key_order)),),
+        namespaces=namespaces,
     )
     # uvloop: cheaper per-message event-loop work under grpc.aio (see BASELINES.md).
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

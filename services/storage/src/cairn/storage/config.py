@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cairn.common.hashing import MAX_SHARDS_PER_NAMESPACE
 from cairn.common.keyorder import KeyOrder
 
 MiB = 1024 * 1024
+
+DEFAULT_NAMESPACE = "default"
+MAX_NAMESPACE_NAME_CHARS = 128
+# Letters, digits and `._-/` (Oxia users name namespaces like "dray/<cluster-id>"),
+# starting with a letter or digit. No `:` (the --namespace-spec separator) and no `*`
+# (the all-namespaces request, see ShardDirectory.assignments).
+_NAMESPACE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,15 +43,47 @@ class Limits:
     max_bytes_per_chunk: int = 1 * MiB
     max_gets_per_read_chunk: int = 100
     max_concurrent_rpcs: int = 10_000
+    # Notifications are kept at least this long (judged by entry timestamps).
+    notification_retention_ms: int = 60 * 60 * 1000
+    max_notification_batches_trimmed_per_entry: int = 1000
+    # Stored notification batches read per step of a GetNotifications stream.
+    max_notification_batches_per_read: int = 256
     # Version headers kept in memory per shard (about 150 bytes each).
     max_cached_headers_per_shard: int = 200_000
 
 
+def namespace_name_problem(name: str) -> str | None:
+    """Why `name` cannot name a namespace, or None if it can."""
+    if not name:
+        return "a namespace name must not be empty"
+    if len(name) > MAX_NAMESPACE_NAME_CHARS:
+        return f"namespace name {name[:20]!r}... is longer than {MAX_NAMESPACE_NAME_CHARS} chars"
+    if _NAMESPACE_NAME.fullmatch(name) is None:
+        return (
+            f"namespace name {name!r} must start with a letter or digit and hold only "
+            "letters, digits, '.', '_', '-' and '/'"
+        )
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class NamespaceConfig:
-    name: str = "default"
+    name: str = DEFAULT_NAMESPACE
     initial_shard_count: int = 1
     key_order: KeyOrder = KeyOrder.HIERARCHICAL
+    # Whether the shards record change notifications; a serving switch, not part of
+    # the data layout, so a restart may flip it.
+    notifications_enabled: bool = True
+
+    def __post_init__(self) -> None:
+        problem = namespace_name_problem(self.name)
+        if problem is not None:
+            raise ValueError(problem)
+        if not 1 <= self.initial_shard_count <= MAX_SHARDS_PER_NAMESPACE:
+            raise ValueError(
+                f"namespace {self.name!r}: shard count must be between 1 and "
+                f"{MAX_SHARDS_PER_NAMESPACE}, got {self.initial_shard_count}"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +93,16 @@ class StandaloneConfig:
     port: int = 0
     # The address clients are told to dial; derived from the bound port if None.
     advertised_address: str | None = None
+    # Namespaces to serve, in order; names unique. A namespace the data directory
+    # already holds keeps being served even when it is missing here.
     namespaces: tuple[NamespaceConfig, ...] = (NamespaceConfig(),)
     limits: Limits = field(default_factory=Limits)
     wal_segment_size_bytes: int = 64 * MiB
+
+    def __post_init__(self) -> None:
+        if not self.namespaces:
+            raise ValueError("at least one namespace must be configured")
+        names = [namespace.name for namespace in self.namespaces]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"namespace names must be unique: {', '.join(duplicates)} repeated")

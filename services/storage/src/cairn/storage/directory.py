@@ -19,15 +19,25 @@ class ShardPlacement:
     leader_address: str
 
 
+# Asking GetShardAssignments for this namespace returns every namespace in one
+# message. Oxia's ShardAssignmentsRequest has no such flag (an Oxia server answers
+# one namespace, and treats an empty name as "default"), so Cairn reserves a name no
+# namespace can take (see config.namespace_name_problem) instead of adding a field
+# that released clients would not know.
+ALL_NAMESPACES = "*"
+
+
 @dataclass(frozen=True, slots=True)
 class NamespaceLayout:
     name: str
     key_order: KeyOrder
     shards: tuple[ShardPlacement, ...]
+    notifications_enabled: bool = True
 
 
 class ShardDirectory:
     def __init__(self, default_namespace: str = "default") -> None:
+        # What an empty namespace in a request means.
         self.default_namespace = default_namespace
         self._layouts: dict[str, NamespaceLayout] = {}
         self._replicas: dict[int, ShardReplica] = {}
@@ -39,6 +49,14 @@ class ShardDirectory:
     async def set_namespace(
         self, layout: NamespaceLayout, replicas: dict[int, ShardReplica]
     ) -> None:
+        for placement in layout.shards:
+            owner = self._shard_namespace.get(placement.shard_id, layout.name)
+            if owner != layout.name:
+                # Requests name only a shard id, so ids must be unique across namespaces.
+                raise ValueError(
+                    f"shard {placement.shard_id} of namespace {layout.name!r} already "
+                    f"belongs to namespace {owner!r}"
+                )
         self._layouts[layout.name] = layout
         for placement in layout.shards:
             self._shard_namespace[placement.shard_id] = layout.name
@@ -56,6 +74,16 @@ class ShardDirectory:
             raise ShardNotFound(f"shard {shard_id} is not served by this node")
         return replica
 
+    def namespaces(self) -> list[str]:
+        return list(self._layouts)
+
+    def notifications_enabled(self, shard_id: int) -> bool:
+        """Whether the namespace owning the shard records change notifications."""
+        owner = self._shard_namespace.get(shard_id)
+        if owner is None:
+            raise ShardNotFound(f"shard {shard_id} is not served by this node")
+        return self._layouts[owner].notifications_enabled
+
     def check_shard_namespace(self, shard_id: int, namespace: str) -> None:
         owner = self._shard_namespace.get(shard_id)
         if owner is None:
@@ -64,22 +92,18 @@ class ShardDirectory:
             raise ShardNotFound(f"shard {shard_id} does not belong to namespace {namespace!r}")
 
     def assignments(self, namespace: str) -> tuple[int, pb.ShardAssignments]:
-        layout = self._layouts.get(namespace)
-        if layout is None:
-            raise NamespaceNotFound(f"namespace {namespace!r} does not exist")
-        entry = pb.NamespaceShardsAssignment(shard_key_router=pb.XXHASH3)
-        if layout.key_order is KeyOrder.NATURAL:
-            entry.key_sorting = pb.KEY_SORTING_NATURAL
-        # Hierarchical: key_sorting stays unset, which released clients read as the
-        # segment-wise order they all merge with (see cairn.common.keyorder).
-        for placement in layout.shards:
-            assignment = entry.assignments.add(
-                shard=placement.shard_id, leader=placement.leader_address
-            )
-            assignment.int32_hash_range.min_hash_inclusive = placement.hash_range.min_inclusive
-            assignment.int32_hash_range.max_hash_inclusive = placement.hash_range.max_inclusive
+        """The map version and the shard map of one namespace, or of all of them for
+        ALL_NAMESPACES."""
+        if namespace == ALL_NAMESPACES:
+            layouts = list(self._layouts.values())
+        else:
+            layout = self._layouts.get(namespace)
+            if layout is None:
+                raise NamespaceNotFound(f"namespace {namespace!r} does not exist")
+            layouts = [layout]
         message = pb.ShardAssignments()
-        message.namespaces[namespace].CopyFrom(entry)
+        for layout in layouts:
+            _fill_namespace(message.namespaces[layout.name], layout)
         return self._version, message
 
     async def wait_for_assignment_change(self, seen_version: int) -> int | None:
@@ -92,3 +116,17 @@ class ShardDirectory:
         async with self._changed:
             self._closed = True
             self._changed.notify_all()
+
+
+def _fill_namespace(entry: pb.NamespaceShardsAssignment, layout: NamespaceLayout) -> None:
+    entry.shard_key_router = pb.XXHASH3
+    if layout.key_order is KeyOrder.NATURAL:
+        entry.key_sorting = pb.KEY_SORTING_NATURAL
+    # Hierarchical: key_sorting stays unset, which released clients read as the
+    # segment-wise order they all merge with (see cairn.common.keyorder).
+    for placement in layout.shards:
+        assignment = entry.assignments.add(
+            shard=placement.shard_id, leader=placement.leader_address
+        )
+        assignment.int32_hash_range.min_hash_inclusive = placement.hash_range.min_inclusive
+        assignment.int32_hash_range.max_hash_inclusive = placement.hash_range.max_inclusive

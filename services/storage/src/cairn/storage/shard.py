@@ -50,7 +50,8 @@ from cairn.storage.core.entries import (
     encode_entry,
 )
 from cairn.storage.core.fastpath import has_plain_puts
-from cairn.storage.core.meta import COMMIT_OFFSET_KEY, decode_i64
+from cairn.storage.core.meta import COMMIT_OFFSET_KEY, decode_i64, notification_key
+from cairn.storage.core.notifications import EntryNotifications, expired_batches, trim_marker
 from cairn.storage.core.sessions import (
     MAX_SESSION_TIMEOUT_MS,
     MIN_SESSION_TIMEOUT_MS,
@@ -65,6 +66,8 @@ log = logging.getLogger(__name__)
 # How often the leader looks for expired sessions; expiry happens at most this
 # late after a full timeout without a heartbeat.
 SESSION_CHECK_INTERVAL_S = 0.25
+# Entries at offsets divisible by this also trim expired notifications.
+NOTIFICATION_TRIM_EVERY_OFFSETS = 256
 
 
 def wall_clock_ms() -> int:
@@ -104,6 +107,7 @@ class ShardReplica:
         limits: Limits,
         clock_ms: Callable[[], int] = wall_clock_ms,
         session_clock_ms: Callable[[], int] = monotonic_ms,
+        notifications_enabled: bool = True,
     ) -> None:
         self.shard_id = shard_id
         self.namespace = namespace
@@ -113,7 +117,10 @@ class ShardReplica:
         self.limits = limits
         self._clock_ms = clock_ms
         self._session_clock_ms = session_clock_ms
+        self.notifications_enabled = notifications_enabled
         self._loop = asyncio.get_running_loop()
+        # Replaced (and the old one set) whenever the commit offset advances.
+        self._commit_advanced = asyncio.Event()
         self.term = max(wal.last_term, 0)
         self._header_cache = HeaderCache(limits.max_cached_headers_per_shard)
         self.commit_offset = decode_i64(kv.get(Column.META, COMMIT_OFFSET_KEY), -1)
@@ -154,10 +161,19 @@ class ShardReplica:
         directory: Path,
         limits: Limits,
         wal_segment_size_bytes: int,
+        notifications_enabled: bool = True,
     ) -> ShardReplica:
         kv = RocksKv(directory / "kv")
         wal = Wal.open(directory / "wal", WalOptions(segment_size_bytes=wal_segment_size_bytes))
-        return cls(shard_id, namespace, key_order, kv, wal, limits)
+        return cls(
+            shard_id,
+            namespace,
+            key_order,
+            kv,
+            wal,
+            limits,
+            notifications_enabled=notifications_enabled,
+        )
 
     # ---- applying entries (the same on every replica, and on replay) ----------------
 
@@ -170,16 +186,42 @@ class ShardReplica:
         timestamp_ms: int,
         plain_puts: bool,
     ) -> Any:
+        notes = EntryNotifications() if self.notifications_enabled else None
+        result: Any
         if kind == CLIENT_WRITE:
             assert isinstance(body, pb.WriteRequest)
-            return apply_write(state, body, offset, timestamp_ms, self.key_order, plain_puts)
-        if kind == CREATE_SESSION:
+            result = apply_write(
+                state, body, offset, timestamp_ms, self.key_order, plain_puts, notes
+            )
+        elif kind == CREATE_SESSION:
             assert isinstance(body, internal_pb.CreateSessionEntry)
-            return apply_create_session(state, body, offset)
-        if kind == CLOSE_SESSION:
+            result = apply_create_session(state, body, offset)
+        elif kind == CLOSE_SESSION:
             assert isinstance(body, internal_pb.CloseSessionEntry)
-            return apply_close_session(state, body)
-        raise AssertionError(f"unknown entry kind {kind}")
+            result = apply_close_session(state, body, self.key_order, notes)
+        else:
+            raise AssertionError(f"unknown entry kind {kind}")
+        if notes:
+            batch = notes.batch(self.shard_id, offset, timestamp_ms)
+            state.set_meta(notification_key(offset), batch.SerializeToString())
+        if offset % NOTIFICATION_TRIM_EVERY_OFFSETS == 0:
+            self._trim_notifications(state, timestamp_ms)
+        return result
+
+    def _trim_notifications(self, state: PendingChanges, timestamp_ms: int) -> None:
+        """Drop notifications older than the retention, judged by this entry's
+        timestamp: a function of the log, so every replica trims the same."""
+        expired = expired_batches(
+            self.kv,
+            timestamp_ms,
+            self.limits.notification_retention_ms,
+            self.limits.max_notification_batches_trimmed_per_entry,
+        )
+        for key, _ in expired:
+            state.set_meta(key, None)
+        if expired:
+            marker_key, marker = trim_marker(expired[-1][1])
+            state.set_meta(marker_key, marker)
 
     def _replay(self) -> None:
         wal = self.wal
@@ -315,6 +357,17 @@ class ShardReplica:
                     with contextlib.suppress(Unavailable):
                         await self._close_session(session_id, internal_pb.EXPIRED)
 
+    # ---- notifications --------------------------------------------------------------
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    async def wait_for_commit_after(self, offset: int) -> None:
+        """Return once the commit offset is past `offset` (or the shard closes)."""
+        while self.commit_offset <= offset and not self._closing:
+            await self._commit_advanced.wait()
+
     # ---- the pipeline ---------------------------------------------------------------
 
     async def _sync_loop(self) -> None:
@@ -350,6 +403,8 @@ class ShardReplica:
                     self.kv.write(state.changes())
                     state.written()
                     self.commit_offset = group[-1].offset
+                    advanced, self._commit_advanced = self._commit_advanced, asyncio.Event()
+                    advanced.set()
                 except Exception as error:
                     self._fail(error, group)
                     return
@@ -405,6 +460,7 @@ class ShardReplica:
     async def close(self) -> None:
         """Finish every accepted write, then release the WAL and KV."""
         self._closing = True
+        self._commit_advanced.set()  # subscribers waiting for commits see the close
         self._expiry_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._expiry_task

@@ -1,16 +1,23 @@
 """Standalone mode: one process is the leader of every shard, replication factor 1.
 
-The data directory remembers the namespace layout it was created with
-(`layout.json`), so a restart serves the same shards, and a restart asking for
-a different shard count is refused instead of silently re-routing keys.
+The data directory remembers its namespace layout (`layout.json`: each namespace's
+key order, notifications switch and shard ids), so a restart serves the same
+shards. A restart asking for a different shard count or key order for a namespace
+it holds is refused instead of silently re-routing or re-ordering keys. A restart
+may add namespaces: their shards get ids after the highest existing one, because
+requests name only a shard id, so ids must stay unique across namespaces. A
+namespace the configuration no longer names keeps being served (and is logged):
+dropping it would drop its data.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +26,7 @@ import grpc
 
 from cairn.common.hashing import split_hash_space
 from cairn.common.keyorder import KeyOrder
-from cairn.storage.config import NamespaceConfig, StandaloneConfig
+from cairn.storage.config import DEFAULT_NAMESPACE, NamespaceConfig, StandaloneConfig
 from cairn.storage.directory import NamespaceLayout, ShardDirectory, ShardPlacement
 from cairn.storage.rpc.client_api import ClientService, generic_handlers
 from cairn.storage.shard import ShardReplica
@@ -29,7 +36,8 @@ LAYOUT_FILE = "layout.json"
 
 
 class LayoutMismatch(Exception):
-    """The data directory was created with a different namespace layout."""
+    """The data directory's namespace layout conflicts with the configuration, or
+    cannot be read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +45,7 @@ class StoredNamespace:
     name: str
     key_order: KeyOrder
     shard_ids: tuple[int, ...]
+    notifications_enabled: bool = True
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -53,46 +62,121 @@ def _write_atomically(path: Path, text: str) -> None:
         os.close(directory)
 
 
-def load_or_create_layout(config: StandaloneConfig) -> list[StoredNamespace]:
-    path = config.data_dir / LAYOUT_FILE
-    if path.exists():
-        stored: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+def _read_layout(path: Path) -> list[StoredNamespace]:
+    try:
+        document: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
         namespaces = [
-            StoredNamespace(n["name"], KeyOrder(n["key_order"]), tuple(n["shard_ids"]))
-            for n in stored["namespaces"]
+            StoredNamespace(
+                str(entry["name"]),
+                KeyOrder(entry["key_order"]),
+                tuple(int(shard_id) for shard_id in entry["shard_ids"]),
+                # Files written before the switch existed: notifications were on.
+                bool(entry.get("notifications_enabled", True)),
+            )
+            for entry in document["namespaces"]
         ]
-        wanted = {n.name: n for n in config.namespaces}
-        for namespace in namespaces:
-            requested: NamespaceConfig | None = wanted.get(namespace.name)
-            if requested is not None and (
-                requested.initial_shard_count != len(namespace.shard_ids)
-                or requested.key_order is not namespace.key_order
-            ):
-                raise LayoutMismatch(
-                    f"{config.data_dir} holds namespace {namespace.name!r} with "
-                    f"{len(namespace.shard_ids)} shards in {namespace.key_order.value} order; "
-                    f"asked for {requested.initial_shard_count} shards in "
-                    f"{requested.key_order.value} order (resharding is not supported)"
-                )
-        return namespaces
-    namespaces = []
-    next_shard_id = 0
-    for namespace_config in config.namespaces:
-        count = namespace_config.initial_shard_count
-        shard_ids = tuple(range(next_shard_id, next_shard_id + count))
-        next_shard_id += count
-        namespaces.append(
-            StoredNamespace(namespace_config.name, namespace_config.key_order, shard_ids)
-        )
-    config.data_dir.mkdir(parents=True, exist_ok=True)
+    except (ValueError, KeyError, TypeError) as error:
+        raise LayoutMismatch(f"{path} is unreadable: {error!r}") from error
+    seen_shard_ids: set[int] = set()
+    for namespace in namespaces:
+        ids = set(namespace.shard_ids)
+        if not ids or len(ids) != len(namespace.shard_ids) or ids & seen_shard_ids:
+            raise LayoutMismatch(
+                f"{path} is inconsistent: namespace {namespace.name!r} has no shards or "
+                "reuses a shard id"
+            )
+        seen_shard_ids |= ids
+    return namespaces
+
+
+def _layout_document(namespaces: Sequence[StoredNamespace]) -> str:
     document = {
         "namespaces": [
-            {"name": n.name, "key_order": n.key_order.value, "shard_ids": list(n.shard_ids)}
-            for n in namespaces
+            {
+                "name": namespace.name,
+                "key_order": namespace.key_order.value,
+                "shard_ids": list(namespace.shard_ids),
+                "notifications_enabled": namespace.notifications_enabled,
+            }
+            for namespace in namespaces
         ]
     }
-    _write_atomically(path, json.dumps(document, indent=2) + "\n")
-    return namespaces
+    return json.dumps(document, indent=2) + "\n"
+
+
+def reconcile_layout(
+    stored: Sequence[StoredNamespace], wanted: Sequence[NamespaceConfig], where: Path
+) -> list[StoredNamespace]:
+    """The namespaces to serve: the stored ones, checked against `wanted` (whose
+    notifications switch wins, as it is not part of the data), then the wanted
+    ones not stored yet, with fresh shard ids."""
+    requested = {namespace.name: namespace for namespace in wanted}
+    served: list[StoredNamespace] = []
+    for namespace in stored:
+        config = requested.get(namespace.name)
+        shard_count = len(namespace.shard_ids)
+        if config is None:
+            log.warning(
+                "namespace %r (%d shards) is in %s but not in the configuration; "
+                "still serving it, as dropping it would drop its data",
+                namespace.name,
+                shard_count,
+                where,
+            )
+            served.append(namespace)
+            continue
+        if config.initial_shard_count != shard_count or config.key_order is not namespace.key_order:
+            raise LayoutMismatch(
+                f"{where} holds namespace {namespace.name!r} with {shard_count} shards in "
+                f"{namespace.key_order.value} order; asked for {config.initial_shard_count} "
+                f"shards in {config.key_order.value} order (resharding and changing the key "
+                "order are not supported)"
+            )
+        if config.notifications_enabled != namespace.notifications_enabled:
+            log.warning(
+                "namespace %r: notifications turned %s",
+                namespace.name,
+                "on" if config.notifications_enabled else "off",
+            )
+        served.append(
+            dataclasses.replace(namespace, notifications_enabled=config.notifications_enabled)
+        )
+    next_shard_id = max((i for namespace in stored for i in namespace.shard_ids), default=-1) + 1
+    stored_names = {namespace.name for namespace in stored}
+    for config in wanted:
+        if config.name in stored_names:
+            continue
+        shard_ids = tuple(range(next_shard_id, next_shard_id + config.initial_shard_count))
+        next_shard_id += config.initial_shard_count
+        if stored:
+            log.info(
+                "adding namespace %r with shards %d..%d", config.name, shard_ids[0], shard_ids[-1]
+            )
+        served.append(
+            StoredNamespace(config.name, config.key_order, shard_ids, config.notifications_enabled)
+        )
+    return served
+
+
+def load_or_create_layout(config: StandaloneConfig) -> list[StoredNamespace]:
+    path = config.data_dir / LAYOUT_FILE
+    stored = _read_layout(path) if path.exists() else []
+    served = reconcile_layout(stored, config.namespaces, path)
+    if served != stored:
+        # Written before any new shard opens, so a crash in between leaves shard ids
+        # recorded (their directories are created empty on the next start).
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        _write_atomically(path, _layout_document(served))
+    return served
+
+
+def default_namespace(config: StandaloneConfig, served: Sequence[StoredNamespace]) -> str:
+    """What an empty namespace in a request means: "default" when served (the
+    Python client always asks for it, and Oxia servers read an empty name as it),
+    else the first configured namespace."""
+    if any(namespace.name == DEFAULT_NAMESPACE for namespace in served):
+        return DEFAULT_NAMESPACE
+    return config.namespaces[0].name
 
 
 def advertised_address(config: StandaloneConfig, port: int) -> str:
@@ -116,6 +200,7 @@ class StandaloneServer:
     async def start(self) -> str:
         config = self.config
         layout = load_or_create_layout(config)
+        self.directory.default_namespace = default_namespace(config, layout)
         limits = config.limits
         server = grpc.aio.server(
             options=[
@@ -140,13 +225,25 @@ class StandaloneServer:
                     config.data_dir / "shards" / str(shard_id),
                     limits,
                     config.wal_segment_size_bytes,
+                    stored.notifications_enabled,
                 )
             placements = tuple(
                 ShardPlacement(shard_id, hash_range, self.address)
                 for shard_id, hash_range in zip(stored.shard_ids, ranges, strict=True)
             )
             await self.directory.set_namespace(
-                NamespaceLayout(stored.name, stored.key_order, placements), replicas
+                NamespaceLayout(
+                    stored.name, stored.key_order, placements, stored.notifications_enabled
+                ),
+                replicas,
+            )
+            log.info(
+                "namespace %r: shards %d..%d, %s order, notifications %s",
+                stored.name,
+                stored.shard_ids[0],
+                stored.shard_ids[-1],
+                stored.key_order.value,
+                "on" if stored.notifications_enabled else "off",
             )
         server.add_generic_rpc_handlers(generic_handlers(ClientService(self.directory, limits)))
         await server.start()

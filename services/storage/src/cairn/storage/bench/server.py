@@ -1,11 +1,13 @@
-"""Spawn and stop a standalone `cairn-storage` server for `cairn-bench --spawn`.
+"""Spawn and stop a standalone `cairn-storage` server for `cairn-bench --spawn`,
+and the null server (null_server.py) for the gRPC ceiling.
 
 The server runs as `python -c 'from cairn.storage.__main__ import main; ...'`
 with this interpreter (so it is the same checkout, no PATH lookup) and its pid
 is the server process itself, which `cpu_seconds` reads from /proc. Its stdout
 and stderr go to a log file in the work directory, which is polled for the
 `cairn-storage listening on HOST:PORT` line: a file, unlike a pipe, never fills
-up and blocks the server if nobody reads it.
+up and blocks the server if nobody reads it. The null server runs as
+`python -m cairn.storage.bench.null_server` and is handled the same way.
 """
 
 from __future__ import annotations
@@ -25,7 +27,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from cairn.storage.bench.null_server import LISTENING_PREFIX as NULL_LISTENING_PREFIX
+
 LISTENING_LINE = re.compile(r"cairn-storage listening on (\S+)")
+NULL_LISTENING_LINE = re.compile(re.escape(NULL_LISTENING_PREFIX) + r"(\S+)")
 _SERVER_CODE = "import sys; from cairn.storage.__main__ import main; sys.exit(main())"
 _POLL_INTERVAL_S = 0.02
 _WILDCARD_HOSTS = {"0.0.0.0", "::", "[::]", ""}
@@ -33,6 +38,17 @@ _WILDCARD_HOSTS = {"0.0.0.0", "::", "[::]", ""}
 
 class ServerStartError(RuntimeError):
     """The server exited or did not announce its address in time."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpawnedProcess:
+    address: str
+    pid: int
+    work_dir: Path  # temporary: holds the log (removed when the process is stopped)
+    log_path: Path
+
+    def log_tail(self, max_lines: int = 20) -> str:
+        return _tail(self.log_path, max_lines)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +113,41 @@ async def _launch(command: list[str], log_path: Path) -> asyncio.subprocess.Proc
 
 
 @asynccontextmanager
+async def spawned_process(
+    name: str,
+    command: list[str],
+    listening: re.Pattern[str],
+    start_timeout_s: float,
+    stop_timeout_s: float,
+    work_dir: Path | None = None,
+) -> AsyncIterator[SpawnedProcess]:
+    """A process that prints `listening` (group 1: its address) once it serves.
+
+    Stopped on exit: SIGTERM, then SIGKILL after `stop_timeout_s`. Its log goes to
+    `server.log` in `work_dir`, a temp dir made (and removed) here unless given.
+    """
+    own_work_dir = work_dir is None
+    work = Path(tempfile.mkdtemp(prefix="cairn-bench-")) if work_dir is None else work_dir
+    log_path = work / "server.log"
+    try:
+        process = await _launch(command, log_path)
+        try:
+            address = await _wait_listening(name, process, log_path, listening, start_timeout_s)
+            yield SpawnedProcess(dialable(address), process.pid, work, log_path)
+        finally:
+            code = await _stop(name, process, stop_timeout_s)
+            if code not in (0, -signal.SIGTERM):
+                print(
+                    f"cairn-bench: {name} exited with code {code}; log tail:\n"
+                    f"{_tail(log_path, 20)}",
+                    file=sys.stderr,
+                )
+    finally:
+        if own_work_dir:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+@asynccontextmanager
 async def spawned_server(
     shards: int,
     data_dir: Path | None,
@@ -110,52 +161,72 @@ async def spawned_server(
     """
     work_dir = Path(tempfile.mkdtemp(prefix="cairn-bench-"))
     server_data = work_dir / "data" if data_dir is None else data_dir
-    log_path = work_dir / "server.log"
     try:
-        process = await _launch(server_command(server_data, shards, extra_args), log_path)
-        try:
-            address = await _wait_listening(process, log_path, start_timeout_s)
+        async with spawned_process(
+            "server",
+            server_command(server_data, shards, extra_args),
+            LISTENING_LINE,
+            start_timeout_s,
+            stop_timeout_s,
+            work_dir,
+        ) as process:
             yield SpawnedServer(
-                address=dialable(address),
+                address=process.address,
                 pid=process.pid,
                 data_dir=server_data,
                 work_dir=work_dir,
-                log_path=log_path,
+                log_path=process.log_path,
             )
-        finally:
-            code = await _stop(process, stop_timeout_s)
-            if code not in (0, -signal.SIGTERM):
-                print(
-                    f"cairn-bench: server exited with code {code}; log tail:\n"
-                    f"{_tail(log_path, 20)}",
-                    file=sys.stderr,
-                )
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
 
 
+def null_server_command(shards: int) -> list[str]:
+    module = "cairn.storage.bench.null_server"
+    return [sys.executable, "-m", module, "--port", "0", "--shards", str(shards)]
+
+
+@asynccontextmanager
+async def spawned_null_server(
+    shards: int, start_timeout_s: float, stop_timeout_s: float
+) -> AsyncIterator[SpawnedProcess]:
+    """The null server (see null_server.py) announcing `shards` shards, for a ceiling."""
+    async with spawned_process(
+        "null server",
+        null_server_command(shards),
+        NULL_LISTENING_LINE,
+        start_timeout_s,
+        stop_timeout_s,
+    ) as process:
+        yield process
+
+
 async def _wait_listening(
-    process: asyncio.subprocess.Process, log_path: Path, timeout_s: float
+    name: str,
+    process: asyncio.subprocess.Process,
+    log_path: Path,
+    listening: re.Pattern[str],
+    timeout_s: float,
 ) -> str:
     deadline_s = time.monotonic() + timeout_s
     while True:
-        match = LISTENING_LINE.search(_read_log(log_path))
+        match = listening.search(_read_log(log_path))
         if match:
             return match.group(1)
         if process.returncode is not None:
             raise ServerStartError(
-                f"server exited with code {process.returncode} before listening:\n"
+                f"{name} exited with code {process.returncode} before listening:\n"
                 f"{_tail(log_path, 20)}"
             )
         if time.monotonic() > deadline_s:
             raise ServerStartError(
-                f"server did not print its listening line within {timeout_s:.0f} s:\n"
+                f"{name} did not print its listening line within {timeout_s:.0f} s:\n"
                 f"{_tail(log_path, 20)}"
             )
         await asyncio.sleep(_POLL_INTERVAL_S)
 
 
-async def _stop(process: asyncio.subprocess.Process, timeout_s: float) -> int:
+async def _stop(name: str, process: asyncio.subprocess.Process, timeout_s: float) -> int:
     """SIGTERM, wait up to `timeout_s`, then SIGKILL. Returns the exit code."""
     if process.returncode is None:
         with contextlib.suppress(ProcessLookupError):
@@ -164,7 +235,7 @@ async def _stop(process: asyncio.subprocess.Process, timeout_s: float) -> int:
             return await asyncio.wait_for(process.wait(), timeout_s)
         except TimeoutError:
             print(
-                f"cairn-bench: server did not stop within {timeout_s:.0f} s of SIGTERM; SIGKILL",
+                f"cairn-bench: {name} did not stop within {timeout_s:.0f} s of SIGTERM; SIGKILL",
                 file=sys.stderr,
             )
             with contextlib.suppress(ProcessLookupError):

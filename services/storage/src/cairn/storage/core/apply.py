@@ -15,6 +15,7 @@ from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import storage_internal_pb2 as internal_pb
 from cairn.storage.core import wire
 from cairn.storage.core.meta import COMMIT_OFFSET_KEY, encode_i64, ephemeral_key, session_key
+from cairn.storage.core.notifications import EntryNotifications
 from cairn.storage.core.sessions import ephemeral_range, owning_session
 from cairn.storage.kv.store import Change, Column, KvReader
 from cairn.storage.records import HAS_SESSION, HEADER, HEADER_SIZE, RecordMeta, encode_record
@@ -198,6 +199,7 @@ def apply_write(
     timestamp_ms: int,
     key_order: KeyOrder,
     plain_puts: bool = False,
+    notes: EntryNotifications | None = None,
 ) -> bytes:
     """Apply one entry's write request (puts, then deletes, then delete ranges) and
     return the serialized WriteResponse.
@@ -216,14 +218,24 @@ def apply_write(
         for put in request.puts:
             append(
                 _apply_plain_put(
-                    state, put, encode(put.key), offset, timestamp_ms, created_header, responses
+                    state,
+                    put,
+                    encode(put.key),
+                    offset,
+                    timestamp_ms,
+                    created_header,
+                    responses,
+                    notes,
                 )
             )
     else:
         for put in request.puts:
-            append(_apply_put(state, put, encode(put.key), offset, timestamp_ms))
+            append(_apply_put(state, put, encode(put.key), offset, timestamp_ms, notes))
     for delete in request.deletes:
-        append(_DELETE_RESPONSES[_apply_delete(state, delete, encode(delete.key))])
+        status = _apply_delete(state, delete, encode(delete.key))
+        if notes is not None and status == OK:
+            notes.deleted(delete.key)
+        append(_DELETE_RESPONSES[status])
     for delete_range in request.delete_ranges:
         start = encode(delete_range.start_inclusive)
         end = encode(delete_range.end_exclusive)
@@ -233,6 +245,8 @@ def apply_write(
                 if header is not None:
                     state.detach_ephemeral(key, header)
                 state.delete_record(key)
+            if notes is not None:
+                notes.range_deleted(delete_range.start_inclusive, delete_range.end_exclusive)
         append(_DELETE_RANGE_OK)
     return b"".join(parts)
 
@@ -252,12 +266,15 @@ def _apply_plain_put(
     timestamp_ms: int,
     created_header: bytes,
     responses: wire.PutResponses,
+    notes: EntryNotifications | None,
 ) -> bytes:
     existing = state.get_header(encoded_key)
     if existing is None:
         if put.HasField("expected_version_id") and _expected_version_fails(put, None):
             return _PUT_UNEXPECTED_VERSION
         state.put_record(encoded_key, created_header + put.value)
+        if notes is not None:
+            notes.created(put.key, offset)
         return responses.created
     existing_version, previous_modifications, created_ms, _, flags = HEADER.unpack_from(existing)
     if put.HasField("expected_version_id") and _expected_version_fails(put, existing_version):
@@ -269,6 +286,8 @@ def _apply_plain_put(
     state.put_record(
         encoded_key, HEADER.pack(offset, modifications, created_ms, timestamp_ms, 0) + put.value
     )
+    if notes is not None:
+        notes.modified(put.key, offset)
     return responses.updated(modifications, created_ms)
 
 
@@ -278,6 +297,7 @@ def _apply_put(
     encoded_key: bytes,
     offset: int,
     timestamp_ms: int,
+    notes: EntryNotifications | None,
 ) -> bytes:
     existing = state.get_header(encoded_key)
     if existing is None:
@@ -312,6 +332,11 @@ def _apply_put(
         put.partition_key if put.HasField("partition_key") else None,
     )
     state.put_record(encoded_key, encode_record(meta, put.value))
+    if notes is not None:
+        if existing is None:
+            notes.created(put.key, offset)
+        else:
+            notes.modified(put.key, offset)
     return wire.field(
         wire.PUTS,
         wire.put_ok(offset, modifications, created_ms, timestamp_ms, session_id, client_identity),
@@ -343,7 +368,12 @@ def apply_create_session(
     return offset
 
 
-def apply_close_session(state: PendingChanges, entry: internal_pb.CloseSessionEntry) -> bool:
+def apply_close_session(
+    state: PendingChanges,
+    entry: internal_pb.CloseSessionEntry,
+    key_order: KeyOrder,
+    notes: EntryNotifications | None = None,
+) -> bool:
     """Delete a session and the records it still owns; False if it was not open."""
     session_id = entry.session_id
     if not state.session_exists(session_id):
@@ -354,6 +384,8 @@ def apply_close_session(state: PendingChanges, entry: internal_pb.CloseSessionEn
         record = state.get_record(encoded_key)
         if record is not None and owning_session(record) == session_id:
             state.delete_record(encoded_key)
+            if notes is not None:
+                notes.deleted(key_order.decode(encoded_key))
         state.set_meta(index_key, None)
     state.set_meta(session_key(session_id), None)
     return True

@@ -10,6 +10,10 @@ TERM_KEY = b"term"
 SESSION_PREFIX = b"session/"
 # ephemeral/<id><encoded key>: the records a session owns, so closing it finds them.
 EPHEMERAL_PREFIX = b"ephemeral/"
+# notification/<offset>: the serialized NotificationBatch of that entry.
+NOTIFICATION_PREFIX = b"notification/"
+# Notifications of offsets below this value were trimmed (retention).
+NOTIFICATIONS_TRIMMED_BEFORE_KEY = b"notifications_trimmed_before"
 _ID = struct.Struct(">q")  # big endian: keys of one prefix sort by id
 
 _I64 = struct.Struct("<q")
@@ -49,3 +53,12 @@ def prefix_end(prefix: bytes) -> bytes:
     if not trimmed:
         raise ValueError("a prefix of only 0xFF bytes has no end")
     return trimmed[:-1] + bytes((trimmed[-1] + 1,))
+
+
+def notification_key(offset: int) -> bytes:
+    return NOTIFICATION_PREFIX + _ID.pack(offset)
+
+
+def notification_offset_of(key: bytes) -> int:
+    value: int = _ID.unpack_from(key, len(NOTIFICATION_PREFIX))[0]
+    return value

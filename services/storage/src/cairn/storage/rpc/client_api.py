@@ -14,14 +14,16 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from cairn.common.errors import CairnError, InvalidRequest
+from cairn.common.errors import CairnError, InvalidRequest, NotificationsTrimmed
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.storage.config import Limits
 from cairn.storage.core import reads
 from cairn.storage.core.fastpath import has_plain_puts
+from cairn.storage.core.notifications import stored_batches, trimmed_before
 from cairn.storage.core.validation import validate_range, validate_read, validate_write
 from cairn.storage.directory import ShardDirectory
 from cairn.storage.rpc.status import abort
+from cairn.storage.shard import wall_clock_ms
 
 SERVICE_NAMES = ("io.oxia.proto.v1.OxiaClient", "io.streamnative.oxia.proto.OxiaClient")
 SHARD_ID_HEADER = "shard-id"
@@ -216,6 +218,52 @@ class ClientService:
         if chunk.records:
             yield chunk
 
+    # ---- notifications --------------------------------------------------------------
+
+    async def get_notifications(
+        self, request: pb.NotificationsRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[bytes]:
+        """Serialized NotificationBatches, read from the shard's durable store at the
+        subscriber's own pace: no per-subscriber buffer, so a slow subscriber costs no
+        memory (gRPC flow control pauses this generator); one that falls behind the
+        retention is told so and can resubscribe."""
+        try:
+            shard = self.directory.leader_shard(request.shard)
+            if not shard.notifications_enabled:
+                raise InvalidRequest(
+                    f"notifications are disabled for namespace {shard.namespace!r}"
+                )
+        except CairnError as error:
+            await abort(context, error)
+        if request.HasField("start_offset_exclusive"):
+            position = request.start_offset_exclusive
+        else:
+            # A new subscriber learns where "now" is at once.
+            position = shard.commit_offset
+            yield pb.NotificationBatch(
+                shard=shard.shard_id, offset=position, timestamp=wall_clock_ms()
+            ).SerializeToString()
+        limit = self.limits.max_notification_batches_per_read
+        while True:
+            if position + 1 < trimmed_before(shard.kv):
+                await abort(
+                    context,
+                    NotificationsTrimmed(
+                        f"notifications after offset {position} of shard {shard.shard_id} "
+                        "were trimmed (retention); subscribe again without a start offset"
+                    ),
+                )
+            # Everything committed up to here is in the KV before the scan starts.
+            seen_commit = shard.commit_offset
+            batches = stored_batches(shard.kv, position, limit)
+            for offset, batch in batches:
+                yield batch
+                position = offset
+            if len(batches) < limit:
+                if shard.closing:
+                    return
+                await shard.wait_for_commit_after(seen_commit)
+
     # ---- sessions -------------------------------------------------------------------
 
     async def create_session(
@@ -283,8 +331,8 @@ def _unary_stream(
 
 
 def generic_handlers(service: ClientService) -> list[grpc.GenericRpcHandler]:
-    """Handlers for both service names. Notification and sequence RPCs are not
-    served yet: gRPC answers them UNIMPLEMENTED."""
+    """Handlers for both service names. GetSequenceUpdates is not served yet: gRPC
+    answers it UNIMPLEMENTED."""
     methods = {
         "GetShardAssignments": _unary_stream(
             service.get_shard_assignments, pb.ShardAssignmentsRequest, pb.ShardAssignments
@@ -295,6 +343,10 @@ def generic_handlers(service: ClientService) -> list[grpc.GenericRpcHandler]:
         "Read": _unary_stream(service.read, pb.ReadRequest, pb.ReadResponse),
         "List": _unary_stream(service.list, pb.ListRequest, pb.ListResponse),
         "RangeScan": _unary_stream(service.range_scan, pb.RangeScanRequest, pb.RangeScanResponse),
+        # Stored batches are sent as they were serialized when committed.
+        "GetNotifications": grpc.unary_stream_rpc_method_handler(
+            service.get_notifications, request_deserializer=pb.NotificationsRequest.FromString
+        ),
         "CreateSession": _unary(
             service.create_session, pb.CreateSessionRequest, pb.CreateSessionResponse
         ),

@@ -1,0 +1,145 @@
+"""Running a phase against a target: in this process, or in `--procs` load
+processes started together and merged; with the server's CPU time taken at the
+edges of the measured window when its pid is known."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import queue
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from cairn.storage.bench.load import (
+    CHILD_SETUP_TIMEOUT_S,
+    WindowHook,
+    run_phase,
+    run_phase_in_child,
+)
+from cairn.storage.bench.rpc import ShardInfo
+from cairn.storage.bench.server import cpu_seconds
+from cairn.storage.bench.specs import LoadResult, PhaseResult, PhaseSpec
+
+# Beyond its own phase time, how long the parent waits for a load process's result.
+RESULT_MARGIN_S = 60.0
+JOIN_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    address: str
+    shards: list[ShardInfo]
+    server_pid: int | None
+    spawned: bool
+
+
+def _split(total: int, parts: int, index: int) -> int:
+    return total // parts + (1 if index < total % parts else 0)
+
+
+def _child_phase(phase: PhaseSpec, procs: int, index: int) -> PhaseSpec:
+    loads = tuple(
+        replace(
+            spec,
+            concurrency=_split(spec.concurrency, procs, index),
+            rate_ops_per_s=None if spec.rate_ops_per_s is None else spec.rate_ops_per_s / procs,
+            seed=spec.seed + 7919 * index,
+        )
+        for spec in phase.loads
+    )
+    return replace(phase, loads=loads)
+
+
+async def execute_phase(phase: PhaseSpec, target: Target, procs: int) -> PhaseResult:
+    server_marks: dict[str, float | None] = {}
+
+    def on_window(event: str) -> None:
+        if target.server_pid is not None:
+            server_marks[event] = cpu_seconds(target.server_pid)
+
+    if procs == 1:
+        results, client_cpu_s, build_s = await run_phase(phase, target.shards, on_window=on_window)
+    else:
+        results, client_cpu_s, build_s = await run_phase_procs(
+            phase, target.shards, procs, on_window
+        )
+    start, end = server_marks.get("measure_start"), server_marks.get("end")
+    server_cpu_s = None if start is None or end is None else end - start
+    return PhaseResult(results, phase.duration_s, client_cpu_s, server_cpu_s, build_s)
+
+
+async def run_phase_procs(
+    phase: PhaseSpec,
+    shards: list[ShardInfo],
+    procs: int,
+    on_window: WindowHook,
+) -> tuple[list[LoadResult], float, float]:
+    """Load processes (spawned, not forked), started together by a barrier; results merged.
+
+    The parent only keeps time (for the server CPU marks) and merges. Every wait is
+    bounded, and on any failure the barrier is aborted and a sentinel queued so no
+    helper thread stays blocked, then the children are terminated.
+    """
+    for spec in phase.loads:
+        if spec.concurrency < procs:
+            raise RuntimeError(f"--concurrency {spec.concurrency} is below --procs {procs}")
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(procs + 1)
+    results_queue = context.Queue()
+    children = [
+        context.Process(
+            target=run_phase_in_child,
+            args=(_child_phase(phase, procs, i), shards, barrier, results_queue),
+            daemon=True,
+        )
+        for i in range(procs)
+    ]
+    for child in children:
+        child.start()
+    phase_s = phase.warmup_s + phase.duration_s + phase.drain_s
+    outputs: list[dict[str, Any]] = []
+    finished = False
+    try:
+        try:
+            await asyncio.to_thread(barrier.wait, CHILD_SETUP_TIMEOUT_S)
+        except threading.BrokenBarrierError:
+            pass  # a child failed during setup: its error is on the queue
+        else:
+            started_s = time.monotonic()
+            await asyncio.sleep(max(0.0, started_s + phase.warmup_s - time.monotonic()))
+            on_window("measure_start")
+            end_s = started_s + phase.warmup_s + phase.duration_s
+            await asyncio.sleep(max(0.0, end_s - time.monotonic()))
+            on_window("end")
+        for _ in children:
+            try:
+                output = await asyncio.to_thread(results_queue.get, True, phase_s + RESULT_MARGIN_S)
+            except queue.Empty:
+                raise RuntimeError("a load process sent no result in time") from None
+            outputs.append(output)
+            if "error" in output:
+                break
+        finished = True
+    finally:
+        if not finished:
+            barrier.abort()
+            results_queue.put({"error": "cancelled"})  # frees a blocked get
+        for child in children:
+            if finished:
+                await asyncio.to_thread(child.join, JOIN_TIMEOUT_S)
+            if child.is_alive():
+                child.terminate()
+                await asyncio.to_thread(child.join, JOIN_TIMEOUT_S)
+    merged = [LoadResult(spec=spec) for spec in phase.loads]
+    client_cpu_s = 0.0
+    build_s = 0.0
+    for output in outputs:
+        if "error" in output:
+            raise RuntimeError(f"load process failed: {output['error']}")
+        for total, data in zip(merged, output["loads"], strict=True):
+            total.merge(LoadResult.from_dict(total.spec, data))
+        client_cpu_s += output["client_cpu_s"]
+        build_s = max(build_s, output["build_s"])
+    return merged, client_cpu_s, build_s

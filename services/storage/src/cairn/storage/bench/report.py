@@ -1,0 +1,261 @@
+"""Result rows and how they are printed: one `key=value` line per row as it
+finishes, a table at the end of `all`, and the put rows as shares of their
+grpc.aio ceiling."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from cairn.storage.bench.fsync_probe import FsyncResult
+from cairn.storage.bench.specs import LoadResult, LoadSpec, PhaseResult
+
+CEILING_PREFIX = "ceiling grpc.aio "
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    name: str
+    ops_per_s: float
+    requests_per_s: float
+    p50_ms: float | None
+    p99_ms: float | None
+    p999_ms: float | None
+    max_ms: float | None
+    errors: int
+    client_cpu_us_per_op: float | None = None
+    server_cpu_us_per_op: float | None = None
+    extra: tuple[tuple[str, Any], ...] = ()
+    ops_unit: str = "ops"  # fsync rows count records
+    requests_unit: str = "req"  # fsync rows count syncs
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {
+            "name": self.name,
+            "ops_per_s": round(self.ops_per_s, 1),
+            "requests_per_s": round(self.requests_per_s, 1),
+            "p50_ms": _round(self.p50_ms),
+            "p99_ms": _round(self.p99_ms),
+            "p999_ms": _round(self.p999_ms),
+            "max_ms": _round(self.max_ms),
+            "errors": self.errors,
+            "client_cpu_us_per_op": _round(self.client_cpu_us_per_op),
+            "server_cpu_us_per_op": _round(self.server_cpu_us_per_op),
+        }
+        data.update(dict(self.extra))
+        return data
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if value >= 100:
+        return f"{value:.0f}"
+    return f"{value:.{digits}g}" if value else "0"
+
+
+def load_row(name: str, result: LoadResult, phase: PhaseResult) -> Row:
+    latency = result.latency
+    has = latency.count > 0
+    extra: list[tuple[str, Any]] = [
+        ("requests", result.requests),
+        ("ops", result.ops_ok),
+        ("rpc_errors", result.rpc_errors),
+        ("client_cores", round(phase.client_cpu_s / phase.window_s, 3)),
+        ("pool_build_s", round(phase.build_s, 2)),
+    ]
+    if phase.server_cpu_s is not None:
+        extra.append(("server_cores", round(phase.server_cpu_s / phase.window_s, 3)))
+    if result.spec.rate_ops_per_s is not None:
+        lag, from_send = result.send_lag, result.from_send
+        extra += [
+            ("target_ops_per_s", round(result.spec.rate_ops_per_s, 1)),
+            ("send_lag_p50_ms", round(lag.percentile_ms(50), 4)),
+            ("send_lag_p99_ms", round(lag.percentile_ms(99), 4)),
+            ("from_send_p50_ms", round(from_send.percentile_ms(50), 4)),
+            ("from_send_p99_ms", round(from_send.percentile_ms(99), 4)),
+            ("unsent_requests", result.unsent_requests),
+        ]
+    if result.first_error:
+        extra.append(("first_error", result.first_error))
+    return Row(
+        name=name,
+        ops_per_s=result.ops_per_s,
+        requests_per_s=result.requests_per_s,
+        p50_ms=latency.percentile_ms(50) if has else None,
+        p99_ms=latency.percentile_ms(99) if has else None,
+        p999_ms=latency.percentile_ms(99.9) if has else None,
+        max_ms=latency.percentile_ms(100) if has else None,
+        errors=result.errors,
+        client_cpu_us_per_op=phase.client_cpu_us_per_op() if result.ops_ok else None,
+        server_cpu_us_per_op=phase.server_cpu_us_per_op(),
+        extra=tuple(extra),
+    )
+
+
+def fsync_row(name: str, result: FsyncResult) -> Row:
+    latency = result.latency
+    has = latency.count > 0
+    return Row(
+        name=name,
+        ops_per_s=result.records_per_s,
+        requests_per_s=result.syncs_per_s,
+        p50_ms=latency.percentile_ms(50) if has else None,
+        p99_ms=latency.percentile_ms(99) if has else None,
+        p999_ms=latency.percentile_ms(99.9) if has else None,
+        max_ms=latency.percentile_ms(100) if has else None,
+        errors=0,
+        ops_unit="records",
+        requests_unit="syncs",
+        extra=(
+            ("records_per_sync", result.spec.records_per_sync),
+            ("record_size_bytes", result.spec.record_size_bytes),
+            ("syncs", result.syncs),
+            ("directory", str(result.spec.directory)),
+        ),
+    )
+
+
+def format_row_line(row: Row) -> str:
+    """One `key=value` line per figure set; easy to read and to parse."""
+    parts = [
+        f"{row.ops_unit}/s={row.ops_per_s:.0f}",
+        f"{row.requests_unit}/s={row.requests_per_s:.1f}",
+        f"p50_ms={_fmt(row.p50_ms)}",
+        f"p99_ms={_fmt(row.p99_ms)}",
+        f"p999_ms={_fmt(row.p999_ms)}",
+        f"max_ms={_fmt(row.max_ms)}",
+        f"errors={row.errors}",
+    ]
+    if row.client_cpu_us_per_op is not None:
+        parts.append(f"client_cpu_us/op={_fmt(row.client_cpu_us_per_op)}")
+    if row.server_cpu_us_per_op is not None:
+        parts.append(f"server_cpu_us/op={_fmt(row.server_cpu_us_per_op)}")
+    for key, value in row.extra:
+        if key in ("client_cores", "server_cores", "target_ops_per_s", "unsent_requests"):
+            parts.append(f"{key}={value}")
+        elif key.startswith(("send_lag", "from_send")):
+            parts.append(f"{key}={_fmt(value)}")
+    line = f"{row.name}: " + " ".join(parts)
+    error = dict(row.extra).get("first_error")
+    if error:
+        line += f"\n  first error: {error}"
+    return line
+
+
+_TABLE_COLUMNS = (
+    ("workload", 34),
+    ("ops/s", 10),
+    ("req/s", 9),
+    ("p50 ms", 8),
+    ("p99 ms", 8),
+    ("p999 ms", 8),
+    ("max ms", 8),
+    ("errors", 8),
+    ("cli us/op", 10),
+    ("srv us/op", 10),
+)
+
+
+def format_table(rows: Sequence[Row]) -> str:
+    head = "".join(
+        name.ljust(width) if i == 0 else name.rjust(width)
+        for i, (name, width) in enumerate(_TABLE_COLUMNS)
+    )
+    lines = [head, "-" * len(head)]
+    for row in rows:
+        cells = [
+            row.name,
+            f"{row.ops_per_s:.0f}",
+            f"{row.requests_per_s:.0f}",
+            _fmt(row.p50_ms),
+            _fmt(row.p99_ms),
+            _fmt(row.p999_ms),
+            _fmt(row.max_ms),
+            str(row.errors),
+            _fmt(row.client_cpu_us_per_op),
+            _fmt(row.server_cpu_us_per_op),
+        ]
+        lines.append(
+            "".join(
+                cell.ljust(width) if i == 0 else cell.rjust(width)
+                for i, (cell, (_, width)) in enumerate(zip(cells, _TABLE_COLUMNS, strict=True))
+            )
+        )
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------
+# The grpc.aio ceiling: what the null server carries under the same load
+
+
+def ceiling_label(spec: LoadSpec) -> str:
+    """`ceiling grpc.aio stream b=100`: the put row's label, against the null server."""
+    return CEILING_PREFIX + spec.label().removeprefix(f"{spec.kind} ")
+
+
+@dataclass(frozen=True, slots=True)
+class CeilingShare:
+    """A put row and the ceiling row measured with the same mode, batch and rate."""
+
+    row: Row
+    ceiling: Row
+
+    @property
+    def percent(self) -> float | None:
+        if self.ceiling.ops_per_s <= 0:
+            return None
+        return 100.0 * self.row.ops_per_s / self.ceiling.ops_per_s
+
+
+def ceiling_shares(rows: Sequence[Row]) -> list[CeilingShare]:
+    """Every put row that has a ceiling row of the same mode and batch, in row order."""
+    ceilings = {
+        row.name.removeprefix(CEILING_PREFIX): row
+        for row in rows
+        if row.name.startswith(CEILING_PREFIX)
+    }
+    shares = []
+    for row in rows:
+        ceiling = (
+            ceilings.get(row.name.removeprefix("put ")) if row.name.startswith("put ") else None
+        )
+        if ceiling is not None:
+            shares.append(CeilingShare(row, ceiling))
+    return shares
+
+
+def with_ceiling_shares(rows: Sequence[Row]) -> list[Row]:
+    """The rows, the put rows with a ceiling given its figures too (for --json)."""
+    extra = {}
+    for share in ceiling_shares(rows):
+        percent = share.percent
+        extra[share.row.name] = (
+            ("ceiling_pct", None if percent is None else round(percent, 1)),
+            ("ceiling_ops_per_s", round(share.ceiling.ops_per_s, 1)),
+        )
+    return [
+        replace(row, extra=row.extra + extra[row.name]) if row.name in extra else row
+        for row in rows
+    ]
+
+
+def format_ceiling_shares(shares: Sequence[CeilingShare]) -> str:
+    """`put stream b=100: 64% of the grpc.aio ceiling (...)`, one line per put row."""
+    lines = []
+    for share in shares:
+        row, ceiling, percent = share.row, share.ceiling, share.percent
+        share_text = "-" if percent is None else f"{percent:.0f}%"
+        detail = f"{row.ops_per_s:.0f} vs {ceiling.ops_per_s:.0f} ops/s"
+        if row.server_cpu_us_per_op is not None and ceiling.server_cpu_us_per_op is not None:
+            detail += (
+                f"; server CPU {_fmt(row.server_cpu_us_per_op)}"
+                f" vs {_fmt(ceiling.server_cpu_us_per_op)} us/op"
+            )
+        lines.append(f"{row.name}: {share_text} of the grpc.aio ceiling ({detail})")
+    return "\n".join(lines)

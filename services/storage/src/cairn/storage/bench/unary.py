@@ -1,0 +1,102 @@
+"""The one-request-per-call driver: unary Write (put, `--mode unary`) and Read (get).
+
+`concurrency` workers share one request list (cycling through the shards) and,
+in open loop, one schedule; each has one request in flight at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+
+import grpc
+import grpc.aio
+
+from cairn.storage.bench.pools import count_get_results, count_put_results
+from cairn.storage.bench.rpc import METHOD_READ, METHOD_WRITE, Channels, Router
+from cairn.storage.bench.specs import LoadSpec
+from cairn.storage.bench.timing import Schedule, Tally, Window, sleep_until
+
+# After an RPC failed because the server is gone or too slow: do not spin on it.
+UNAVAILABLE_BACKOFF_S = 0.1
+
+Sender = Callable[[int, bytes], Awaitable[tuple[int, int]]]
+
+
+async def unary_worker(
+    send: Sender,
+    requests: Sequence[tuple[int, bytes]],
+    cursor: list[int],
+    window: Window,
+    schedule: Schedule | None,
+    tally: Tally,
+) -> None:
+    """One request at a time: Write (put, unary mode) or Read (get)."""
+    count = len(requests)
+    while True:
+        if schedule is not None:
+            start_s = schedule.take()
+            if start_s >= window.end_s:
+                return
+            if time.monotonic() >= window.drain_deadline_s:
+                tally.unsent(1 + schedule.count_before(window.end_s))
+                return
+            await sleep_until(start_s)
+            sent_s: float | None = time.monotonic()
+        else:
+            start_s = time.monotonic()
+            sent_s = None
+            if start_s >= window.end_s:
+                return
+        shard_id, request = requests[cursor[0] % count]
+        cursor[0] += 1
+        try:
+            ok, failed = await send(shard_id, request)
+        except Exception as error:
+            tally.failed(start_s, time.monotonic(), error)
+            if isinstance(error, grpc.aio.AioRpcError) and error.code() in (
+                grpc.StatusCode.UNAVAILABLE,
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+            ):
+                await asyncio.sleep(UNAVAILABLE_BACKOFF_S)
+        else:
+            tally.done(start_s, sent_s, time.monotonic(), ok, failed)
+
+
+def unary_sender(
+    channels: Channels,
+    router: Router,
+    spec: LoadSpec,
+    rpc_timeout_s: float,
+) -> Sender:
+    """A function sending one pooled request to its shard's leader: (ops ok, ops failed)."""
+    by_shard = {s.shard_id: s for s in router.shards}
+    batch = spec.batch
+    if spec.kind == "put":
+        writes = {
+            shard_id: channels.get(shard.leader).unary_unary(METHOD_WRITE)
+            for shard_id, shard in by_shard.items()
+        }
+
+        async def send_write(shard_id: int, request: bytes) -> tuple[int, int]:
+            raw = await writes[shard_id](request, timeout=rpc_timeout_s)
+            return count_put_results(raw, batch)
+
+        return send_write
+    reads = {
+        shard_id: channels.get(shard.leader).unary_stream(METHOD_READ)
+        for shard_id, shard in by_shard.items()
+    }
+
+    async def send_read(shard_id: int, request: bytes) -> tuple[int, int]:
+        call = reads[shard_id](request, timeout=rpc_timeout_s)
+        chunks: list[bytes] = []
+        while True:
+            raw = await call.read()
+            if raw is grpc.aio.EOF:
+                break
+            chunks.append(raw)
+        return count_get_results(chunks, batch)
+
+    return send_read
