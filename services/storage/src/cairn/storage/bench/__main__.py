@@ -12,8 +12,8 @@ Workloads: `put` (WriteStream pipelined, or unary Write with --mode unary),
 load against a null server: grpc.aio on uvloop answering every write unstored,
 spawned for the run, announcing --shards shards; no real server needed), `all`
 (fsync; for batch 100 and batch 1 a ceiling row, with as many shards as the
-server, right before its put row; get batched and single-op; put+get together
-in open loop at half of the measured batched peaks; a summary table, and each
+server, right before its put row; get batched and single-op; in open loop at half of
+the measured batched peaks, put alone, get alone, then put+get together; a summary table, and each
 put row's ops/s as a share of its ceiling: quote that share, which the noise of
 a shared machine moves less than absolute figures).
 
@@ -327,6 +327,13 @@ async def run_workload(args: argparse.Namespace, target: Target, fsync_dir: Path
         return rows
     mixed_put = replace(put_batched, rate_ops_per_s=half_put)
     mixed_get = replace(get_batched, rate_ops_per_s=half_get)
+    # Each alone at half its peak (the latency targets), then both at once.
+    rows += await _run_load_phase(
+        args, target, _phase(args, mixed_put), [f"half {mixed_put.label()}"]
+    )
+    rows += await _run_load_phase(
+        args, target, _phase(args, mixed_get), [f"half {mixed_get.label()}"]
+    )
     rows += await _run_load_phase(
         args,
         target,
@@ -337,7 +344,7 @@ async def run_workload(args: argparse.Namespace, target: Target, fsync_dir: Path
 
 
 def _phase_count(workload: str) -> int:
-    return {"put": 1, "get": 1, "fsync": 0, "ceiling": 1, "all": 7}[workload]
+    return {"put": 1, "get": 1, "fsync": 0, "ceiling": 1, "all": 9}[workload]
 
 
 def _spawn_count(workload: str) -> int:
