@@ -8,12 +8,6 @@ import asyncio
 import itertools
 import json
 import logging
-import os
-import queue
-import subprocess
-import sys
-import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -36,7 +30,7 @@ from cairn.storage.directory import (
     ShardPlacement,
 )
 from cairn.storage.standalone import LAYOUT_FILE, StoredNamespace, load_or_create_layout
-from support.processes import LISTENING_PREFIX, StandaloneProcess
+from support.processes import StandaloneProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -48,60 +42,12 @@ ORDER_KEYS = ("/o/a", "/o/a-z", "/o/a/b", "/o/a/b/c", "/o/a0", "/o/b")
 
 
 class SpecServer(StandaloneProcess):
-    """`cairn-storage standalone` configured with --namespace-spec options.
-
-    StandaloneProcess always passes --shards, which --namespace-spec excludes, so this
-    builds its own command; stopping and killing are inherited."""
+    """`cairn-storage standalone` configured with --namespace-spec options."""
 
     def __init__(self, data_dir: Path, specs: Sequence[str], *extra: str) -> None:
-        super().__init__(data_dir, 0, extra)
+        spec_args = tuple(arg for spec in specs for arg in ("--namespace-spec", spec))
+        super().__init__(data_dir, None, (*spec_args, *extra))
         self.specs = tuple(specs)
-
-    def command(self) -> list[str]:
-        spec_args = [arg for spec in self.specs for arg in ("--namespace-spec", spec)]
-        return [
-            sys.executable, "-m", "cairn.storage", "standalone", "--port", "0",
-            "--data-dir", str(self.data_dir), "--log-level", "WARNING", *spec_args,
-            *self.extra_args,
-        ]  # fmt: skip
-
-    def start(self, timeout_s: float = 30.0) -> str:
-        self.process = subprocess.Popen(
-            self.command(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        lines: queue.Queue[str | None] = queue.Queue()
-        stdout = self.process.stdout
-        assert stdout is not None
-
-        def pump() -> None:
-            with stdout:
-                for line in stdout:
-                    self.output.append(line)
-                    lines.put(line)
-            lines.put(None)
-
-        self._pump = threading.Thread(target=pump, daemon=True)
-        self._pump.start()
-        deadline = time.monotonic() + timeout_s
-        try:
-            while (line := lines.get(timeout=max(0.0, deadline - time.monotonic()))) is not None:
-                if line.startswith(LISTENING_PREFIX):
-                    self.address = line[len(LISTENING_PREFIX) :].strip()
-                    return self.address
-        except queue.Empty:
-            self.kill()
-            raise TimeoutError("server did not start:\n" + "".join(self.output)) from None
-        raise RuntimeError("server exited before listening:\n" + "".join(self.output))
-
-    def run_to_exit(self, timeout_s: float = 30.0) -> subprocess.CompletedProcess[str]:
-        """Run the command expecting it to refuse to start."""
-        return subprocess.run(
-            self.command(), capture_output=True, text=True, timeout=timeout_s, check=False
-        )
 
 
 @pytest.fixture

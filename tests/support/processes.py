@@ -29,15 +29,23 @@ class StandaloneProcess:
         self.output: list[str] = []
         self._pump: threading.Thread | None = None
 
-    def start(self, timeout_s: float = 30.0) -> str:
-        command = [
+    def command(self) -> list[str]:
+        return [
             sys.executable, "-m", "cairn.storage", "standalone",
             "--port", "0", "--data-dir", str(self.data_dir), "--log-level", "WARNING",
             *(["--shards", str(self.shards)] if self.shards is not None else []),
             *self.extra_args,
         ]  # fmt: skip
+
+    def run_to_exit(self, timeout_s: float = 30.0) -> subprocess.CompletedProcess[str]:
+        """Run the command expecting it to refuse to start."""
+        return subprocess.run(
+            self.command(), capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+
+    def start(self, timeout_s: float = 30.0) -> str:
         self.process = subprocess.Popen(
-            command,
+            self.command(),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

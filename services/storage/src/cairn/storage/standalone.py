@@ -28,6 +28,7 @@ from cairn.common.hashing import split_hash_space
 from cairn.common.keyorder import KeyOrder
 from cairn.storage.config import DEFAULT_NAMESPACE, NamespaceConfig, StandaloneConfig
 from cairn.storage.directory import NamespaceLayout, ShardDirectory, ShardPlacement
+from cairn.storage.rpc import new_server
 from cairn.storage.rpc.client_api import ClientService, generic_handlers
 from cairn.storage.shard import ShardReplica
 
@@ -202,14 +203,7 @@ class StandaloneServer:
         layout = load_or_create_layout(config)
         self.directory.default_namespace = default_namespace(config, layout)
         limits = config.limits
-        server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", limits.max_message_bytes),
-                ("grpc.max_send_message_length", limits.max_message_bytes),
-                ("grpc.so_reuseport", 0),
-            ],
-            maximum_concurrent_rpcs=limits.max_concurrent_rpcs,
-        )
+        server = new_server(limits)
         port = server.add_insecure_port(f"{config.bind_host}:{config.port}")
         if port == 0:
             raise OSError(f"could not bind {config.bind_host}:{config.port}")

@@ -41,6 +41,7 @@ from cairn.common.hashing import MAX_SHARDS_PER_NAMESPACE, split_hash_space
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.storage.bench.rpc import NAMESPACE, SERVICE_NAME
 from cairn.storage.config import Limits
+from cairn.storage.rpc import new_server
 
 LISTENING_PREFIX = "cairn-bench null-server listening on "
 # Response content: a version id of an established log (several varint bytes, as
@@ -166,14 +167,7 @@ def generic_handler(service: NullService) -> grpc.GenericRpcHandler:
 
 async def serve(host: str, port: int, shards: int) -> int:
     limits = Limits()
-    server = grpc.aio.server(
-        options=[
-            ("grpc.max_receive_message_length", limits.max_message_bytes),
-            ("grpc.max_send_message_length", limits.max_message_bytes),
-            ("grpc.so_reuseport", 0),
-        ],
-        maximum_concurrent_rpcs=limits.max_concurrent_rpcs,
-    )
+    server = new_server(limits)
     bound_port = server.add_insecure_port(f"{host}:{port}")
     if bound_port == 0:
         print(f"null-server: could not bind {host}:{port}", file=sys.stderr)
