@@ -202,8 +202,9 @@ class ShardReplica:
         else:
             raise AssertionError(f"unknown entry kind {kind}")
         if notes:
-            batch = notes.batch(self.shard_id, offset, timestamp_ms)
-            state.set_meta(notification_key(offset), batch.SerializeToString())
+            state.set_meta(
+                notification_key(offset), notes.encode(self.shard_id, offset, timestamp_ms)
+            )
         if offset % NOTIFICATION_TRIM_EVERY_OFFSETS == 0:
             self._trim_notifications(state, timestamp_ms)
         return result

@@ -11,6 +11,7 @@ deterministic too.
 from __future__ import annotations
 
 from cairn.proto import oxia_client_pb2 as pb
+from cairn.storage.core import wire
 from cairn.storage.core.meta import (
     NOTIFICATION_PREFIX,
     NOTIFICATIONS_TRIMMED_BEFORE_KEY,
@@ -54,16 +55,12 @@ class EntryNotifications:
     def __bool__(self) -> bool:
         return bool(self._changes)
 
-    def batch(self, shard_id: int, offset: int, timestamp_ms: int) -> pb.NotificationBatch:
-        batch = pb.NotificationBatch(shard=shard_id, offset=offset, timestamp=timestamp_ms)
+    def encode(self, shard_id: int, offset: int, timestamp_ms: int) -> bytes:
+        """The serialized NotificationBatch, hand-encoded (see wire.py for why)."""
+        parts = [wire.notification_batch_header(shard_id, offset, timestamp_ms)]
         for key, (kind, version_id, range_end) in self._changes.items():
-            notification = batch.notifications[key]
-            notification.type = kind  # type: ignore[assignment]
-            if version_id is not None:
-                notification.version_id = version_id
-            if range_end is not None:
-                notification.key_range_last = range_end
-        return batch
+            parts.append(wire.notification_entry(key, kind, version_id, range_end))
+        return b"".join(parts)
 
 
 def trimmed_before(reader: KvReader) -> int:

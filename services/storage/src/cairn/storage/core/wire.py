@@ -100,3 +100,43 @@ class PutResponses:
 
     def updated(self, modifications_count: int, created_ms: int) -> bytes:
         return self._framed(modifications_count, created_ms)
+
+
+# NotificationBatch: shard (1, varint), offset (2, varint), timestamp (3, fixed64),
+# notifications (4, map<string, Notification> = repeated {key 1, value 2}).
+_BATCH_SHARD = b"\x08"
+_BATCH_OFFSET = b"\x10"
+_BATCH_TIMESTAMP = b"\x19"
+_BATCH_ENTRY = b"\x22"
+_ENTRY_KEY = b"\x0a"
+_ENTRY_VALUE = b"\x12"
+_NOTIFICATION_TYPE = b"\x08"
+_NOTIFICATION_VERSION = b"\x10"
+_NOTIFICATION_RANGE_LAST = b"\x1a"
+
+
+def notification_batch_header(shard_id: int, offset: int, timestamp_ms: int) -> bytes:
+    return b"".join(
+        (
+            _BATCH_SHARD + varint(shard_id) if shard_id else b"",
+            _BATCH_OFFSET + varint(offset) if offset else b"",
+            _BATCH_TIMESTAMP + _FIXED64.pack(timestamp_ms) if timestamp_ms else b"",
+        )
+    )
+
+
+def notification_entry(
+    key: str, kind: int, version_id: int | None, range_last: str | None
+) -> bytes:
+    """One map entry key -> Notification of a NotificationBatch, framed."""
+    value = b"".join(
+        (
+            _NOTIFICATION_TYPE + varint(kind) if kind else b"",
+            _NOTIFICATION_VERSION + varint(version_id) if version_id is not None else b"",
+            field(_NOTIFICATION_RANGE_LAST, range_last.encode("utf-8"))
+            if range_last is not None
+            else b"",
+        )
+    )
+    entry = field(_ENTRY_KEY, key.encode("utf-8")) + field(_ENTRY_VALUE, value)
+    return field(_BATCH_ENTRY, entry)
