@@ -171,3 +171,19 @@ def test_a_namespace_can_turn_notifications_off(
         assert "disabled" in (raised.value.details() or "")  # type: ignore[attr-defined]
         # the default namespace still notifies
         assert read_batches(stub, 0, None, 1)[0].shard == 0
+
+
+def test_shutdown_does_not_wait_for_open_streams(
+    standalone_factory: Callable[..., StandaloneProcess],
+) -> None:
+    server = standalone_factory(2)
+    with grpc.insecure_channel(server.address) as channel:
+        stub = pb_grpc.OxiaClientStub(channel)
+        calls = [stub.GetNotifications(pb.NotificationsRequest(shard=shard)) for shard in (0, 1)]
+        calls.append(stub.GetShardAssignments(pb.ShardAssignmentsRequest(namespace="default")))
+        for call in calls:
+            next(call)
+        started = time.monotonic()
+        assert server.stop() == 0
+        # The gRPC grace period is 5 s: open-ended streams must not use it up.
+        assert time.monotonic() - started < 3.0

@@ -59,7 +59,7 @@ from cairn.storage.core.sessions import (
     stored_sessions,
 )
 from cairn.storage.kv import Column, KvStore, RocksKv
-from cairn.storage.wal import Wal, WalEntry, WalOptions
+from cairn.storage.wal import Wal, WalEntry, WalError, WalOptions
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +142,7 @@ class ShardReplica:
         self._wake_applier = asyncio.Event()
         self._failure: BaseException | None = None
         self._closing = False
+        self._streams_ending = False
         # One thread per shard: fsyncs of different shards proceed in parallel.
         self._sync_executor = ThreadPoolExecutor(1, thread_name_prefix=f"wal-sync-{shard_id}")
         self._tasks = [
@@ -288,7 +289,13 @@ class ShardReplica:
             self._check_writable()
         timestamp_ms = max(self._clock_ms(), self._last_timestamp_ms)
         offset = self._next_offset
-        self.wal.append(WalEntry(self.term, offset, timestamp_ms, encode_entry(kind, raw_body)))
+        try:
+            self.wal.append(WalEntry(self.term, offset, timestamp_ms, encode_entry(kind, raw_body)))
+        except (OSError, WalError) as error:
+            # e.g. a full disk: the WAL left no partial record; this write fails, the
+            # shard stays consistent and takes the next one (a WAL that could not undo
+            # a partial write refuses appends until reopened: WalError).
+            raise Unavailable(f"shard {self.shard_id} cannot write its log: {error}") from error
         self._next_offset = offset + 1
         self._last_timestamp_ms = timestamp_ms
         # A caller that goes away may cancel this future; the entry still commits and
@@ -362,11 +369,18 @@ class ShardReplica:
 
     @property
     def closing(self) -> bool:
-        return self._closing
+        """True once open-ended streams (notifications, sequence updates) should end."""
+        return self._closing or self._streams_ending
+
+    def end_streams(self) -> None:
+        """Tell open-ended streams to finish, so that a shutdown's grace period only
+        waits for requests that end by themselves."""
+        self._streams_ending = True
+        self._commit_advanced.set()
 
     async def wait_for_commit_after(self, offset: int) -> None:
         """Return once the commit offset is past `offset` (or the shard closes)."""
-        while self.commit_offset <= offset and not self._closing:
+        while self.commit_offset <= offset and not self.closing:
             await self._commit_advanced.wait()
 
     # ---- the pipeline ---------------------------------------------------------------

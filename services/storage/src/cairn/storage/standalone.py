@@ -245,9 +245,11 @@ class StandaloneServer:
         return self.address
 
     async def stop(self, grace_s: float = 5.0) -> None:
-        # End the open-ended assignment streams first, so the grace period only
-        # waits for real requests in flight.
+        # End the open-ended streams (assignments, notifications) first, so the grace
+        # period only waits for real requests in flight.
         await self.directory.close()
+        for replica in self.directory.replicas():
+            replica.end_streams()
         if self._server is not None:
             await self._server.stop(grace_s)
         for replica in self.directory.replicas():
