@@ -14,11 +14,12 @@ from cairn.common.keyorder import KeyOrder
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import oxia_client_pb2_grpc as pb_grpc
 from cairn.storage.config import Limits
+from cairn.storage.core.entry_apply import NOTIFICATION_TRIM_EVERY_OFFSETS
 from cairn.storage.core.notifications import stored_batches, trimmed_before
 from cairn.storage.directory import NamespaceLayout, ShardDirectory, ShardPlacement
 from cairn.storage.kv import RocksKv
 from cairn.storage.rpc.client_api import ClientService, generic_handlers
-from cairn.storage.shard import NOTIFICATION_TRIM_EVERY_OFFSETS, ShardReplica
+from cairn.storage.shard import ShardReplica
 from cairn.storage.wal import Wal
 
 RETENTION_MS = 1_000

@@ -35,13 +35,7 @@ from cairn.common.keyorder import KeyOrder
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import storage_internal_pb2 as internal_pb
 from cairn.storage.config import Limits
-from cairn.storage.core.apply import (
-    HeaderCache,
-    PendingChanges,
-    apply_close_session,
-    apply_create_session,
-    apply_write,
-)
+from cairn.storage.core.apply import HeaderCache, PendingChanges
 from cairn.storage.core.entries import (
     CLIENT_WRITE,
     CLOSE_SESSION,
@@ -49,9 +43,9 @@ from cairn.storage.core.entries import (
     decode_entry,
     encode_entry,
 )
+from cairn.storage.core.entry_apply import ShardRules, apply_entry
 from cairn.storage.core.fastpath import has_plain_puts
-from cairn.storage.core.meta import COMMIT_OFFSET_KEY, decode_i64, notification_key
-from cairn.storage.core.notifications import EntryNotifications, expired_batches, trim_marker
+from cairn.storage.core.meta import COMMIT_OFFSET_KEY, decode_i64
 from cairn.storage.core.sessions import (
     MAX_SESSION_TIMEOUT_MS,
     MIN_SESSION_TIMEOUT_MS,
@@ -66,8 +60,6 @@ log = logging.getLogger(__name__)
 # How often the leader looks for expired sessions; expiry happens at most this
 # late after a full timeout without a heartbeat.
 SESSION_CHECK_INTERVAL_S = 0.25
-# Entries at offsets divisible by this also trim expired notifications.
-NOTIFICATION_TRIM_EVERY_OFFSETS = 256
 
 
 def wall_clock_ms() -> int:
@@ -118,9 +110,20 @@ class ShardReplica:
         self._clock_ms = clock_ms
         self._session_clock_ms = session_clock_ms
         self.notifications_enabled = notifications_enabled
+        self._rules = ShardRules(
+            shard_id,
+            key_order,
+            notifications_enabled,
+            limits.notification_retention_ms,
+            limits.max_notification_batches_trimmed_per_entry,
+        )
         self._loop = asyncio.get_running_loop()
         # Replaced (and the old one set) whenever the commit offset advances.
         self._commit_advanced = asyncio.Event()
+        # Counts committed groups that generated sequence keys; the event is replaced
+        # (and the old one set) at each, for GetSequenceUpdates subscribers.
+        self.sequence_generation = 0
+        self._sequence_advanced = asyncio.Event()
         self.term = max(wal.last_term, 0)
         self._header_cache = HeaderCache(limits.max_cached_headers_per_shard)
         self.commit_offset = decode_i64(kv.get(Column.META, COMMIT_OFFSET_KEY), -1)
@@ -187,43 +190,9 @@ class ShardReplica:
         timestamp_ms: int,
         plain_puts: bool,
     ) -> Any:
-        notes = EntryNotifications() if self.notifications_enabled else None
-        result: Any
-        if kind == CLIENT_WRITE:
-            assert isinstance(body, pb.WriteRequest)
-            result = apply_write(
-                state, body, offset, timestamp_ms, self.key_order, plain_puts, notes
-            )
-        elif kind == CREATE_SESSION:
-            assert isinstance(body, internal_pb.CreateSessionEntry)
-            result = apply_create_session(state, body, offset)
-        elif kind == CLOSE_SESSION:
-            assert isinstance(body, internal_pb.CloseSessionEntry)
-            result = apply_close_session(state, body, self.key_order, notes)
-        else:
-            raise AssertionError(f"unknown entry kind {kind}")
-        if notes:
-            state.set_meta(
-                notification_key(offset), notes.encode(self.shard_id, offset, timestamp_ms)
-            )
-        if offset % NOTIFICATION_TRIM_EVERY_OFFSETS == 0:
-            self._trim_notifications(state, timestamp_ms)
-        return result
-
-    def _trim_notifications(self, state: PendingChanges, timestamp_ms: int) -> None:
-        """Drop notifications older than the retention, judged by this entry's
-        timestamp: a function of the log, so every replica trims the same."""
-        expired = expired_batches(
-            self.kv,
-            timestamp_ms,
-            self.limits.notification_retention_ms,
-            self.limits.max_notification_batches_trimmed_per_entry,
+        return apply_entry(
+            self._rules, state, self.kv, kind, body, offset, timestamp_ms, plain_puts
         )
-        for key, _ in expired:
-            state.set_meta(key, None)
-        if expired:
-            marker_key, marker = trim_marker(expired[-1][1])
-            state.set_meta(marker_key, marker)
 
     def _replay(self) -> None:
         wal = self.wal
@@ -383,6 +352,12 @@ class ShardReplica:
         while self.commit_offset <= offset and not self.closing:
             await self._commit_advanced.wait()
 
+    async def wait_for_sequence_update(self, generation: int) -> None:
+        """Return once a group with sequence puts committed after `generation` was
+        read from `sequence_generation` (or the shard closes)."""
+        while self.sequence_generation == generation and not self._closing:
+            await self._sequence_advanced.wait()
+
     # ---- the pipeline ---------------------------------------------------------------
 
     async def _sync_loop(self) -> None:
@@ -420,6 +395,13 @@ class ShardReplica:
                     self.commit_offset = group[-1].offset
                     advanced, self._commit_advanced = self._commit_advanced, asyncio.Event()
                     advanced.set()
+                    if state.sequence_keys_generated:
+                        self.sequence_generation += 1
+                        advanced, self._sequence_advanced = (
+                            self._sequence_advanced,
+                            asyncio.Event(),
+                        )
+                        advanced.set()
                 except Exception as error:
                     self._fail(error, group)
                     return
@@ -476,6 +458,7 @@ class ShardReplica:
         """Finish every accepted write, then release the WAL and KV."""
         self._closing = True
         self._commit_advanced.set()  # subscribers waiting for commits see the close
+        self._sequence_advanced.set()
         self._expiry_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._expiry_task
