@@ -291,3 +291,20 @@ def test_all_puts_a_ceiling_row_before_each_put_row_and_gives_the_share() -> Non
         share = re.search(rf"^{put}: (\d+)% of the grpc\.aio ceiling \(", out, re.MULTILINE)
         assert share is not None, out
         assert int(share.group(1)) == round(expected)
+    # notify and ephemeral come last, each with its summary line
+    assert names[-3:] == [
+        "notify put stream b=100",
+        "notify 4 subs x 1 shard",
+        "ephemeral put stream b=100",
+    ]
+    assert all(results[name]["errors"] == 0 for name in names[-3:])
+    assert re.search(
+        r"^notify: 4 subscribers x 1 shard: \S+ notifications/s delivered \(\d+% of expected\)",
+        out,
+        re.MULTILINE,
+    ), out
+    assert re.search(
+        r"^ephemeral put stream b=100: \d+ ops/s = \d+% of plain put \(\d+ ops/s\)",
+        out,
+        re.MULTILINE,
+    ), out

@@ -4,18 +4,32 @@
     cairn-bench --address 127.0.0.1:6648 get --batch 1 --concurrency 32
     cairn-bench --data-dir /var/lib/cairn fsync  # the disk's own ceiling
     cairn-bench ceiling --batch 1                # what bare grpc.aio carries here
+    cairn-bench --spawn notify --subscribers 8   # notification fan-out
+    cairn-bench --spawn ephemeral --sessions 4   # puts tied to sessions
     cairn-bench --spawn all --duration-s 5       # the table the team quotes
 
 Workloads: `put` (WriteStream pipelined, or unary Write with --mode unary),
 `get` (Read calls on keys preloaded first), `fsync` (the disk alone: one
 100 B record per fdatasync, and 100 records per fdatasync), `ceiling` (the put
 load against a null server: grpc.aio on uvloop answering every write unstored,
-spawned for the run, announcing --shards shards; no real server needed), `all`
-(fsync; for batch 100 and batch 1 a ceiling row, with as many shards as the
+spawned for the run, announcing --shards shards; no real server needed),
+`notify` (--subscribers GetNotifications streams per shard, opened before the
+window, while the put load writes; notification rows count the notifications
+every subscriber received (map entries, not batches), the share of those expected
+that came (each subscriber gets each key change of each write started in the
+window once; counted after a bounded drain, --drain-s, once the writer stops),
+and the lag from a write's send to its notification's receipt, matched by log
+offset; writer and subscribers share this process's asyncio loop), `ephemeral`
+(the put load with every put tied to one of --sessions sessions per shard,
+opened first, kept alive every 3 s, closed at the end: the close time is a
+figure; these puts take the server's general put path, not its plain fast path),
+`all` (fsync; for batch 100 and batch 1 a ceiling row, with as many shards as the
 server, right before its put row; get batched and single-op; in open loop at half of
-the measured batched peaks, put alone, get alone, then put+get together; a summary table, and each
+the measured batched peaks, put alone, get alone, then put+get together; notify
+and ephemeral at batch 100, flat out, for half the duration; a summary table, and each
 put row's ops/s as a share of its ceiling: quote that share, which the noise of
-a shared machine moves less than absolute figures).
+a shared machine moves less than absolute figures; one line each for the
+notification fan-out and the ephemeral puts as a share of plain puts).
 
 Figures: ops/s counts operations (puts or gets) answered OK, req/s answered
 requests; latency is per request (a 100-put request is one sample) in ms, from
@@ -32,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -44,24 +59,37 @@ from pathlib import Path
 from typing import Any
 
 from cairn.storage.bench.fsync_probe import FsyncSpec, run_fsync_probe
+from cairn.storage.bench.load import CONNECT_TIMEOUT_S
+from cairn.storage.bench.notify import MAX_SUBSCRIBERS, NotifyProbe
 from cairn.storage.bench.preload import preload
 from cairn.storage.bench.procs import Target, execute_phase
 from cairn.storage.bench.report import (
+    NOTIFY_PREFIX,
     Row,
     ceiling_label,
     ceiling_shares,
     format_ceiling_shares,
+    format_ephemeral_summary,
+    format_notify_summary,
     format_row_line,
     format_table,
     fsync_row,
     load_row,
+    notify_row,
     with_ceiling_shares,
+    with_sessions,
 )
 from cairn.storage.bench.rpc import fetch_shards
 from cairn.storage.bench.server import ServerStartError, spawned_null_server, spawned_server
+from cairn.storage.bench.sessions import (
+    KEEP_ALIVE_INTERVAL_S,
+    MAX_SESSIONS_PER_SHARD,
+    SESSION_TIMEOUT_MS,
+    SessionHold,
+)
 from cairn.storage.bench.specs import LoadSpec, PhaseSpec
 
-WORKLOADS = ("put", "get", "fsync", "ceiling", "all")
+WORKLOADS = ("put", "get", "fsync", "ceiling", "notify", "ephemeral", "all")
 MAX_DURATION_S = 3600.0
 MAX_CONCURRENCY = 4096
 MAX_BATCH = 100_000
@@ -139,7 +167,10 @@ def build_parser() -> argparse.ArgumentParser:
     timing.add_argument("--duration-s", type=_positive(float, MAX_DURATION_S), default=10.0)
     timing.add_argument("--warmup-s", type=_non_negative_s, default=2.0, help="excluded")
     timing.add_argument(
-        "--drain-s", type=_non_negative_s, default=10.0, help="bound on finishing in-flight work"
+        "--drain-s",
+        type=_non_negative_s,
+        default=10.0,
+        help="bound on finishing in-flight work (notify: and then on subscribers catching up)",
     )
     timing.add_argument("--rpc-timeout-s", type=_positive(float, 600), default=30.0)
     timing.add_argument(
@@ -188,6 +219,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="bound on pre-serialized ops per load (memory)",
     )
     load.add_argument("--seed", type=int, default=1)
+    load.add_argument(
+        "--subscribers",
+        type=_positive(int, MAX_SUBSCRIBERS),
+        default=4,
+        help="notify: subscribers, each with one GetNotifications stream per shard",
+    )
+    load.add_argument(
+        "--sessions",
+        type=_positive(int, MAX_SESSIONS_PER_SHARD),
+        default=4,
+        help="ephemeral: sessions per shard the puts are tied to",
+    )
     parser.add_argument("--json", action="store_true", help="also print one JSON result line")
     return parser
 
@@ -211,10 +254,12 @@ def _load_spec(args: argparse.Namespace, **changes: Any) -> LoadSpec:
     return replace(spec, **changes)
 
 
-def _phase(args: argparse.Namespace, *loads: LoadSpec) -> PhaseSpec:
+def _phase(
+    args: argparse.Namespace, *loads: LoadSpec, duration_s: float | None = None
+) -> PhaseSpec:
     return PhaseSpec(
         loads=loads,
-        duration_s=args.duration_s,
+        duration_s=args.duration_s if duration_s is None else duration_s,
         warmup_s=args.warmup_s,
         drain_s=args.drain_s,
         rpc_timeout_s=args.rpc_timeout_s,
@@ -239,6 +284,14 @@ def _header(workload: str, args: argparse.Namespace, target: Target | None) -> s
         ]
         if workload in ("get", "all"):
             fields.append(f"preload={_preload_keys(args)}")
+        if workload in ("notify", "all"):
+            fields += [f"subscribers={args.subscribers}/shard", "subscribers_run_in=writer-loop"]
+        if workload in ("ephemeral", "all"):
+            fields += [
+                f"sessions={args.sessions}/shard",
+                f"session_timeout={SESSION_TIMEOUT_MS}ms",
+                f"keep_alive={KEEP_ALIVE_INTERVAL_S:g}s",
+            ]
     fields += [f"duration={args.duration_s:g}s", f"warmup={args.warmup_s:g}s"]
     if target is not None:
         spawned = " (spawned)" if target.spawned else ""
@@ -293,11 +346,68 @@ async def _ceiling_rows(args: argparse.Namespace, spec: LoadSpec, shards: int) -
         return await _run_load_phase(args, target, _phase(args, spec), [ceiling_label(spec)])
 
 
+def _notify_stream_timeout_s(phase: PhaseSpec) -> float:
+    """A deadline for a notification stream: never reached unless something hangs."""
+    return CONNECT_TIMEOUT_S + phase.warmup_s + phase.duration_s + 2 * phase.drain_s + 60.0
+
+
+async def _notify_rows(args: argparse.Namespace, target: Target, phase: PhaseSpec) -> list[Row]:
+    """The writer's row and the subscribers' row of one notify phase (one process)."""
+    (spec,) = phase.loads
+    probe = NotifyProbe(
+        target.shards, args.subscribers, phase.drain_s, _notify_stream_timeout_s(phase)
+    )
+    result = await execute_phase(phase, target, 1, observer=probe.observe, companion=probe)
+    rows = [
+        load_row(f"{NOTIFY_PREFIX}{spec.label()}", result.loads[0], result),
+        notify_row(probe.result(), result),
+    ]
+    for row in rows:
+        print(format_row_line(row), flush=True)
+    return rows
+
+
+async def _ephemeral_rows(
+    args: argparse.Namespace, target: Target, spec: LoadSpec, duration_s: float | None = None
+) -> list[Row]:
+    """The put load with every put tied to a session; sessions opened, kept alive and
+    closed here (this process), whatever --procs drives the puts."""
+    hold = SessionHold(target.shards, args.sessions, args.rpc_timeout_s)
+    closed = False
+    try:
+        sessions = await hold.open()
+        print(
+            f"# opened {len(sessions)} sessions ({args.sessions} per shard) "
+            f"in {hold.figures.create_s * 1000:.0f} ms",
+            flush=True,
+        )
+        hold.start_keep_alive()
+        ephemeral = replace(spec, sessions=tuple(sessions))
+        phase = _phase(args, ephemeral, duration_s=duration_s)
+        result = await execute_phase(phase, target, args.procs)
+        figures = await hold.close()
+        closed = True
+    finally:
+        if not closed and hold.sessions:
+            with contextlib.suppress(Exception):
+                await hold.close()  # leave nothing behind; the run failed anyway
+        await hold.release()
+    row = with_sessions(load_row(ephemeral.label(), result.loads[0], result), figures)
+    ids = [[s.shard_id, s.session_id] for s in sessions]
+    row = replace(row, extra=(*row.extra, ("session_ids", ids)))
+    print(format_row_line(row), flush=True)
+    return [row]
+
+
 async def run_workload(args: argparse.Namespace, target: Target, fsync_dir: Path) -> list[Row]:
     workload = args.workload
     if workload == "put":
         spec = _load_spec(args)
         return await _run_load_phase(args, target, _phase(args, spec), [spec.label()])
+    if workload == "notify":
+        return await _notify_rows(args, target, _phase(args, _load_spec(args)))
+    if workload == "ephemeral":
+        return await _ephemeral_rows(args, target, _load_spec(args))
     if workload == "get":
         await _do_preload(args, target)
         spec = _load_spec(args, kind="get", keys=_preload_keys(args))
@@ -340,16 +450,49 @@ async def run_workload(args: argparse.Namespace, target: Target, fsync_dir: Path
         _phase(args, mixed_put, mixed_get),
         [f"mix {mixed_put.label()}", f"mix {mixed_get.label()}"],
     )
+    rows += await _all_notify_and_ephemeral(args, target, put_batched)
     return rows
 
 
-def _phase_count(workload: str) -> int:
-    return {"put": 1, "get": 1, "fsync": 0, "ceiling": 1, "all": 9}[workload]
+async def _all_notify_and_ephemeral(
+    args: argparse.Namespace, target: Target, put_batched: LoadSpec
+) -> list[Row]:
+    """The fan-out and ephemeral rows of `all`: batch 100, flat out, half the duration
+    (a steady state is reached within a second; this keeps `all` short)."""
+    short_s = _short_duration_s(args)
+    if args.procs != 1:
+        print("# notify runs in one process: its subscribers observe the writer", flush=True)
+    rows = await _notify_rows(args, target, _phase(args, put_batched, duration_s=short_s))
+    rows += await _ephemeral_rows(args, target, put_batched, duration_s=short_s)
+    return rows
+
+
+def _short_duration_s(args: argparse.Namespace) -> float:
+    return float(args.duration_s) / 2
+
+
+def _phase_count(workload: str) -> float:
+    """Phases of the full duration (`all` runs two at half of it)."""
+    return {"put": 1, "get": 1, "fsync": 0, "ceiling": 1, "notify": 1, "ephemeral": 1, "all": 10}[
+        workload
+    ]
 
 
 def _spawn_count(workload: str) -> int:
     """Servers started (and stopped) in the run: the real one, null ones for ceilings."""
-    return {"put": 1, "get": 1, "fsync": 0, "ceiling": 1, "all": 3}[workload]
+    return {"put": 1, "get": 1, "fsync": 0, "ceiling": 1, "notify": 1, "ephemeral": 1, "all": 3}[
+        workload
+    ]
+
+
+def _companion_s(args: argparse.Namespace) -> float:
+    """Beyond the phases: notify's subscribing and subscriber drain, ephemeral's session
+    opening, closing and checking (each bounded by an RPC timeout)."""
+    notify_s = CONNECT_TIMEOUT_S + float(args.drain_s)
+    ephemeral_s = 3 * float(args.rpc_timeout_s)
+    return {"notify": notify_s, "ephemeral": ephemeral_s, "all": notify_s + ephemeral_s}.get(
+        args.workload, 0.0
+    )
 
 
 def _hard_timeout_s(args: argparse.Namespace) -> float:
@@ -361,7 +504,10 @@ def _hard_timeout_s(args: argparse.Namespace) -> float:
     preload_s = preload_s if args.workload in ("get", "all") else 0.0
     phases = _phase_count(args.workload)
     spawn_s = _spawn_count(args.workload) * float(args.spawn_timeout_s + args.stop_timeout_s)
-    return phases * per_phase_s + fsync_s + preload_s + spawn_s + HARD_TIMEOUT_MARGIN_S
+    companion_s = _companion_s(args)
+    return (
+        phases * per_phase_s + fsync_s + preload_s + spawn_s + companion_s + HARD_TIMEOUT_MARGIN_S
+    )
 
 
 def _validate(args: argparse.Namespace) -> None:
@@ -376,6 +522,8 @@ def _validate(args: argparse.Namespace) -> None:
         raise UsageError("--procs must not exceed --concurrency")
     if args.workload == "all" and (args.rate is not None or args.mode != "stream"):
         raise UsageError("all picks its own rates and modes: drop --rate and --mode")
+    if args.workload == "notify" and args.procs != 1:
+        raise UsageError("notify runs writer and subscribers in one process: drop --procs")
 
 
 async def amain(args: argparse.Namespace) -> list[Row]:
@@ -444,6 +592,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if shares:
             print()
             print(format_ceiling_shares(shares))
+    summary = format_notify_summary(rows) + format_ephemeral_summary(rows)
+    if summary:
+        print()
+        print("\n".join(summary))
     if args.json:
         document = {
             "tool": "cairn-bench",

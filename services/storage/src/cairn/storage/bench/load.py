@@ -5,7 +5,9 @@ The pieces: request pools (`pools.py`), the window, schedule and tally
 driver (`write_stream.py`) and the one-request-per-call driver (`unary.py`).
 This module builds the pools, connects, starts the drivers, and takes this
 process's CPU time at the edges of the measured window. `--procs` runs the same
-thing in several processes (`procs.py`).
+thing in several processes (`procs.py`). A phase may also be given an observer of
+every answered put and a companion run alongside in the same loop (notify's
+subscribers, `notify.py`); those stay in this process.
 
 No request is started after `end`; in-flight ones (and, in open loop, ones
 scheduled before `end`) finish during the drain.
@@ -19,12 +21,12 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from cairn.storage.bench.pools import build_pool, interleave
 from cairn.storage.bench.rpc import Channels, Router, ShardInfo, describe
 from cairn.storage.bench.specs import LoadResult, LoadSpec, PhaseSpec
-from cairn.storage.bench.timing import Schedule, Tally, Window, sleep_until
+from cairn.storage.bench.timing import AnswerObserver, Schedule, Tally, Window, sleep_until
 from cairn.storage.bench.unary import unary_sender, unary_worker
 from cairn.storage.bench.write_stream import StreamSlots, write_stream
 
@@ -32,6 +34,20 @@ CHILD_SETUP_TIMEOUT_S = 120.0
 CONNECT_TIMEOUT_S = 10.0
 
 WindowHook = Callable[[Literal["measure_start", "end"]], None]
+
+
+class Companion(Protocol):
+    """Work run next to a phase's loads, in the same loop: set up before the window
+    (so it is in place when the first request goes out), told the window, and
+    finished after the loads (so it can drain what they caused). Every step bounded."""
+
+    async def start(self, timeout_s: float) -> None: ...
+
+    def begin(self, window: Window) -> None: ...
+
+    async def finish(self) -> None: ...
+
+    async def close(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -55,6 +71,7 @@ def _start_load(
     router: Router,
     phase: PhaseSpec,
     window: Window,
+    observer: AnswerObserver | None,
 ) -> tuple[list[Awaitable[None]], Tally]:
     spec = load.spec
     tally = Tally(load.result, window)
@@ -86,6 +103,7 @@ def _start_load(
                     schedule,
                     StreamSlots(asyncio.Semaphore(per_stream), total_slots),
                     tally,
+                    observer,
                 )
             )
         return tasks, tally
@@ -96,7 +114,7 @@ def _start_load(
     if spec.rate_ops_per_s is not None:
         shared_schedule = Schedule(window.start_s, spec.batch / spec.rate_ops_per_s)
     for _ in range(spec.concurrency):
-        tasks.append(unary_worker(send, mixed, cursor, window, shared_schedule, tally))
+        tasks.append(unary_worker(send, mixed, cursor, window, shared_schedule, tally, observer))
     return tasks, tally
 
 
@@ -106,11 +124,15 @@ async def run_phase(
     wait_to_start: Callable[[], Awaitable[None]] | None = None,
     on_window: WindowHook | None = None,
     connect_timeout_s: float = CONNECT_TIMEOUT_S,
+    observer: AnswerObserver | None = None,
+    companion: Companion | None = None,
 ) -> tuple[list[LoadResult], float, float]:
     """Run the loads of a phase in this process: (results, client CPU s in window, build s).
 
     `wait_to_start` runs after the pools are built and channels are connected (a
     barrier across load processes); `on_window` is called at measure start and end.
+    `observer` is told of every answered put; `companion` is started once the
+    channels are up, and finished after the loads (see Companion).
     """
     router = Router(shards)
     build_start_s = time.monotonic()
@@ -121,6 +143,8 @@ async def run_phase(
         for shard in router.shards:
             channels.get(shard.leader)
         await channels.ready(connect_timeout_s)
+        if companion is not None:
+            await companion.start(connect_timeout_s)
         if wait_to_start is not None:
             await wait_to_start()
         start_s = time.monotonic()
@@ -130,6 +154,8 @@ async def run_phase(
             end_s=start_s + phase.warmup_s + phase.duration_s,
             drain_deadline_s=start_s + phase.warmup_s + phase.duration_s + phase.drain_s,
         )
+        if companion is not None:
+            companion.begin(window)
         cpu_marks: dict[str, float] = {}
 
         async def mark_window() -> None:
@@ -145,14 +171,18 @@ async def run_phase(
         tallies = []
         coroutines: list[Awaitable[None]] = [mark_window()]
         for load in prepared:
-            tasks, tally = _start_load(load, channels, router, phase, window)
+            tasks, tally = _start_load(load, channels, router, phase, window, observer)
             coroutines.extend(tasks)
             tallies.append(tally)
         await asyncio.gather(*coroutines)
+        if companion is not None:
+            await companion.finish()
         for tally in tallies:
             tally.finish()
         client_cpu_s = cpu_marks["end"] - cpu_marks["start"]
     finally:
+        if companion is not None:
+            await companion.close()
         await channels.close()
     return [load.result for load in prepared], client_cpu_s, build_s
 

@@ -6,7 +6,8 @@ covers the key space once (or a uniform sample of it, when larger than the
 pool bound) and is cycled through.
 
 Responses are checked without decoding every element when that can be avoided:
-see `_NON_OK_STATUS`.
+see `_NON_OK_STATUS`; `entry_offset` reads the log offset of an answered write
+from its first put alone (notify matches writes to notifications by it).
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ import random
 import re
 from collections.abc import Callable, Sequence
 
+from google.protobuf.message import DecodeError
+
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.storage.bench.rpc import STATUS_OK, Router
-from cairn.storage.bench.specs import LoadSpec
+from cairn.storage.bench.specs import LoadSpec, SessionRef
 
 # A response whose repeated field 1 (puts / gets) holds an element whose first
 # field is field 1 (status), i.e. a non-OK status: proto3 omits a zero status,
@@ -47,18 +50,41 @@ def _choose_keys(keys: int, max_ops: int, rng: random.Random) -> list[int]:
     return rng.sample(range(keys), max_ops)
 
 
-def _group_by_shard(indexes: Sequence[int], router: Router) -> dict[int, list[str]]:
-    groups: dict[int, list[str]] = {s.shard_id: [] for s in router.shards}
+def _group_by_shard(indexes: Sequence[int], router: Router) -> dict[int, list[int]]:
+    """The key indexes of each shard (shards without any left out), in the given order."""
+    groups: dict[int, list[int]] = {s.shard_id: [] for s in router.shards}
     for index in indexes:
-        name = key_name(index)
-        groups[router.shard_of(name).shard_id].append(name)
-    return {shard_id: names for shard_id, names in groups.items() if names}
+        groups[router.shard_of(key_name(index)).shard_id].append(index)
+    return {shard_id: found for shard_id, found in groups.items() if found}
 
 
-def _batches(names: list[str], batch: int) -> list[list[str]]:
+def _batches(indexes: list[int], batch: int) -> list[list[int]]:
     """Chunks of exactly `batch` keys, wrapping around (a shard with fewer keys repeats)."""
-    count = max(1, math.ceil(len(names) / batch))
-    return [[names[(i * batch + j) % len(names)] for j in range(batch)] for i in range(count)]
+    count = max(1, math.ceil(len(indexes) / batch))
+    size = len(indexes)
+    return [[indexes[(i * batch + j) % size] for j in range(batch)] for i in range(count)]
+
+
+def _sessions_by_shard(sessions: Sequence[SessionRef]) -> dict[int, list[SessionRef]]:
+    by_shard: dict[int, list[SessionRef]] = {}
+    for session in sessions:
+        by_shard.setdefault(session.shard_id, []).append(session)
+    return by_shard
+
+
+def _put(name: str, value: bytes, index: int, sessions: Sequence[SessionRef]) -> pb.PutRequest:
+    """A put; ephemeral when `sessions` are given, owned by the same one of them for a
+    key whatever the request it lands in (so `--procs`, which shuffles keys into other
+    requests, never moves a record between sessions, which costs the server extra)."""
+    if not sessions:
+        return pb.PutRequest(key=name, value=value)
+    session = sessions[index % len(sessions)]
+    return pb.PutRequest(
+        key=name,
+        value=value,
+        session_id=session.session_id,
+        client_identity=session.client_identity,
+    )
 
 
 def value_source(value_size_bytes: int, rng: random.Random) -> Callable[[int], bytes]:
@@ -75,25 +101,31 @@ def build_pool(spec: LoadSpec, router: Router, max_ops: int) -> dict[int, list[b
     pool: dict[int, list[bytes]] = {}
     if spec.kind == "put":
         value_of = value_source(spec.value_size_bytes, rng)
+        sessions = _sessions_by_shard(spec.sessions)
         op = 0
-        for shard_id, names in _group_by_shard(indexes, router).items():
+        for shard_id, shard_indexes in _group_by_shard(indexes, router).items():
+            own_sessions = sessions.get(shard_id, [])
+            if spec.sessions and not own_sessions:
+                raise ValueError(f"ephemeral puts: no session on shard {shard_id}")
             requests = []
-            for chunk in _batches(names, spec.batch):
+            for chunk in _batches(shard_indexes, spec.batch):
                 puts = []
-                for name in chunk:
-                    puts.append(pb.PutRequest(key=name, value=value_of(op)))
+                for index in chunk:
+                    puts.append(_put(key_name(index), value_of(op), index, own_sessions))
                     op += 1
                 message = pb.WriteRequest(shard=shard_id, puts=puts)
                 requests.append(message.SerializeToString())
             pool[shard_id] = requests
     else:
-        for shard_id, names in _group_by_shard(indexes, router).items():
+        for shard_id, shard_indexes in _group_by_shard(indexes, router).items():
             pool[shard_id] = [
                 pb.ReadRequest(
                     shard=shard_id,
-                    gets=[pb.GetRequest(key=name, include_value=True) for name in chunk],
+                    gets=[
+                        pb.GetRequest(key=key_name(index), include_value=True) for index in chunk
+                    ],
                 ).SerializeToString()
-                for chunk in _batches(names, spec.batch)
+                for chunk in _batches(shard_indexes, spec.batch)
             ]
     return pool
 
@@ -131,3 +163,45 @@ def count_get_results(raws: Sequence[bytes], expected: int) -> tuple[int, int]:
             failed += sum(1 for g in gets if g.status != STATUS_OK)
     missing = max(0, expected - received)
     return received - failed, failed + missing
+
+
+def _varint(raw: bytes, position: int) -> tuple[int, int]:
+    """(value, position after it) of the varint at `position`; IndexError if cut short."""
+    value = 0
+    shift = 0
+    while True:
+        byte = raw[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, position
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint longer than 10 bytes")
+
+
+def entry_offset(raw: bytes) -> int | None:
+    """The log offset a serialized WriteResponse's request was committed at, or None.
+
+    Every put of a request is applied at the request's entry offset, which each OK
+    put reports as its version id; this reads the first put only (field 1 comes
+    first: serializers emit fields in field-number order), not the whole response.
+    None when the first put failed or the response has no puts.
+    """
+    if not raw or raw[0] != 0x0A:
+        return None
+    try:
+        length, start = _varint(raw, 1)
+        put = pb.PutResponse.FromString(raw[start : start + length])
+    except (IndexError, ValueError, DecodeError):
+        return None
+    if put.status != STATUS_OK or not put.HasField("version"):
+        return None
+    return int(put.version.version_id)
+
+
+def distinct_put_keys(raw_request: bytes) -> int:
+    """Keys the puts of a serialized WriteRequest change: the entry count of its
+    notification batch when they all succeed (a key put twice in one request, as a
+    shard with fewer keys than a batch does, is notified once)."""
+    return len({put.key for put in pb.WriteRequest.FromString(raw_request).puts})

@@ -14,6 +14,7 @@ from typing import Any
 
 from cairn.storage.bench.load import (
     CHILD_SETUP_TIMEOUT_S,
+    Companion,
     WindowHook,
     run_phase,
     run_phase_in_child,
@@ -21,6 +22,7 @@ from cairn.storage.bench.load import (
 from cairn.storage.bench.rpc import ShardInfo
 from cairn.storage.bench.server import cpu_seconds
 from cairn.storage.bench.specs import LoadResult, PhaseResult, PhaseSpec
+from cairn.storage.bench.timing import AnswerObserver
 
 # Beyond its own phase time, how long the parent waits for a load process's result.
 RESULT_MARGIN_S = 60.0
@@ -52,7 +54,17 @@ def _child_phase(phase: PhaseSpec, procs: int, index: int) -> PhaseSpec:
     return replace(phase, loads=loads)
 
 
-async def execute_phase(phase: PhaseSpec, target: Target, procs: int) -> PhaseResult:
+async def execute_phase(
+    phase: PhaseSpec,
+    target: Target,
+    procs: int,
+    observer: AnswerObserver | None = None,
+    companion: Companion | None = None,
+) -> PhaseResult:
+    """The phase in this process or `procs` load processes; an observer or companion
+    (see run_phase) lives in this process, so it needs `procs == 1`."""
+    if procs != 1 and (observer is not None or companion is not None):
+        raise ValueError("an observer or companion runs in this process: procs must be 1")
     server_marks: dict[str, float | None] = {}
 
     def on_window(event: str) -> None:
@@ -60,7 +72,9 @@ async def execute_phase(phase: PhaseSpec, target: Target, procs: int) -> PhaseRe
             server_marks[event] = cpu_seconds(target.server_pid)
 
     if procs == 1:
-        results, client_cpu_s, build_s = await run_phase(phase, target.shards, on_window=on_window)
+        results, client_cpu_s, build_s = await run_phase(
+            phase, target.shards, on_window=on_window, observer=observer, companion=companion
+        )
     else:
         results, client_cpu_s, build_s = await run_phase_procs(
             phase, target.shards, procs, on_window

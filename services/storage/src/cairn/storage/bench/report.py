@@ -1,6 +1,6 @@
 """Result rows and how they are printed: one `key=value` line per row as it
-finishes, a table at the end of `all`, and the put rows as shares of their
-grpc.aio ceiling."""
+finishes, a table at the end of `all`, the put rows as shares of their grpc.aio
+ceiling, and one summary line each for notification fan-out and ephemeral puts."""
 
 from __future__ import annotations
 
@@ -9,9 +9,33 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from cairn.storage.bench.fsync_probe import FsyncResult
+from cairn.storage.bench.notify import NotifyResult
+from cairn.storage.bench.sessions import SessionFigures
 from cairn.storage.bench.specs import LoadResult, LoadSpec, PhaseResult
 
 CEILING_PREFIX = "ceiling grpc.aio "
+NOTIFY_PREFIX = "notify "
+NOTIFICATIONS_UNIT = "notifications"
+EPHEMERAL_PREFIX = "ephemeral "
+PLAIN_PUT_ROW = "put stream b=100"  # what `all` compares the ephemeral row with
+# Extras printed in a row's line as they are, and those printed as milliseconds.
+_SHOWN_EXTRAS = frozenset(
+    {
+        "client_cores",
+        "server_cores",
+        "target_ops_per_s",
+        "unsent_requests",
+        "delivered_pct",
+        "before_answer_pct",
+        "caught_up",
+        "dropped",
+        "sessions",
+        "keep_alive_errors",
+        "close_errors",
+        "left_open",
+    }
+)
+_SHOWN_MS_PREFIXES = ("send_lag", "from_send", "lag_from_answer", "drain_ms", "close_")
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +122,70 @@ def load_row(name: str, result: LoadResult, phase: PhaseResult) -> Row:
     )
 
 
+def _percent(part: float, whole: float) -> float | None:
+    return None if whole <= 0 else round(100.0 * part / whole, 2)
+
+
+def notify_row(result: NotifyResult, phase: PhaseResult) -> Row:
+    """The subscribers' side of a notify phase: notifications/s delivered in the window
+    (summed over subscribers), batches/s, and lag from the write's send to receipt."""
+    stats = result.stats
+    lag = stats.lag_from_send
+    has = lag.count > 0
+    ratio = stats.delivered_ratio
+    plural = "s" if result.shards != 1 else ""
+    extra: list[tuple[str, Any]] = [
+        ("subscribers", stats.subscribers),
+        ("shards", result.shards),
+        ("delivered_pct", None if ratio is None else round(100.0 * ratio, 2)),
+        ("expected_entries", stats.expected_entries),
+        ("delivered_entries", stats.delivered_entries),
+        ("counted_writes", stats.counted_writes),
+        ("lag_from_answer_p50_ms", round(stats.lag_from_answer.percentile_ms(50), 4)),
+        ("lag_from_answer_p99_ms", round(stats.lag_from_answer.percentile_ms(99), 4)),
+        ("before_answer_pct", _percent(stats.before_answer, lag.count)),
+        ("drain_ms", round(result.drain_s * 1000.0, 1)),
+        ("caught_up", result.caught_up),
+        ("dropped", stats.dropped_writes + stats.dropped_batches),
+        ("subscribe_ms", round(result.subscribe_s * 1000.0, 1)),
+        ("client_cores", round(phase.client_cpu_s / phase.window_s, 3)),
+    ]
+    if phase.server_cpu_s is not None:
+        extra.append(("server_cores", round(phase.server_cpu_s / phase.window_s, 3)))
+    if result.first_error:
+        extra.append(("first_error", result.first_error))
+    return Row(
+        name=f"{NOTIFY_PREFIX}{stats.subscribers} subs x {result.shards} shard{plural}",
+        ops_per_s=result.notifications_per_s(phase.window_s),
+        requests_per_s=result.batches_per_s(phase.window_s),
+        p50_ms=lag.percentile_ms(50) if has else None,
+        p99_ms=lag.percentile_ms(99) if has else None,
+        p999_ms=lag.percentile_ms(99.9) if has else None,
+        max_ms=lag.percentile_ms(100) if has else None,
+        errors=result.stream_errors,
+        ops_unit=NOTIFICATIONS_UNIT,
+        requests_unit="batches",
+        extra=tuple(extra),
+    )
+
+
+def with_sessions(row: Row, figures: SessionFigures) -> Row:
+    """An ephemeral put row with its sessions' figures; their failures are errors."""
+    extra: list[tuple[str, Any]] = [
+        ("sessions", figures.sessions),
+        ("create_ms", round(figures.create_s * 1000.0, 1)),
+        ("keep_alives", figures.keep_alives),
+        ("keep_alive_errors", figures.keep_alive_errors),
+        ("close_ms", round(figures.close_s * 1000.0, 1)),
+        ("close_max_ms", round(figures.close_max_ms, 1)),
+        ("close_errors", figures.close_errors),
+        ("left_open", figures.left_open),
+    ]
+    if figures.first_error and not dict(row.extra).get("first_error"):
+        extra.append(("first_error", f"sessions: {figures.first_error}"))
+    return replace(row, errors=row.errors + figures.errors, extra=row.extra + tuple(extra))
+
+
 def fsync_row(name: str, result: FsyncResult) -> Row:
     latency = result.latency
     has = latency.count > 0
@@ -137,9 +225,9 @@ def format_row_line(row: Row) -> str:
     if row.server_cpu_us_per_op is not None:
         parts.append(f"server_cpu_us/op={_fmt(row.server_cpu_us_per_op)}")
     for key, value in row.extra:
-        if key in ("client_cores", "server_cores", "target_ops_per_s", "unsent_requests"):
+        if key in _SHOWN_EXTRAS:
             parts.append(f"{key}={value}")
-        elif key.startswith(("send_lag", "from_send")):
+        elif key.startswith(_SHOWN_MS_PREFIXES):
             parts.append(f"{key}={_fmt(value)}")
     line = f"{row.name}: " + " ".join(parts)
     error = dict(row.extra).get("first_error")
@@ -259,3 +347,56 @@ def format_ceiling_shares(shares: Sequence[CeilingShare]) -> str:
             )
         lines.append(f"{row.name}: {share_text} of the grpc.aio ceiling ({detail})")
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------
+# Summary lines: notification fan-out, ephemeral puts
+
+
+def _si(value: float) -> str:
+    """3 significant digits with a k or M suffix: 2.31M, 58.0k, 950."""
+    for scale, suffix in ((1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g}{suffix}"
+    return f"{value:.0f}"
+
+
+def format_notify_summary(rows: Sequence[Row]) -> list[str]:
+    """`notify: 4 subscribers x 1 shard: 190k notifications/s delivered (100% of
+    expected), lag p50 .. p99 .. ms at 47.5k writes/s`, per notify delivery row."""
+    lines = []
+    writers = [r for r in rows if r.name.startswith(NOTIFY_PREFIX) and r.ops_unit == "ops"]
+    deliveries = [r for r in rows if r.name.startswith(NOTIFY_PREFIX) and r.ops_unit != "ops"]
+    for delivery, writer in zip(deliveries, writers, strict=False):
+        extra = dict(delivery.extra)
+        shards = extra.get("shards", 0)
+        pct = extra.get("delivered_pct")
+        share = "-" if pct is None else f"{pct:.0f}%"
+        lines.append(
+            f"notify: {extra.get('subscribers')} subscribers x {shards} "
+            f"shard{'s' if shards != 1 else ''}: {_si(delivery.ops_per_s)} notifications/s "
+            f"delivered ({share} of expected), lag p50 {_fmt(delivery.p50_ms)} "
+            f"p99 {_fmt(delivery.p99_ms)} ms at {_si(writer.ops_per_s)} writes/s"
+        )
+    return lines
+
+
+def format_ephemeral_summary(rows: Sequence[Row]) -> list[str]:
+    """`ephemeral put stream b=100: N ops/s = X% of plain put (...)`, per ephemeral row;
+    without the plain put row (the `ephemeral` workload alone), the ops/s only."""
+    plain = next((r for r in rows if r.name == PLAIN_PUT_ROW), None)
+    lines = []
+    for row in rows:
+        if not row.name.startswith(EPHEMERAL_PREFIX):
+            continue
+        extra = dict(row.extra)
+        line = f"{row.name}: {row.ops_per_s:.0f} ops/s"
+        if plain is not None and plain.ops_per_s > 0:
+            percent = 100.0 * row.ops_per_s / plain.ops_per_s
+            line += f" = {percent:.0f}% of plain put ({plain.ops_per_s:.0f} ops/s)"
+        line += (
+            f"; p50 {_fmt(row.p50_ms)} p99 {_fmt(row.p99_ms)} ms; closing "
+            f"{extra.get('sessions')} sessions took {_fmt(extra.get('close_ms'))} ms"
+        )
+        lines.append(line)
+    return lines

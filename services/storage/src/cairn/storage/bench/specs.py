@@ -16,6 +16,15 @@ Mode = Literal["stream", "unary"]
 
 
 @dataclass(frozen=True, slots=True)
+class SessionRef:
+    """A session opened for ephemeral puts (see sessions.py)."""
+
+    shard_id: int
+    session_id: int
+    client_identity: str
+
+
+@dataclass(frozen=True, slots=True)
 class LoadSpec:
     """One load generator. Get keys are drawn from the preloaded [0, keys)."""
 
@@ -28,11 +37,15 @@ class LoadSpec:
     rate_ops_per_s: float | None  # None: closed loop, flat out
     streams_per_shard: int = 1
     seed: int = 1
+    # Puts only: when given, every put is ephemeral, tied to one of its shard's
+    # sessions (a fixed one per key, see pools.build_pool).
+    sessions: tuple[SessionRef, ...] = ()
 
     def label(self) -> str:
         how = "read" if self.kind == "get" else self.mode
         rate = "" if self.rate_ops_per_s is None else f" @{self.rate_ops_per_s:.0f}/s"
-        return f"{self.kind} {how} b={self.batch}{rate}"
+        ephemeral = "ephemeral " if self.sessions else ""
+        return f"{ephemeral}{self.kind} {how} b={self.batch}{rate}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,10 +25,17 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cairn.storage.bench.rpc import describe
 from cairn.storage.bench.specs import LoadResult
+
+# Told of every answered put request: (request, response, start_s, sent_s or None
+# in closed loop, answered_s), the raw bytes as sent and received. For loads that
+# need more than counts (notify matches answers to notifications by offset). It
+# runs in the response reader, so it must be cheap and must not raise.
+AnswerObserver = Callable[[bytes, bytes, float, float | None, float], None]
 
 
 @dataclass(frozen=True, slots=True)

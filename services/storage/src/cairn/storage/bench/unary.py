@@ -16,12 +16,13 @@ import grpc.aio
 from cairn.storage.bench.pools import count_get_results, count_put_results
 from cairn.storage.bench.rpc import METHOD_READ, METHOD_WRITE, Channels, Router
 from cairn.storage.bench.specs import LoadSpec
-from cairn.storage.bench.timing import Schedule, Tally, Window, sleep_until
+from cairn.storage.bench.timing import AnswerObserver, Schedule, Tally, Window, sleep_until
 
 # After an RPC failed because the server is gone or too slow: do not spin on it.
 UNAVAILABLE_BACKOFF_S = 0.1
 
-Sender = Callable[[int, bytes], Awaitable[tuple[int, int]]]
+# (ops ok, ops failed, the response: a WriteResponse's bytes, or b"" for a Read)
+Sender = Callable[[int, bytes], Awaitable[tuple[int, int, bytes]]]
 
 
 async def unary_worker(
@@ -31,6 +32,7 @@ async def unary_worker(
     window: Window,
     schedule: Schedule | None,
     tally: Tally,
+    observer: AnswerObserver | None = None,
 ) -> None:
     """One request at a time: Write (put, unary mode) or Read (get)."""
     count = len(requests)
@@ -52,7 +54,7 @@ async def unary_worker(
         shard_id, request = requests[cursor[0] % count]
         cursor[0] += 1
         try:
-            ok, failed = await send(shard_id, request)
+            ok, failed, response = await send(shard_id, request)
         except Exception as error:
             tally.failed(start_s, time.monotonic(), error)
             if isinstance(error, grpc.aio.AioRpcError) and error.code() in (
@@ -61,7 +63,10 @@ async def unary_worker(
             ):
                 await asyncio.sleep(UNAVAILABLE_BACKOFF_S)
         else:
-            tally.done(start_s, sent_s, time.monotonic(), ok, failed)
+            answered_s = time.monotonic()
+            tally.done(start_s, sent_s, answered_s, ok, failed)
+            if observer is not None and response:
+                observer(request, response, start_s, sent_s, answered_s)
 
 
 def unary_sender(
@@ -79,9 +84,10 @@ def unary_sender(
             for shard_id, shard in by_shard.items()
         }
 
-        async def send_write(shard_id: int, request: bytes) -> tuple[int, int]:
-            raw = await writes[shard_id](request, timeout=rpc_timeout_s)
-            return count_put_results(raw, batch)
+        async def send_write(shard_id: int, request: bytes) -> tuple[int, int, bytes]:
+            raw: bytes = await writes[shard_id](request, timeout=rpc_timeout_s)
+            ok, failed = count_put_results(raw, batch)
+            return ok, failed, raw
 
         return send_write
     reads = {
@@ -89,7 +95,7 @@ def unary_sender(
         for shard_id, shard in by_shard.items()
     }
 
-    async def send_read(shard_id: int, request: bytes) -> tuple[int, int]:
+    async def send_read(shard_id: int, request: bytes) -> tuple[int, int, bytes]:
         call = reads[shard_id](request, timeout=rpc_timeout_s)
         chunks: list[bytes] = []
         while True:
@@ -97,6 +103,7 @@ def unary_sender(
             if raw is grpc.aio.EOF:
                 break
             chunks.append(raw)
-        return count_get_results(chunks, batch)
+        ok, failed = count_get_results(chunks, batch)
+        return ok, failed, b""
 
     return send_read

@@ -24,7 +24,7 @@ import grpc.aio
 from cairn.storage.bench.pools import count_put_results
 from cairn.storage.bench.rpc import METHOD_WRITE_STREAM, NAMESPACE
 from cairn.storage.bench.specs import LoadSpec
-from cairn.storage.bench.timing import Schedule, Tally, Window, sleep_until
+from cairn.storage.bench.timing import AnswerObserver, Schedule, Tally, Window, sleep_until
 
 STREAM_REOPEN_BACKOFF_S = 0.1
 
@@ -48,13 +48,22 @@ class StreamSlots:
 class _WriteStreamSession:
     """One open WriteStream: a writer (the caller) and a reader task, FIFO-matched."""
 
-    def __init__(self, call: Any, batch: int, slots: StreamSlots, tally: Tally) -> None:
+    def __init__(
+        self,
+        call: Any,
+        batch: int,
+        slots: StreamSlots,
+        tally: Tally,
+        observer: AnswerObserver | None,
+    ) -> None:
         self.call = call
         self.batch = batch
         self.slots = slots
         self.tally = tally
-        # (start, sent-or-None) per unanswered request, in request order
-        self.pending: collections.deque[tuple[float, float | None]] = collections.deque()
+        self.observer = observer
+        # (start, sent-or-None, request) per unanswered request, in request order; the
+        # request is a reference into the pool, kept for the observer.
+        self.pending: collections.deque[tuple[float, float | None, bytes]] = collections.deque()
         self.error: BaseException | None = None
         self.reader = asyncio.create_task(self._read_responses())
 
@@ -77,14 +86,16 @@ class _WriteStreamSession:
                     return
                 now_s = time.monotonic()
                 ok, failed = count_put_results(raw, self.batch)
-                start_s, sent_s = self.pending.popleft()
+                start_s, sent_s, request = self.pending.popleft()
                 self.tally.done(start_s, sent_s, now_s, ok, failed)
                 self.slots.release()
+                if self.observer is not None:
+                    self.observer(request, raw, start_s, sent_s, now_s)
         except Exception as error:
             self.fail_pending(error)
 
     async def send(self, start_s: float, sent_s: float | None, request: bytes) -> None:
-        self.pending.append((start_s, sent_s))
+        self.pending.append((start_s, sent_s, request))
         await self.call.write(request)
 
     async def close(self, drain_deadline_s: float) -> None:
@@ -117,6 +128,7 @@ async def write_stream(
     schedule: Schedule | None,
     slots: StreamSlots,
     tally: Tally,
+    observer: AnswerObserver | None = None,
 ) -> None:
     """Pipelined WriteStream to one shard; reopened after a failure until the window ends."""
     method = channel.stream_stream(METHOD_WRITE_STREAM)
@@ -126,7 +138,7 @@ async def write_stream(
     while time.monotonic() < window.end_s:
         timeout_s = window.drain_deadline_s - time.monotonic() + 5.0
         session = _WriteStreamSession(
-            method(metadata=metadata, timeout=timeout_s), spec.batch, slots, tally
+            method(metadata=metadata, timeout=timeout_s), spec.batch, slots, tally, observer
         )
         try:
             while session.error is None:
