@@ -148,13 +148,29 @@ def test_unknown_shard_and_namespace(stub: pb_grpc.OxiaClientStub) -> None:
 
 
 def test_unsupported_features_are_refused_not_ignored(stub: pb_grpc.OxiaClientStub) -> None:
-    for put in (
-        pb.PutRequest(key="/s", value=b"x", partition_key="p", sequence_key_delta=[1]),
-        pb.PutRequest(key="/s", value=b"x", override_version_id=5),
+    put = pb.PutRequest(key="/s", value=b"x", override_version_id=5)
+    code, reason, message = error_of(lambda: stub.Write(pb.WriteRequest(shard=0, puts=[put])))
+    assert (code, reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT")
+    assert "not supported" in message
+    assert get_value(stub, "/s") is None
+
+
+def test_sequence_puts_break_no_rule_silently(stub: pb_grpc.OxiaClientStub) -> None:
+    for put, words in (
+        (pb.PutRequest(key="/s", value=b"x", sequence_key_delta=[1]), "partition key"),
+        (pb.PutRequest(key="/s", partition_key="p", sequence_key_delta=[0]), "greater than 0"),
+        (
+            pb.PutRequest(
+                key="/s", partition_key="p", sequence_key_delta=[1], expected_version_id=-1
+            ),
+            "expected version",
+        ),
+        (pb.PutRequest(key="/s", secondary_indexes=[pb.SecondaryIndex()]), "needs a name"),
     ):
         code, reason, message = error_of(
             lambda put=put: stub.Write(pb.WriteRequest(shard=0, puts=[put]))
         )
         assert (code, reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT")
-        assert "not supported" in message
-    assert get_value(stub, "/s") is None
+        assert words in message
+    listed = stub.List(pb.ListRequest(shard=0, start_inclusive="", end_exclusive="~/~/~"))
+    assert [key for response in listed for key in response.keys] == []

@@ -346,6 +346,7 @@ class ShardReplica:
         waits for requests that end by themselves."""
         self._streams_ending = True
         self._commit_advanced.set()
+        self._sequence_advanced.set()
 
     async def wait_for_commit_after(self, offset: int) -> None:
         """Return once the commit offset is past `offset` (or the shard closes)."""
@@ -355,7 +356,7 @@ class ShardReplica:
     async def wait_for_sequence_update(self, generation: int) -> None:
         """Return once a group with sequence puts committed after `generation` was
         read from `sequence_generation` (or the shard closes)."""
-        while self.sequence_generation == generation and not self._closing:
+        while self.sequence_generation == generation and not self.closing:
             await self._sequence_advanced.wait()
 
     # ---- the pipeline ---------------------------------------------------------------

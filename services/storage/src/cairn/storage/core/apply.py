@@ -10,12 +10,18 @@ with the new commit offset.
 
 from __future__ import annotations
 
+import bisect
+import itertools
+from collections.abc import Callable
+
 from cairn.common.keyorder import KeyOrder
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import storage_internal_pb2 as internal_pb
-from cairn.storage.core import wire
+from cairn.storage.core import indexes, wire
+from cairn.storage.core.indexes import FLAGS_OFFSET, HAS_INDEXES
 from cairn.storage.core.meta import COMMIT_OFFSET_KEY, encode_i64, ephemeral_key, session_key
 from cairn.storage.core.notifications import EntryNotifications
+from cairn.storage.core.sequences import next_sequence_suffix
 from cairn.storage.core.sessions import ephemeral_range, owning_session
 from cairn.storage.kv.store import Change, Column, KvReader
 from cairn.storage.records import HAS_SESSION, HEADER, HEADER_SIZE, RecordMeta, encode_record
@@ -24,9 +30,16 @@ OK = pb.OK
 KEY_NOT_FOUND = pb.KEY_NOT_FOUND
 UNEXPECTED_VERSION_ID = pb.UNEXPECTED_VERSION_ID
 SESSION_DOES_NOT_EXIST = pb.SESSION_DOES_NOT_EXIST
+INVALID_ARGUMENT = pb.INVALID_ARGUMENT
 EXPECTED_RECORD_DOES_NOT_EXIST = -1
 
 _RECORDS = Column.RECORDS
+# Header flags that mean something else points at the record (its session's
+# ownership entry, its index entries) and must let go when it is replaced or deleted.
+_LINKED = HAS_SESSION | HAS_INDEXES
+# New overlay keys that PendingChanges.floor_record_key inserts one by one into its
+# sorted list; more are sorted in at once (insertion is linear in the list length).
+_MAX_INSERTS_BEFORE_RESORT = 64
 
 
 class HeaderCache:
@@ -81,6 +94,13 @@ class PendingChanges:
         self._cache = header_cache
         self._records: dict[bytes, bytes | None] = {}
         self._meta: dict[bytes, bytes | None] = {}
+        # The keys of `_records`, sorted, for floor lookups; built on first use and
+        # extended with the keys added since (`_records` never loses a key: a
+        # deletion is a None value), so puts pay nothing for it.
+        self._sorted_records: list[bytes] = []
+        self._sorted_count = 0
+        # A sequence put was applied: GetSequenceUpdates subscribers should look.
+        self.sequence_keys_generated = False
 
     def get_header(self, encoded_key: bytes) -> bytes | None:
         """The version header of the record in the new state, None if absent."""
@@ -121,6 +141,34 @@ class PendingChanges:
                     keys.add(key)
         return sorted(keys)
 
+    def floor_record_key(self, key: bytes, inclusive: bool) -> bytes | None:
+        """The highest record key <= `key` (< if not inclusive) in the new state."""
+        records = self._records
+        if len(records) != self._sorted_count:
+            added = list(itertools.islice(records, self._sorted_count, None))
+            if len(added) > _MAX_INSERTS_BEFORE_RESORT:
+                self._sorted_records = sorted(records)  # e.g. after a large delete range
+            else:
+                for key_added in added:
+                    bisect.insort(self._sorted_records, key_added)
+            self._sorted_count = len(records)
+        pending = self._sorted_records
+        position = (bisect.bisect_right if inclusive else bisect.bisect_left)(pending, key) - 1
+        while position >= 0 and records[pending[position]] is None:
+            position -= 1
+        best = pending[position] if position >= 0 else None
+        # The KV's candidate, stepping over keys this overlay deleted; a candidate at
+        # or below the overlay's own is beaten by it.
+        probe, probe_inclusive = key, inclusive
+        while (found := self._reader.floor(_RECORDS, probe, probe_inclusive)) is not None:
+            stored = found[0]
+            if best is not None and stored <= best:
+                break
+            if records.get(stored, b"") is not None:
+                return stored
+            probe, probe_inclusive = stored, False
+        return best
+
     def set_meta(self, key: bytes, data: bytes | None) -> None:
         self._meta[key] = data
 
@@ -145,11 +193,20 @@ class PendingChanges:
 
     def detach_ephemeral(self, encoded_key: bytes, header: bytes) -> None:
         """Drop the record from its owning session's index, if it has an owner."""
-        if HEADER.unpack_from(header)[4] & HAS_SESSION:
+        if header[FLAGS_OFFSET] & HAS_SESSION:
             record = self.get_record(encoded_key)
             owner = None if record is None else owning_session(record)
             if owner is not None:
                 self._meta[ephemeral_key(owner, encoded_key)] = None
+
+    def unlink(self, encoded_key: bytes, header: bytes) -> None:
+        """Before a record is replaced or deleted: drop its session ownership entry
+        and its index entries, if it has any (the header's flags say)."""
+        flags = header[FLAGS_OFFSET]
+        if flags & HAS_SESSION:
+            self.detach_ephemeral(encoded_key, header)
+        if flags & HAS_INDEXES:
+            indexes.remove_entries(self, encoded_key)
 
     def set_commit_offset(self, offset: int) -> None:
         self._meta[COMMIT_OFFSET_KEY] = encode_i64(offset)
@@ -185,6 +242,7 @@ def version_of(meta: RecordMeta) -> pb.Version:
 # Framed (tag + length + message) responses that never vary.
 _PUT_UNEXPECTED_VERSION = wire.field(wire.PUTS, wire.status_only(UNEXPECTED_VERSION_ID))
 _PUT_NO_SESSION = wire.field(wire.PUTS, wire.status_only(SESSION_DOES_NOT_EXIST))
+_PUT_INVALID = wire.field(wire.PUTS, wire.status_only(INVALID_ARGUMENT))
 _DELETE_RESPONSES: dict[int, bytes] = {
     status: wire.field(wire.DELETES, wire.status_only(status))
     for status in (OK, KEY_NOT_FOUND, UNEXPECTED_VERSION_ID)
@@ -230,7 +288,7 @@ def apply_write(
             )
     else:
         for put in request.puts:
-            append(_apply_put(state, put, encode(put.key), offset, timestamp_ms, notes))
+            append(_apply_put(state, put, encode, offset, timestamp_ms, notes))
     for delete in request.deletes:
         status = _apply_delete(state, delete, encode(delete.key))
         if notes is not None and status == OK:
@@ -243,7 +301,7 @@ def apply_write(
             for key in state.record_keys_in_range(start, end):
                 header = state.get_header(key)
                 if header is not None:
-                    state.detach_ephemeral(key, header)
+                    state.unlink(key, header)
                 state.delete_record(key)
             if notes is not None:
                 notes.range_deleted(delete_range.start_inclusive, delete_range.end_exclusive)
@@ -279,9 +337,10 @@ def _apply_plain_put(
     existing_version, previous_modifications, created_ms, _, flags = HEADER.unpack_from(existing)
     if put.HasField("expected_version_id") and _expected_version_fails(put, existing_version):
         return _PUT_UNEXPECTED_VERSION
-    if flags & HAS_SESSION:
-        # A persistent put over an ephemeral record detaches it from its session.
-        state.detach_ephemeral(encoded_key, existing)
+    if flags & _LINKED:
+        # A persistent put over an ephemeral record detaches it from its session; a
+        # put without indexes over an indexed record drops its index entries.
+        state.unlink(encoded_key, existing)
     modifications = previous_modifications + 1
     state.put_record(
         encoded_key, HEADER.pack(offset, modifications, created_ms, timestamp_ms, 0) + put.value
@@ -294,11 +353,25 @@ def _apply_plain_put(
 def _apply_put(
     state: PendingChanges,
     put: pb.PutRequest,
-    encoded_key: bytes,
+    encode: Callable[[str], bytes],
     offset: int,
     timestamp_ms: int,
     notes: EntryNotifications | None,
 ) -> bytes:
+    key = put.key
+    encoded_key = encode(key)
+    generated = False
+    if put.sequence_key_delta:
+        # Validation made sure of a partition key, no expected version and d1 > 0.
+        suffix, _ = next_sequence_suffix(
+            state.floor_record_key, encoded_key, put.sequence_key_delta
+        )
+        if suffix is None:
+            return _PUT_INVALID
+        # A suffix holds no '/': its encoding is the prefix's plus the suffix bytes.
+        key += suffix
+        encoded_key += suffix.encode("ascii")
+        generated = True
     existing = state.get_header(encoded_key)
     if existing is None:
         existing_version = None
@@ -318,8 +391,9 @@ def _apply_put(
         if put.HasField("client_identity"):
             client_identity = put.client_identity
     if existing is not None:
-        # The record leaves its previous owner, if any (it may be taken over below).
-        state.detach_ephemeral(encoded_key, existing)
+        # The record leaves its previous owner, if any (it may be taken over below),
+        # and its previous index entries.
+        state.unlink(encoded_key, existing)
     if session_id is not None:
         state.set_meta(ephemeral_key(session_id, encoded_key), b"")
     meta = RecordMeta(
@@ -331,15 +405,29 @@ def _apply_put(
         client_identity,
         put.partition_key if put.HasField("partition_key") else None,
     )
-    state.put_record(encoded_key, encode_record(meta, put.value))
+    record = encode_record(meta, put.value)
+    if put.secondary_indexes:
+        indexes.add_entries(state, encoded_key, put.secondary_indexes, encode)
+        record = indexes.with_index_flag(record)
+    state.put_record(encoded_key, record)
+    if generated:
+        state.sequence_keys_generated = True
     if notes is not None:
         if existing is None:
-            notes.created(put.key, offset)
+            notes.created(key, offset)
         else:
-            notes.modified(put.key, offset)
+            notes.modified(key, offset)
     return wire.field(
         wire.PUTS,
-        wire.put_ok(offset, modifications, created_ms, timestamp_ms, session_id, client_identity),
+        wire.put_ok(
+            offset,
+            modifications,
+            created_ms,
+            timestamp_ms,
+            session_id,
+            client_identity,
+            key if generated else None,
+        ),
     )
 
 
@@ -352,7 +440,7 @@ def _apply_delete(state: PendingChanges, delete: pb.DeleteRequest, encoded_key: 
         and HEADER.unpack_from(existing)[0] != delete.expected_version_id
     ):
         return UNEXPECTED_VERSION_ID
-    state.detach_ephemeral(encoded_key, existing)
+    state.unlink(encoded_key, existing)
     state.delete_record(encoded_key)
     return OK
 
@@ -383,6 +471,8 @@ def apply_close_session(
         encoded_key = index_key[len(start) :]
         record = state.get_record(encoded_key)
         if record is not None and owning_session(record) == session_id:
+            if record[FLAGS_OFFSET] & HAS_INDEXES:
+                indexes.remove_entries(state, encoded_key)
             state.delete_record(encoded_key)
             if notes is not None:
                 notes.deleted(key_order.decode(encoded_key))

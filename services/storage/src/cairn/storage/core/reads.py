@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from cairn.common.errors import InvalidRequest
 from cairn.common.keyorder import KeyOrder
 from cairn.proto import oxia_client_pb2 as pb
+from cairn.storage.core import indexes
 from cairn.storage.kv.store import Column, KvReader
 from cairn.storage.records import HEADER, HEADER_SIZE, decode_record
 
@@ -48,6 +49,8 @@ def get(
         response = pb.GetResponse()
     encoded = key_order.encoder(request.key)
     comparison = request.comparison_type
+    if request.HasField("secondary_index_name"):
+        return _get_by_index(reader, request, encoded, key_order, response)
     if comparison == pb.EQUAL:
         data = reader.get(_RECORDS, encoded)
         if data is None:
@@ -81,3 +84,58 @@ def scan_records(
     decode = key_order.decode
     for encoded, data in reader.scan(_RECORDS, encoded_start, encoded_end):
         yield decode(encoded), data
+
+
+def _get_by_index(
+    reader: KvReader,
+    request: pb.GetRequest,
+    encoded_secondary: bytes,
+    key_order: KeyOrder,
+    response: pb.GetResponse,
+) -> pb.GetResponse:
+    """The primary record whose secondary key matches, with both keys set."""
+    comparison = request.comparison_type
+    if comparison not in _COMPARISONS:
+        raise InvalidRequest(f"unknown comparison type {comparison}")
+    found = indexes.find_entry(reader, request.secondary_index_name, encoded_secondary, comparison)
+    data = None if found is None else reader.get(_RECORDS, found[1])
+    if found is None or data is None:
+        response.status = pb.KEY_NOT_FOUND
+        return response
+    secondary, primary = found
+    record_response(key_order.decode(primary), data, request.include_value, response)
+    response.secondary_index_key = key_order.decode(secondary)
+    return response
+
+
+_COMPARISONS = frozenset((pb.EQUAL, pb.FLOOR, pb.CEILING, pb.LOWER, pb.HIGHER))
+
+
+def scan_index(
+    reader: KvReader, index_name: str, start: str, end: str, key_order: KeyOrder
+) -> Iterator[tuple[str, bytes]]:
+    """(primary key, stored record) of the index entries with start <= secondary key
+    < end, ordered by secondary key then primary key; a record indexed under several
+    secondary keys in the range comes once per entry. A record deleted while a long
+    scan is paused between chunks is skipped."""
+    decode = key_order.decode
+    entries = indexes.scan_entries(
+        reader, index_name, key_order.encode(start), key_order.encode(end)
+    )
+    for _, primary in entries:
+        data = reader.get(_RECORDS, primary)
+        if data is not None:
+            yield decode(primary), data
+
+
+def list_index(
+    reader: KvReader, index_name: str, start: str, end: str, key_order: KeyOrder
+) -> Iterator[str]:
+    """The primary keys of the index entries with start <= secondary key < end, in
+    index order (from one consistent view: the entries are exact, no record read)."""
+    decode = key_order.decode
+    entries = indexes.scan_entries(
+        reader, index_name, key_order.encode(start), key_order.encode(end)
+    )
+    for _, primary in entries:
+        yield decode(primary)

@@ -10,10 +10,13 @@ from __future__ import annotations
 from cairn.common.errors import InvalidRequest, RequestTooLarge
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.storage.config import Limits
+from cairn.storage.core.sequences import COMPONENT_BYTES
 
 # A UTF-8 character takes at most 4 bytes: strings shorter than limit / 4
 # characters cannot be over the limit, which spares encoding almost every key.
 _MAX_UTF8_BYTES_PER_CHAR = 4
+# Secondary index entries one put may carry (each is one more internal key written).
+MAX_SECONDARY_INDEXES_PER_PUT = 1000
 
 
 def _check_key(key: str, limits: Limits, what: str) -> None:
@@ -28,7 +31,8 @@ def validate_write(
 ) -> None:
     """`size_bytes`: the serialized request's size (no key or value can be larger).
     `plain_puts`: no put carries fields beyond key, value and expected version
-    (see fastpath.py), so there is no unsupported feature to look for."""
+    (see fastpath.py), so there is no feature rule (sequence keys, secondary
+    indexes, version overrides) to check."""
     operations = len(request.puts) + len(request.deletes) + len(request.delete_ranges)
     if operations > limits.max_operations_per_request:
         raise RequestTooLarge(
@@ -42,9 +46,9 @@ def validate_write(
     for put in request.puts:
         # Feature checks are cheap container tests; size checks only when needed.
         if put.sequence_key_delta:
-            raise InvalidRequest("sequence keys are not supported by this server version")
+            _check_sequence_put(put, limits)
         if put.secondary_indexes:
-            raise InvalidRequest("secondary indexes are not supported by this server version")
+            _check_secondary_indexes(put, limits)
         if put.HasField("override_version_id") or put.HasField("override_modifications_count"):
             raise InvalidRequest("version overrides are not supported by this server version")
         if sizes_cannot_exceed:
@@ -68,6 +72,37 @@ def validate_write(
         _check_key(delete_range.end_exclusive, limits, "range end")
 
 
+def _check_sequence_put(put: pb.PutRequest, limits: Limits) -> None:
+    """Oxia's rules for a put whose key the server generates."""
+    if not put.HasField("partition_key"):
+        # All keys of a sequence must be on one shard for the counter to be exact.
+        raise InvalidRequest("a put with sequence key deltas needs a partition key")
+    if put.HasField("expected_version_id"):
+        raise InvalidRequest("a put with sequence key deltas cannot have an expected version")
+    if put.sequence_key_delta[0] == 0:
+        # Otherwise the new key would not sort after the existing ones.
+        raise InvalidRequest("the first sequence key delta must be greater than 0")
+    generated_bytes = len(put.key.encode("utf-8")) + COMPONENT_BYTES * len(put.sequence_key_delta)
+    if generated_bytes > limits.max_key_bytes:
+        raise RequestTooLarge(
+            f"the generated sequence key would be {generated_bytes} bytes; "
+            f"the limit is {limits.max_key_bytes}"
+        )
+
+
+def _check_secondary_indexes(put: pb.PutRequest, limits: Limits) -> None:
+    if len(put.secondary_indexes) > MAX_SECONDARY_INDEXES_PER_PUT:
+        raise RequestTooLarge(
+            f"put of key {put.key[:100]!r} has {len(put.secondary_indexes)} secondary "
+            f"indexes; the limit is {MAX_SECONDARY_INDEXES_PER_PUT}"
+        )
+    for index in put.secondary_indexes:
+        if not index.index_name:
+            raise InvalidRequest("a secondary index needs a name")
+        _check_key(index.index_name, limits, "secondary index name")
+        _check_key(index.secondary_key, limits, "secondary key")
+
+
 def validate_read(request: pb.ReadRequest, limits: Limits) -> None:
     if len(request.gets) > limits.max_operations_per_request:
         raise RequestTooLarge(
@@ -77,11 +112,15 @@ def validate_read(request: pb.ReadRequest, limits: Limits) -> None:
     for get in request.gets:
         _check_key(get.key, limits, "key")
         if get.HasField("secondary_index_name"):
-            raise InvalidRequest("secondary indexes are not supported by this server version")
+            _check_key(get.secondary_index_name, limits, "secondary index name")
 
 
 def validate_range(start: str, end: str, secondary_index: str | None, limits: Limits) -> None:
     _check_key(start, limits, "range start")
     _check_key(end, limits, "range end")
     if secondary_index is not None:
-        raise InvalidRequest("secondary indexes are not supported by this server version")
+        _check_key(secondary_index, limits, "secondary index name")
+
+
+def validate_sequence_updates(request: pb.GetSequenceUpdatesRequest, limits: Limits) -> None:
+    _check_key(request.key, limits, "sequence prefix")

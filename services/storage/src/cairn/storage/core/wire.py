@@ -17,6 +17,7 @@ _SMALL = [bytes((n,)) for n in range(128)]
 # Tags: (field_number << 3) | wire_type.
 _STATUS = b"\x08"  # field 1, varint (PutResponse/DeleteResponse/DeleteRangeResponse.status)
 _VERSION = b"\x12"  # PutResponse.version: field 2, length-delimited
+_KEY = b"\x1a"  # PutResponse.key: field 3, length-delimited (only for generated keys)
 _VERSION_ID = b"\x08"
 _MODIFICATIONS = b"\x10"
 _CREATED = b"\x19"  # field 3, fixed64
@@ -59,8 +60,10 @@ def put_ok(
     modified_ms: int,
     session_id: int | None = None,
     client_identity: str | None = None,
+    generated_key: str | None = None,
 ) -> bytes:
-    """A successful PutResponse (status OK is the default, so it is omitted)."""
+    """A successful PutResponse (status OK is the default, so it is omitted).
+    `generated_key`: the key the server chose (sequence keys); None omits the field."""
     parts = []
     if version_id:
         parts.append(_VERSION_ID + varint(version_id))
@@ -74,7 +77,10 @@ def put_ok(
         parts.append(_SESSION_ID + varint(session_id))
     if client_identity is not None:
         parts.append(field(_CLIENT_IDENTITY, client_identity.encode("utf-8")))
-    return field(_VERSION, b"".join(parts))
+    version = field(_VERSION, b"".join(parts))
+    if generated_key is None:
+        return version
+    return version + field(_KEY, generated_key.encode("utf-8"))
 
 
 class PutResponses:

@@ -20,8 +20,15 @@ from cairn.storage.config import Limits
 from cairn.storage.core import reads
 from cairn.storage.core.fastpath import has_plain_puts
 from cairn.storage.core.notifications import stored_batches, trimmed_before
-from cairn.storage.core.validation import validate_range, validate_read, validate_write
+from cairn.storage.core.sequences import SequenceSearchTooLong, highest_sequence_key
+from cairn.storage.core.validation import (
+    validate_range,
+    validate_read,
+    validate_sequence_updates,
+    validate_write,
+)
 from cairn.storage.directory import ShardDirectory
+from cairn.storage.kv.store import Column
 from cairn.storage.rpc.status import abort
 from cairn.storage.shard import wall_clock_ms
 
@@ -179,10 +186,13 @@ class ClientService:
         max_keys, max_bytes = self.limits.max_keys_per_list_chunk, self.limits.max_bytes_per_chunk
         keys: list[str] = []
         size = 0
-        records = reads.scan_records(
-            shard.kv, request.start_inclusive, request.end_exclusive, shard.key_order
+        start, end = request.start_inclusive, request.end_exclusive
+        found = (
+            reads.list_index(shard.kv, index, start, end, shard.key_order)
+            if index is not None
+            else (key for key, _ in reads.scan_records(shard.kv, start, end, shard.key_order))
         )
-        for key, _ in records:
+        for key in found:
             keys.append(key)
             size += len(key)
             if len(keys) >= max_keys or size >= max_bytes:
@@ -206,8 +216,11 @@ class ClientService:
         max_bytes = self.limits.max_bytes_per_chunk
         chunk = pb.RangeScanResponse()
         size = 0
-        records = reads.scan_records(
-            shard.kv, request.start_inclusive, request.end_exclusive, shard.key_order
+        start, end = request.start_inclusive, request.end_exclusive
+        records = (
+            reads.scan_index(shard.kv, index, start, end, shard.key_order)
+            if index is not None
+            else reads.scan_records(shard.kv, start, end, shard.key_order)
         )
         for key, data in records:
             reads.record_response(key, data, include_value=True, response=chunk.records.add())
@@ -263,6 +276,44 @@ class ClientService:
                 if shard.closing:
                     return
                 await shard.wait_for_commit_after(seen_commit)
+
+    # ---- sequence updates -----------------------------------------------------------
+
+    async def get_sequence_updates(
+        self, request: pb.GetSequenceUpdatesRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.GetSequenceUpdatesResponse]:
+        """The highest sequence key of `request.key` at once (if there is one), then
+        the new highest key after each commit of sequence puts on the shard; several
+        commits between two looks coalesce into the latest key. Nothing is buffered
+        per subscriber: each wake-up is one bounded search of the committed state.
+        Ends only when the client cancels or the shard stops serving."""
+        try:
+            shard = self.directory.leader_shard(request.shard)
+            validate_sequence_updates(request, self.limits)
+        except CairnError as error:
+            await abort(context, error)
+        prefix = shard.key_order.encode(request.key)
+        kv = shard.kv
+
+        def floor(key: bytes, inclusive: bool) -> bytes | None:
+            found = kv.floor(Column.RECORDS, key, inclusive)
+            return None if found is None else found[0]
+
+        sent: bytes | None = None
+        while True:
+            generation = shard.sequence_generation
+            try:
+                highest = highest_sequence_key(floor, prefix)
+            except SequenceSearchTooLong:
+                highest = None  # sequence puts on this prefix are refused too
+            if highest is not None and highest != sent:
+                sent = highest
+                yield pb.GetSequenceUpdatesResponse(
+                    highest_sequence_key=shard.key_order.decode(highest)
+                )
+            if shard.closing:
+                return
+            await shard.wait_for_sequence_update(generation)
 
     # ---- sessions -------------------------------------------------------------------
 
@@ -331,8 +382,7 @@ def _unary_stream(
 
 
 def generic_handlers(service: ClientService) -> list[grpc.GenericRpcHandler]:
-    """Handlers for both service names. GetSequenceUpdates is not served yet: gRPC
-    answers it UNIMPLEMENTED."""
+    """Handlers for both service names."""
     methods = {
         "GetShardAssignments": _unary_stream(
             service.get_shard_assignments, pb.ShardAssignmentsRequest, pb.ShardAssignments
@@ -343,6 +393,11 @@ def generic_handlers(service: ClientService) -> list[grpc.GenericRpcHandler]:
         "Read": _unary_stream(service.read, pb.ReadRequest, pb.ReadResponse),
         "List": _unary_stream(service.list, pb.ListRequest, pb.ListResponse),
         "RangeScan": _unary_stream(service.range_scan, pb.RangeScanRequest, pb.RangeScanResponse),
+        "GetSequenceUpdates": _unary_stream(
+            service.get_sequence_updates,
+            pb.GetSequenceUpdatesRequest,
+            pb.GetSequenceUpdatesResponse,
+        ),
         # Stored batches are sent as they were serialized when committed.
         "GetNotifications": grpc.unary_stream_rpc_method_handler(
             service.get_notifications, request_deserializer=pb.NotificationsRequest.FromString
