@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -167,3 +168,41 @@ def test_sessions_survive_kill_9_with_a_fresh_timeout(tmp_path: Path) -> None:
             assert not _exists(router.stub, shard, "/survivor")
     finally:
         server.kill()
+
+
+def test_closing_a_large_session_does_not_stall_reads(
+    standalone_factory: Callable[..., StandaloneProcess],
+) -> None:
+    server = standalone_factory(1)
+    with grpc.insecure_channel(server.address) as channel:
+        stub = pb_grpc.OxiaClientStub(channel)
+        session = _raw_session(stub, 0, 30_000)
+        for start in range(0, 20_000, 1000):
+            puts = [
+                pb.PutRequest(key=f"/many/{i:06d}", value=b"e", session_id=session)
+                for i in range(start, start + 1000)
+            ]
+            stub.Write(pb.WriteRequest(shard=0, puts=puts))
+        assert _put(stub, 0, "/probe", None) == pb.OK
+        closed = threading.Event()
+        read_latencies: list[float] = []
+
+        def read_while_closing() -> None:
+            while not closed.is_set():
+                started = time.monotonic()
+                assert _exists(stub, 0, "/probe")
+                read_latencies.append(time.monotonic() - started)
+
+        reader = threading.Thread(target=read_while_closing)
+        started = time.monotonic()
+        reader.start()
+        stub.CloseSession(pb.CloseSessionRequest(shard=0, session_id=session))
+        close_s = time.monotonic() - started
+        closed.set()
+        reader.join(timeout=30)
+        assert not _exists(stub, 0, "/many/000000")
+        assert not _exists(stub, 0, "/many/019999")
+        # The close is applied in bounded entries: reads are served in between
+        # instead of waiting for the whole close.
+        assert len(read_latencies) >= 3
+        assert max(read_latencies) < close_s / 3, (max(read_latencies), close_s)

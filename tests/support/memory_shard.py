@@ -7,6 +7,7 @@ from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import storage_internal_pb2 as internal_pb
 from cairn.storage.core import reads
 from cairn.storage.core.apply import (
+    CloseOutcome,
     PendingChanges,
     apply_close_session,
     apply_create_session,
@@ -42,14 +43,23 @@ class Shard:
         self.kv.write(state.changes())
         return session_id
 
-    def close_session(self, session_id: int) -> bool:
+    def close_session_step(self, session_id: int) -> CloseOutcome:
+        """One CloseSession entry."""
         self.offset += 1
         state = PendingChanges(self.kv)
-        closed = apply_close_session(
+        outcome = apply_close_session(
             state, internal_pb.CloseSessionEntry(session_id=session_id), ORDER
         )
         self.kv.write(state.changes())
-        return closed
+        return outcome
+
+    def close_session(self, session_id: int) -> bool:
+        """CloseSession entries until done, as the leader appends them; False if the
+        session was not open."""
+        outcome = self.close_session_step(session_id)
+        while outcome is CloseOutcome.MORE:
+            outcome = self.close_session_step(session_id)
+        return outcome is CloseOutcome.CLOSED
 
     def get(self, key: str, comparison: int = pb.EQUAL) -> pb.GetResponse:
         return reads.get(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cairn.proto import oxia_client_pb2 as pb
+from cairn.storage.core.apply import MAX_RECORDS_PER_CLOSE_ENTRY, CloseOutcome
 from cairn.storage.core.meta import EPHEMERAL_PREFIX, prefix_end
 from cairn.storage.core.sessions import SessionTracker
 from cairn.storage.kv import Column
@@ -73,3 +74,30 @@ def test_tracker_expires_after_a_full_timeout_without_heartbeat() -> None:
     tracker.forget(1)
     assert not tracker.is_open(1)
     assert not tracker.heartbeat(99, now_ms=0)
+
+
+def test_a_large_session_closes_over_several_bounded_entries() -> None:
+    shard = Shard()
+    session = shard.create_session()
+    owned = MAX_RECORDS_PER_CLOSE_ENTRY * 2 + 500
+    for start in range(0, owned, 500):
+        puts = [
+            pb.PutRequest(key=f"/big/{i:06d}", value=b"e", session_id=session)
+            for i in range(start, start + 500)
+        ]
+        shard.write(pb.WriteRequest(puts=puts))
+    outcomes = []
+    remaining = []
+    while True:
+        outcomes.append(shard.close_session_step(session))
+        remaining.append(len(list(shard.kv.scan(Column.RECORDS, b"", None))))
+        # While being closed, the session takes no more puts.
+        assert shard.write(put("/late", session_id=session)).puts[0].status == (
+            pb.SESSION_DOES_NOT_EXIST
+        )
+        if outcomes[-1] is not CloseOutcome.MORE:
+            break
+    assert outcomes == [CloseOutcome.MORE, CloseOutcome.MORE, CloseOutcome.CLOSED]
+    assert remaining == [owned - MAX_RECORDS_PER_CLOSE_ENTRY, 500, 0]
+    assert ephemeral_index(shard) == []
+    assert shard.close_session_step(session) is CloseOutcome.NOT_OPEN

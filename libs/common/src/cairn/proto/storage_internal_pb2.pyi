@@ -54,9 +54,11 @@ class CloseSessionEntry(_message.Message):
     def __init__(self, session_id: _Optional[int] = ..., reason: _Optional[_Union[SessionCloseReason, str]] = ...) -> None: ...
 
 class SessionState(_message.Message):
-    __slots__ = ("timeout_ms", "client_identity")
+    __slots__ = ("timeout_ms", "client_identity", "closing")
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     CLIENT_IDENTITY_FIELD_NUMBER: _ClassVar[int]
+    CLOSING_FIELD_NUMBER: _ClassVar[int]
     timeout_ms: int
     client_identity: str
-    def __init__(self, timeout_ms: _Optional[int] = ..., client_identity: _Optional[str] = ...) -> None: ...
+    closing: bool
+    def __init__(self, timeout_ms: _Optional[int] = ..., client_identity: _Optional[str] = ..., closing: _Optional[bool] = ...) -> None: ...

@@ -35,7 +35,12 @@ from cairn.common.keyorder import KeyOrder
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import storage_internal_pb2 as internal_pb
 from cairn.storage.config import Limits
-from cairn.storage.core.apply import HeaderCache, PendingChanges
+from cairn.storage.core.apply import (
+    MAX_RECORDS_PER_CLOSE_ENTRY,
+    CloseOutcome,
+    HeaderCache,
+    PendingChanges,
+)
 from cairn.storage.core.entries import (
     CLIENT_WRITE,
     CLOSE_SESSION,
@@ -71,9 +76,12 @@ def monotonic_ms() -> int:
 
 
 def _operation_count(kind: int, body: Message) -> int:
+    """What an entry may cost to apply, in record operations."""
     if kind == CLIENT_WRITE:
         assert isinstance(body, pb.WriteRequest)
         return len(body.puts) + len(body.deletes) + len(body.delete_ranges)
+    if kind == CLOSE_SESSION:
+        return MAX_RECORDS_PER_CLOSE_ENTRY
     return 1
 
 
@@ -135,7 +143,8 @@ class ShardReplica:
         self.sessions = SessionTracker()
         now = session_clock_ms()
         for session_id, state in stored_sessions(kv):
-            self.sessions.open(session_id, state.timeout_ms, now)
+            # A close interrupted by a crash is finished at once (as an expiry).
+            self.sessions.open(session_id, 0 if state.closing else state.timeout_ms, now)
         self._appended: deque[_Pending] = deque()
         self._durable: deque[_Pending] = deque()
         self._pending_entries = 0
@@ -317,9 +326,13 @@ class ShardReplica:
         await self._close_session(session_id, internal_pb.CLOSED_BY_CLIENT)
 
     async def _close_session(self, session_id: int, reason: int) -> None:
+        """Append CloseSession entries until one reports the session gone (each
+        deletes a bounded number of its records)."""
         entry = internal_pb.CloseSessionEntry(session_id=session_id, reason=reason)  # type: ignore[arg-type]
+        raw = entry.SerializeToString()
         try:
-            await (await self._append(CLOSE_SESSION, entry.SerializeToString(), entry))
+            while await (await self._append(CLOSE_SESSION, raw, entry)) is CloseOutcome.MORE:
+                pass
         finally:
             self.sessions.forget(session_id)
 

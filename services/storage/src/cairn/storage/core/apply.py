@@ -11,6 +11,8 @@ with the new commit offset.
 from __future__ import annotations
 
 import bisect
+import enum
+import heapq
 import itertools
 from collections.abc import Callable
 
@@ -189,7 +191,16 @@ class PendingChanges:
         return sorted(keys)
 
     def session_exists(self, session_id: int) -> bool:
-        return self.get_meta(session_key(session_id)) is not None
+        """Open and taking puts (not being closed)."""
+        stored = self.get_meta(session_key(session_id))
+        return stored is not None and not internal_pb.SessionState.FromString(stored).closing
+
+    def first_meta_keys(self, start: bytes, end: bytes, limit: int) -> list[bytes]:
+        """The first `limit` internal-state keys in [start, end) in the new state."""
+        pending = self._meta
+        added = sorted(k for k, data in pending.items() if start <= k < end and data is not None)
+        stored = (k for k, _ in self._reader.scan(Column.META, start, end) if k not in pending)
+        return list(itertools.islice(heapq.merge(stored, added), limit))
 
     def detach_ephemeral(self, encoded_key: bytes, header: bytes) -> None:
         """Drop the record from its owning session's index, if it has an owner."""
@@ -456,18 +467,36 @@ def apply_create_session(
     return offset
 
 
+class CloseOutcome(enum.Enum):
+    NOT_OPEN = "not open"  # unknown, or already closed
+    MORE = "more"  # records remain: the leader appends another CloseSession entry
+    CLOSED = "closed"
+
+
+# Records one CloseSession entry deletes at most: a session owning many records is
+# closed over several entries, so that no single entry stalls the shard.
+MAX_RECORDS_PER_CLOSE_ENTRY = 1000
+
+
 def apply_close_session(
     state: PendingChanges,
     entry: internal_pb.CloseSessionEntry,
     key_order: KeyOrder,
     notes: EntryNotifications | None = None,
-) -> bool:
-    """Delete a session and the records it still owns; False if it was not open."""
+) -> CloseOutcome:
+    """Delete (up to a bound of) the records the session still owns; once none is
+    left, the session itself."""
     session_id = entry.session_id
-    if not state.session_exists(session_id):
-        return False
+    stored_state = state.get_meta(session_key(session_id))
+    if stored_state is None:
+        return CloseOutcome.NOT_OPEN
+    session = internal_pb.SessionState.FromString(stored_state)
+    if not session.closing:
+        session.closing = True
+        state.set_meta(session_key(session_id), session.SerializeToString())
     start, end = ephemeral_range(session_id)
-    for index_key in state.meta_keys_in_range(start, end):
+    batch = state.first_meta_keys(start, end, MAX_RECORDS_PER_CLOSE_ENTRY + 1)
+    for index_key in batch[:MAX_RECORDS_PER_CLOSE_ENTRY]:
         encoded_key = index_key[len(start) :]
         record = state.get_record(encoded_key)
         if record is not None and owning_session(record) == session_id:
@@ -477,5 +506,7 @@ def apply_close_session(
             if notes is not None:
                 notes.deleted(key_order.decode(encoded_key))
         state.set_meta(index_key, None)
+    if len(batch) > MAX_RECORDS_PER_CLOSE_ENTRY:
+        return CloseOutcome.MORE
     state.set_meta(session_key(session_id), None)
-    return True
+    return CloseOutcome.CLOSED
