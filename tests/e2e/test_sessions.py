@@ -206,3 +206,22 @@ def test_closing_a_large_session_does_not_stall_reads(
         # instead of waiting for the whole close.
         assert len(read_latencies) >= 3
         assert max(read_latencies) < close_s / 3, (max(read_latencies), close_s)
+
+
+def test_oxia_client_heartbeats_keep_a_session_through_several_timeouts(
+    standalone_factory: Callable[..., StandaloneProcess],
+) -> None:
+    server = standalone_factory(3)
+    with oxia.Client(server.address) as observer:
+        # The client heartbeats every 2 s for a 3 s timeout; hold for over 3 windows.
+        owner = oxia.Client(server.address, session_timeout_ms=3000)
+        owner.put("/held/a", b"x", ephemeral=True)
+        owner.put("/held/b", b"x", ephemeral=True)
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            assert observer.get("/held/a")[1] == b"x"
+            assert observer.get("/held/b")[1] == b"x"
+            time.sleep(0.5)
+        owner.close()
+        with pytest.raises(oxia.ex.KeyNotFound):
+            observer.get("/held/a")
