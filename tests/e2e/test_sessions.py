@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -225,3 +227,45 @@ def test_oxia_client_heartbeats_keep_a_session_through_several_timeouts(
         owner.close()
         with pytest.raises(oxia.ex.KeyNotFound):
             observer.get("/held/a")
+
+
+OWNER_SCRIPT = """
+import sys, time, oxia
+client = oxia.Client(sys.argv[1], session_timeout_ms=2000, client_identifier="doomed")
+for i in range(5):
+    client.put(f"/doomed/{i}", b"x", ephemeral=True)
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("shards", [1, 3, 10])
+def test_records_of_a_killed_oxia_client_expire_after_its_timeout(
+    standalone_factory: Callable[..., StandaloneProcess], shards: int
+) -> None:
+    server = standalone_factory(shards)
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER_SCRIPT, server.address], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert owner.stdout is not None
+        assert owner.stdout.readline().strip() == "ready"
+        with oxia.Client(server.address) as observer:
+            assert all(observer.get(f"/doomed/{i}")[1] == b"x" for i in range(5))
+            owner.kill()  # no CloseSession, no more heartbeats
+            owner.wait(timeout=30)
+            killed = time.monotonic()
+            while time.monotonic() - killed < 10.0:
+                if observer.list("/doomed/", "/doomed//") == []:
+                    break
+                time.sleep(0.1)
+            gone_after = time.monotonic() - killed
+            assert observer.list("/doomed/", "/doomed//") == []
+            # Not before a full timeout since the last heartbeat (the client sends one
+            # every 1999 ms for a 2000 ms timeout), and not long after.
+            assert 0.0 < gone_after <= 5.0, gone_after
+    finally:
+        owner.kill()
+        owner.wait(timeout=30)
+        if owner.stdout is not None:
+            owner.stdout.close()
