@@ -17,7 +17,13 @@ from pathlib import Path
 import uvloop
 
 from cairn.common.keyorder import KeyOrder
-from cairn.storage.config import DEFAULT_NAMESPACE, NamespaceConfig, StandaloneConfig
+from cairn.storage.config import (
+    DEFAULT_NAMESPACE,
+    DEFAULT_WAL_RETENTION_BYTES,
+    DEFAULT_WAL_SEGMENT_BYTES,
+    NamespaceConfig,
+    StandaloneConfig,
+)
 from cairn.storage.standalone import LayoutMismatch, StandaloneServer
 
 log = logging.getLogger("cairn.storage")
@@ -115,6 +121,18 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     standalone.add_argument(
         "--advertise", default=None, help="host:port clients should dial (default: bound address)"
     )
+    standalone.add_argument(
+        "--wal-segment-bytes",
+        type=int,
+        default=DEFAULT_WAL_SEGMENT_BYTES,
+        help="size at which a shard's WAL starts a new segment file",
+    )
+    standalone.add_argument(
+        "--wal-retention-bytes",
+        type=int,
+        default=DEFAULT_WAL_RETENTION_BYTES,
+        help="WAL size above which segments the KV durably holds are deleted",
+    )
     standalone.add_argument("--log-level", default="INFO")
     return parser, standalone
 
@@ -180,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         port=args.port,
         advertised_address=args.advertise,
         namespaces=namespaces,
+        wal_segment_size_bytes=args.wal_segment_bytes,
+        wal_retention_bytes=args.wal_retention_bytes,
     )
     # uvloop: cheaper per-message event-loop work under grpc.aio (see BASELINES.md).
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

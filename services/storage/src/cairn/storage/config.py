@@ -10,6 +10,8 @@ from cairn.common.hashing import MAX_SHARDS_PER_NAMESPACE
 from cairn.common.keyorder import KeyOrder
 
 MiB = 1024 * 1024
+DEFAULT_WAL_SEGMENT_BYTES = 64 * MiB
+DEFAULT_WAL_RETENTION_BYTES = 256 * MiB
 
 DEFAULT_NAMESPACE = "default"
 MAX_NAMESPACE_NAME_CHARS = 128
@@ -97,9 +99,14 @@ class StandaloneConfig:
     # already holds keeps being served even when it is missing here.
     namespaces: tuple[NamespaceConfig, ...] = (NamespaceConfig(),)
     limits: Limits = field(default_factory=Limits)
-    wal_segment_size_bytes: int = 64 * MiB
+    wal_segment_size_bytes: int = DEFAULT_WAL_SEGMENT_BYTES
+    # Once a shard's WAL is larger than this, the segments the KV durably holds are
+    # deleted (the active segment always stays).
+    wal_retention_bytes: int = DEFAULT_WAL_RETENTION_BYTES
 
     def __post_init__(self) -> None:
+        if self.wal_segment_size_bytes < 4096 or self.wal_retention_bytes < 0:
+            raise ValueError("WAL segments must be at least 4096 bytes, retention >= 0")
         if not self.namespaces:
             raise ValueError("at least one namespace must be configured")
         names = [namespace.name for namespace in self.namespaces]

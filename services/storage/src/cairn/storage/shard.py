@@ -65,6 +65,8 @@ log = logging.getLogger(__name__)
 # How often the leader looks for expired sessions; expiry happens at most this
 # late after a full timeout without a heartbeat.
 SESSION_CHECK_INTERVAL_S = 0.25
+# How often a shard compares its WAL size with the retention.
+WAL_RETENTION_CHECK_INTERVAL_S = 1.0
 
 
 def wall_clock_ms() -> int:
@@ -108,7 +110,9 @@ class ShardReplica:
         clock_ms: Callable[[], int] = wall_clock_ms,
         session_clock_ms: Callable[[], int] = monotonic_ms,
         notifications_enabled: bool = True,
+        wal_retention_bytes: int | None = None,
     ) -> None:
+        """`wal_retention_bytes` None keeps the whole WAL."""
         self.shard_id = shard_id
         self.namespace = namespace
         self.key_order = key_order
@@ -164,6 +168,10 @@ class ShardReplica:
         self._expiry_task = self._loop.create_task(
             self._expiry_loop(), name=f"session-expiry-{shard_id}"
         )
+        self._wal_retention_bytes = wal_retention_bytes
+        self._retention_task = self._loop.create_task(
+            self._retention_loop(), name=f"wal-retention-{shard_id}"
+        )
 
     @classmethod
     def open(
@@ -175,6 +183,7 @@ class ShardReplica:
         limits: Limits,
         wal_segment_size_bytes: int,
         notifications_enabled: bool = True,
+        wal_retention_bytes: int | None = None,
     ) -> ShardReplica:
         kv = RocksKv(directory / "kv")
         wal = Wal.open(directory / "wal", WalOptions(segment_size_bytes=wal_segment_size_bytes))
@@ -186,6 +195,7 @@ class ShardReplica:
             wal,
             limits,
             notifications_enabled=notifications_enabled,
+            wal_retention_bytes=wal_retention_bytes,
         )
 
     # ---- applying entries (the same on every replica, and on replay) ----------------
@@ -347,6 +357,31 @@ class ShardReplica:
                     with contextlib.suppress(Unavailable):
                         await self._close_session(session_id, internal_pb.EXPIRED)
 
+    # ---- WAL retention ----------------------------------------------------------------
+
+    async def _retention_loop(self) -> None:
+        limit = self._wal_retention_bytes
+        if limit is None:
+            return
+        while not self._closing:
+            await asyncio.sleep(WAL_RETENTION_CHECK_INTERVAL_S)
+            if self.wal.total_size_bytes() <= limit or self._failure is not None:
+                continue
+            try:
+                # On the sync thread: serialised with fsyncs, never blocking the loop.
+                await self._loop.run_in_executor(
+                    self._sync_executor, self._trim_wal, self.commit_offset
+                )
+            except Exception as error:  # keep serving; the next round retries
+                log.warning("shard %d: WAL trimming failed: %r", self.shard_id, error)
+
+    def _trim_wal(self, applied_offset: int) -> None:
+        """Delete segments the KV durably holds: once RocksDB's own log is synced,
+        every entry up to `applied_offset` survives power loss in the KV, and replay
+        never needs it again."""
+        self.kv.sync()
+        self.wal.trim_before(applied_offset + 1)
+
     # ---- notifications --------------------------------------------------------------
 
     @property
@@ -473,9 +508,10 @@ class ShardReplica:
         self._closing = True
         self._commit_advanced.set()  # subscribers waiting for commits see the close
         self._sequence_advanced.set()
-        self._expiry_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._expiry_task
+        for background in (self._expiry_task, self._retention_task):
+            background.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await background
         self._wake_syncer.set()
         self._wake_applier.set()
         self._space_freed.set()

@@ -220,6 +220,7 @@ class StandaloneServer:
                     limits,
                     config.wal_segment_size_bytes,
                     stored.notifications_enabled,
+                    config.wal_retention_bytes,
                 )
             placements = tuple(
                 ShardPlacement(shard_id, hash_range, self.address)
