@@ -30,7 +30,7 @@ from cairn.storage.core.validation import (
 from cairn.storage.directory import ShardDirectory
 from cairn.storage.kv.store import Column
 from cairn.storage.rpc.status import abort
-from cairn.storage.shard import wall_clock_ms
+from cairn.storage.shard import ShardReplica, wall_clock_ms
 
 SERVICE_NAMES = ("io.oxia.proto.v1.OxiaClient", "io.streamnative.oxia.proto.OxiaClient")
 SHARD_ID_HEADER = "shard-id"
@@ -176,11 +176,7 @@ class ClientService:
         self, request: pb.ListRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.ListResponse]:
         try:
-            shard = self.directory.leader_shard(self._shard_of(request, context))
-            index = (
-                request.secondary_index_name if request.HasField("secondary_index_name") else None
-            )
-            validate_range(request.start_inclusive, request.end_exclusive, index, self.limits)
+            shard, index = self._range_target(request, context)
         except CairnError as error:
             await abort(context, error)
         max_keys, max_bytes = self.limits.max_keys_per_list_chunk, self.limits.max_bytes_per_chunk
@@ -205,11 +201,7 @@ class ClientService:
         self, request: pb.RangeScanRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.RangeScanResponse]:
         try:
-            shard = self.directory.leader_shard(self._shard_of(request, context))
-            index = (
-                request.secondary_index_name if request.HasField("secondary_index_name") else None
-            )
-            validate_range(request.start_inclusive, request.end_exclusive, index, self.limits)
+            shard, index = self._range_target(request, context)
         except CairnError as error:
             await abort(context, error)
         max_records = self.limits.max_records_per_scan_chunk
@@ -348,6 +340,15 @@ class ClientService:
         except CairnError as error:
             await abort(context, error)
         return pb.CloseSessionResponse()
+
+    def _range_target(
+        self, request: pb.ListRequest | pb.RangeScanRequest, context: grpc.aio.ServicerContext
+    ) -> tuple[ShardReplica, str | None]:
+        """The shard a List/RangeScan reads, and the secondary index it uses, if any."""
+        shard = self.directory.leader_shard(self._shard_of(request, context))
+        index = request.secondary_index_name if request.HasField("secondary_index_name") else None
+        validate_range(request.start_inclusive, request.end_exclusive, index, self.limits)
+        return shard, index
 
     def _shard_of(self, request: Any, context: grpc.aio.ServicerContext) -> int:
         if request.HasField("shard"):
