@@ -1,0 +1,89 @@
+"""Which offset a shard's leader may consider committed.
+
+An entry is committed once it is durable on a majority of the ensemble's voters
+(the leader included). Only acknowledgements of the current term count: after a
+new term, entries the new leader inherited from older terms are committed once a
+majority of the new term holds them, and never on the strength of what followers
+acknowledged to an old leader (fencing stopped that leader; its acks prove
+nothing about the new term's logs, which may have been truncated).
+
+Members join as learners: they receive entries but do not vote until they have
+caught up to what is already committed, so adding a member never stalls commits
+or lets an empty replica be counted toward a majority. The commit offset never
+goes back, whatever the ensemble becomes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+NO_OFFSET = -1
+
+
+@dataclass
+class QuorumTracker:
+    """The leader's view of its ensemble for one term. Pure: no I/O, no clock."""
+
+    term: int
+    leader: str
+    voters: set[str]
+    learners: set[str] = field(default_factory=set)
+    # Highest offset each member has acknowledged as durable in this term.
+    acked: dict[str, int] = field(default_factory=dict)
+    commit_offset: int = NO_OFFSET
+
+    def __post_init__(self) -> None:
+        if self.leader not in self.voters:
+            raise ValueError(f"the leader {self.leader!r} must be a voter")
+        if self.voters & self.learners:
+            raise ValueError("a member cannot be both a voter and a learner")
+
+    @classmethod
+    def for_new_term(
+        cls, term: int, leader: str, voters: Iterable[str], committed_offset: int
+    ) -> QuorumTracker:
+        """A fresh tracker for a new term: no acknowledgements count yet, but what
+        was already committed stays committed."""
+        return cls(term, leader, set(voters), commit_offset=committed_offset)
+
+    @property
+    def majority(self) -> int:
+        return len(self.voters) // 2 + 1
+
+    def acknowledge(self, member: str, term: int, offset: int) -> int:
+        """Record that `member` holds entries up to `offset` durably in `term`;
+        returns the (possibly advanced) commit offset. Stale terms, unknown members
+        and offsets lower than already acknowledged change nothing (acks are
+        cumulative and may arrive out of order or twice)."""
+        if term != self.term or member not in self.voters | self.learners:
+            return self.commit_offset
+        if offset > self.acked.get(member, NO_OFFSET):
+            self.acked[member] = offset
+        if member in self.learners and offset >= self.commit_offset:
+            # Caught up with what is committed: from now on it votes.
+            self.learners.discard(member)
+            self.voters.add(member)
+        return self._advance()
+
+    def add_learner(self, member: str) -> None:
+        if member in self.voters:
+            raise ValueError(f"{member!r} is already a voter")
+        self.learners.add(member)
+
+    def remove(self, member: str) -> int:
+        """Drop a member (never the leader); returns the commit offset, which may
+        advance when the majority shrinks."""
+        if member == self.leader:
+            raise ValueError("the leader cannot be removed from its own ensemble")
+        self.voters.discard(member)
+        self.learners.discard(member)
+        self.acked.pop(member, None)
+        return self._advance()
+
+    def _advance(self) -> int:
+        votes = sorted((self.acked.get(m, NO_OFFSET) for m in self.voters), reverse=True)
+        candidate = votes[self.majority - 1]
+        if candidate > self.commit_offset:
+            self.commit_offset = candidate
+        return self.commit_offset

@@ -1,0 +1,122 @@
+"""The quorum tracker against a deliberately simple oracle, over many random cases."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cairn.storage.core.replication.quorum import NO_OFFSET, QuorumTracker
+
+MEMBERS = ["a", "b", "c", "d", "e", "f", "g"]
+
+
+def oracle_commit(voters: set[str], acked: dict[str, int]) -> int:
+    """The highest offset that a strict majority of the voters has acknowledged."""
+    best = NO_OFFSET
+    for candidate in {acked.get(m, NO_OFFSET) for m in voters}:
+        holders = sum(1 for m in voters if acked.get(m, NO_OFFSET) >= candidate)
+        if holders * 2 > len(voters):
+            best = max(best, candidate)
+    return best
+
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("ack"), st.sampled_from(MEMBERS), st.integers(0, 50), st.booleans()),
+        st.tuples(st.just("learn"), st.sampled_from(MEMBERS), st.just(0), st.just(False)),
+        st.tuples(st.just("remove"), st.sampled_from(MEMBERS), st.just(0), st.just(False)),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(
+    ensemble_size=st.sampled_from([1, 3, 5]),
+    already_committed=st.integers(NO_OFFSET, 10),
+    steps=operations,
+)
+def test_commit_matches_the_oracle_and_never_goes_back(
+    ensemble_size: int, already_committed: int, steps: list[tuple[str, str, int, bool]]
+) -> None:
+    voters = MEMBERS[:ensemble_size]
+    tracker = QuorumTracker.for_new_term(7, "a", voters, already_committed)
+    # The oracle's own bookkeeping, kept as simply as possible.
+    model_voters, model_learners = set(voters), set()
+    model_acked: dict[str, int] = {}
+    model_commit = already_committed
+    for kind, member, offset, stale_term in steps:
+        before = tracker.commit_offset
+        if kind == "ack":
+            result = tracker.acknowledge(member, 6 if stale_term else 7, offset)
+            if not stale_term and member in model_voters | model_learners:
+                model_acked[member] = max(model_acked.get(member, NO_OFFSET), offset)
+                if member in model_learners and model_acked[member] >= model_commit:
+                    model_learners.remove(member)
+                    model_voters.add(member)
+        elif kind == "learn":
+            if member in model_voters:
+                with pytest.raises(ValueError, match="already a voter"):
+                    tracker.add_learner(member)
+                continue
+            tracker.add_learner(member)
+            model_learners.add(member)
+            result = tracker.commit_offset
+        else:
+            if member == "a":
+                with pytest.raises(ValueError, match="leader cannot be removed"):
+                    tracker.remove(member)
+                continue
+            result = tracker.remove(member)
+            model_voters.discard(member)
+            model_learners.discard(member)
+            model_acked.pop(member, None)
+        model_commit = max(model_commit, oracle_commit(model_voters, model_acked))
+        assert result == tracker.commit_offset == model_commit
+        assert tracker.commit_offset >= before
+        assert tracker.voters == model_voters
+        assert tracker.learners == model_learners
+
+
+def test_inherited_entries_commit_only_on_acknowledgements_of_the_new_term() -> None:
+    tracker = QuorumTracker.for_new_term(2, "a", ["a", "b", "c"], committed_offset=10)
+    # Acks addressed to the old leader's term prove nothing now.
+    assert tracker.acknowledge("b", 1, 15) == 10
+    assert tracker.acknowledge("a", 2, 15) == 10  # the leader alone is no majority
+    assert tracker.acknowledge("b", 2, 15) == 15
+
+
+def test_a_new_member_votes_only_once_caught_up() -> None:
+    tracker = QuorumTracker.for_new_term(1, "a", ["a", "b", "c"], committed_offset=NO_OFFSET)
+    for member in "abc":
+        tracker.acknowledge(member, 1, 100)
+    assert tracker.commit_offset == 100
+    tracker.add_learner("d")
+    tracker.add_learner("e")
+    # The empty learners are not counted: 3 of 5 would otherwise be needed.
+    tracker.acknowledge("a", 1, 120)
+    tracker.acknowledge("b", 1, 120)
+    assert tracker.commit_offset == 120
+    tracker.acknowledge("d", 1, 50)
+    assert "d" in tracker.learners
+    tracker.acknowledge("d", 1, 120)
+    assert "d" in tracker.voters
+
+
+def test_random_clusters_against_the_oracle_many_seeds() -> None:
+    """Thousands of random ack sequences on 3- and 5-member ensembles."""
+    for seed in range(300):
+        rng = random.Random(seed)
+        size = rng.choice([3, 5])
+        members = MEMBERS[:size]
+        tracker = QuorumTracker.for_new_term(1, "a", members, committed_offset=NO_OFFSET)
+        acked: dict[str, int] = {}
+        for _ in range(30):
+            member = rng.choice(members)
+            offset = rng.randint(0, 100)
+            tracker.acknowledge(member, 1, offset)
+            acked[member] = max(acked.get(member, NO_OFFSET), offset)
+            assert tracker.commit_offset == oracle_commit(set(members), acked), seed
