@@ -37,13 +37,17 @@ operations = st.lists(
 @given(
     ensemble_size=st.sampled_from([1, 3, 5]),
     already_committed=st.integers(NO_OFFSET, 10),
+    term_start=st.integers(NO_OFFSET, 30),
     steps=operations,
 )
 def test_commit_matches_the_oracle_and_never_goes_back(
-    ensemble_size: int, already_committed: int, steps: list[tuple[str, str, int, bool]]
+    ensemble_size: int,
+    already_committed: int,
+    term_start: int,
+    steps: list[tuple[str, str, int, bool]],
 ) -> None:
     voters = MEMBERS[:ensemble_size]
-    tracker = QuorumTracker.for_new_term(7, "a", voters, already_committed)
+    tracker = QuorumTracker.for_new_term(7, "a", voters, already_committed, term_start)
     # The oracle's own bookkeeping, kept as simply as possible.
     model_voters, model_learners = set(voters), set()
     model_acked: dict[str, int] = {}
@@ -74,7 +78,10 @@ def test_commit_matches_the_oracle_and_never_goes_back(
             model_voters.discard(member)
             model_learners.discard(member)
             model_acked.pop(member, None)
-        model_commit = max(model_commit, oracle_commit(model_voters, model_acked))
+        majority_holds = oracle_commit(model_voters, model_acked)
+        # Nothing commits before a majority holds the term's first entry.
+        if majority_holds >= term_start:
+            model_commit = max(model_commit, majority_holds)
         assert result == tracker.commit_offset == model_commit
         assert tracker.commit_offset >= before
         assert tracker.voters == model_voters
@@ -87,6 +94,21 @@ def test_inherited_entries_commit_only_on_acknowledgements_of_the_new_term() -> 
     assert tracker.acknowledge("b", 1, 15) == 10
     assert tracker.acknowledge("a", 2, 15) == 10  # the leader alone is no majority
     assert tracker.acknowledge("b", 2, 15) == 15
+
+
+def test_inherited_entries_wait_for_the_term_start_entry_on_a_majority() -> None:
+    """Raft's figure 8: an older-term entry on a majority is not yet safe."""
+    tracker = QuorumTracker.for_new_term(
+        4, "a", ["a", "b", "c", "d", "e"], committed_offset=0, term_start_offset=3
+    )
+    for member in "abc":
+        tracker.acknowledge(member, 4, 2)
+    assert tracker.commit_offset == 0
+    tracker.acknowledge("a", 4, 3)
+    tracker.acknowledge("b", 4, 3)
+    assert tracker.commit_offset == 0
+    tracker.acknowledge("c", 4, 3)
+    assert tracker.commit_offset == 3
 
 
 def test_a_new_member_votes_only_once_caught_up() -> None:

@@ -32,6 +32,8 @@ class QuorumTracker:
     # Highest offset each member has acknowledged as durable in this term.
     acked: dict[str, int] = field(default_factory=dict)
     commit_offset: int = NO_OFFSET
+    # The first entry of this term: nothing commits before a majority holds it.
+    term_start_offset: int = NO_OFFSET
 
     def __post_init__(self) -> None:
         if self.leader not in self.voters:
@@ -41,11 +43,22 @@ class QuorumTracker:
 
     @classmethod
     def for_new_term(
-        cls, term: int, leader: str, voters: Iterable[str], committed_offset: int
+        cls,
+        term: int,
+        leader: str,
+        voters: Iterable[str],
+        committed_offset: int,
+        term_start_offset: int = NO_OFFSET,
     ) -> QuorumTracker:
         """A fresh tracker for a new term: no acknowledgements count yet, but what
         was already committed stays committed."""
-        return cls(term, leader, set(voters), commit_offset=committed_offset)
+        return cls(
+            term,
+            leader,
+            set(voters),
+            commit_offset=committed_offset,
+            term_start_offset=term_start_offset,
+        )
 
     @property
     def majority(self) -> int:
@@ -84,6 +97,6 @@ class QuorumTracker:
     def _advance(self) -> int:
         votes = sorted((self.acked.get(m, NO_OFFSET) for m in self.voters), reverse=True)
         candidate = votes[self.majority - 1]
-        if candidate > self.commit_offset:
+        if candidate > self.commit_offset and candidate >= self.term_start_offset:
             self.commit_offset = candidate
         return self.commit_offset

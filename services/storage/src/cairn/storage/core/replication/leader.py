@@ -1,0 +1,151 @@
+"""A leader's view of its followers: what to send each, and what is committed.
+
+Each follower goes through phases driven by the leader's runtime:
+
+    CONNECTING --Truncate answered--> STREAMING (from its head + 1)
+         |                               |
+         +--its log is behind ours--> SNAPSHOT --installed--> STREAMING
+    any phase --stream broken--> CONNECTING
+
+While streaming, at most `max_in_flight_entries` entries are sent ahead of what
+the follower acknowledged. A follower's head after Truncate, or after a
+snapshot, is durable on it and agrees with our log, so it counts as an
+acknowledgement in this term.
+
+Pure: the runtime reads entries, sends, and reports back.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from cairn.storage.core.replication.quorum import QuorumTracker
+from cairn.storage.core.replication.replica import Member
+from cairn.storage.core.replication.terms import NO_OFFSET, EntryId
+
+
+class FollowerPhase(enum.Enum):
+    CONNECTING = "connecting"
+    SNAPSHOT = "snapshot"
+    STREAMING = "streaming"
+
+
+@dataclass(slots=True)
+class FollowerProgress:
+    member: Member
+    phase: FollowerPhase = FollowerPhase.CONNECTING
+    # Next offset to send while streaming.
+    next_offset: int = NO_OFFSET
+    # Highest offset it acknowledged as durable in this term.
+    acked_offset: int = NO_OFFSET
+
+
+class LeaderCore:
+    def __init__(
+        self,
+        term: int,
+        me: Member,
+        followers: Iterable[Member],
+        commit_offset: int,
+        term_start_offset: int,
+        max_in_flight_entries: int,
+    ) -> None:
+        self.term = term
+        self.me = me
+        self.max_in_flight_entries = max_in_flight_entries
+        self.followers = {member.internal_address: FollowerProgress(member) for member in followers}
+        if me.internal_address in self.followers:
+            raise ValueError("the leader cannot be its own follower")
+        self.quorum = QuorumTracker.for_new_term(
+            term,
+            me.internal_address,
+            [me.internal_address, *self.followers],
+            commit_offset,
+            term_start_offset,
+        )
+
+    @property
+    def commit_offset(self) -> int:
+        return self.quorum.commit_offset
+
+    def progress(self, member: str) -> FollowerProgress:
+        return self.followers[member]
+
+    # -- our own log -----------------------------------------------------------------
+
+    def on_local_durable(self, offset: int) -> int:
+        """Our WAL is durable up to `offset`; returns the commit offset."""
+        return self.quorum.acknowledge(self.me.internal_address, self.term, offset)
+
+    # -- a follower ------------------------------------------------------------------
+
+    def on_truncated(self, member: str, head: EntryId, our_first_offset: int) -> FollowerPhase:
+        """The follower's log now agrees with ours up to `head`. Stream from there if
+        our WAL still holds the next entry, else send a snapshot."""
+        progress = self.followers[member]
+        if our_first_offset != NO_OFFSET and head.offset + 1 < our_first_offset:
+            progress.phase = FollowerPhase.SNAPSHOT
+            return progress.phase
+        self._start_streaming(progress, head.offset)
+        return progress.phase
+
+    def on_snapshot_installed(self, member: str, last_included: EntryId) -> None:
+        self._start_streaming(self.followers[member], last_included.offset)
+
+    def _start_streaming(self, progress: FollowerProgress, head_offset: int) -> None:
+        progress.phase = FollowerPhase.STREAMING
+        progress.next_offset = head_offset + 1
+        self.on_ack(progress.member.internal_address, head_offset)
+
+    def to_send(self, member: str, our_last_offset: int) -> tuple[int, int] | None:
+        """The inclusive offset range to send the follower now, or None (nothing new,
+        window full, or not streaming)."""
+        progress = self.followers.get(member)
+        if progress is None or progress.phase is not FollowerPhase.STREAMING:
+            return None
+        window_end = progress.acked_offset + self.max_in_flight_entries
+        last = min(our_last_offset, window_end)
+        if progress.next_offset > last:
+            return None
+        return progress.next_offset, last
+
+    def on_sent(self, member: str, last_offset: int) -> None:
+        self.followers[member].next_offset = last_offset + 1
+
+    def on_ack(self, member: str, durable_offset: int) -> int:
+        """The follower holds our log durably up to `durable_offset`; returns the
+        commit offset."""
+        progress = self.followers.get(member)
+        if progress is None:
+            return self.commit_offset
+        progress.acked_offset = max(progress.acked_offset, durable_offset)
+        return self.quorum.acknowledge(member, self.term, durable_offset)
+
+    def on_disconnected(self, member: str) -> None:
+        """The stream broke: bring the follower to our log again before streaming.
+        Its acknowledgements stay valid: it cannot lose durable entries of this term."""
+        progress = self.followers.get(member)
+        if progress is not None:
+            progress.phase = FollowerPhase.CONNECTING
+
+    # -- ensemble changes ------------------------------------------------------------
+
+    def add_follower(self, member: Member) -> None:
+        """A new member receives entries at once and votes once caught up."""
+        if member.internal_address == self.me.internal_address:
+            raise ValueError("the leader cannot be its own follower")
+        if member.internal_address in self.followers:
+            return
+        self.followers[member.internal_address] = FollowerProgress(member)
+        self.quorum.add_learner(member.internal_address)
+
+    def remove_follower(self, member: str) -> int:
+        """Returns the commit offset (a smaller ensemble may commit more)."""
+        if self.followers.pop(member, None) is None:
+            return self.commit_offset
+        return self.quorum.remove(member)
+
+    def is_voting(self, member: str) -> bool:
+        return member in self.quorum.voters
