@@ -53,6 +53,12 @@ class CloseSessionEntry(_message.Message):
     reason: SessionCloseReason
     def __init__(self, session_id: _Optional[int] = ..., reason: _Optional[_Union[SessionCloseReason, str]] = ...) -> None: ...
 
+class TermStartEntry(_message.Message):
+    __slots__ = ("leader",)
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    leader: str
+    def __init__(self, leader: _Optional[str] = ...) -> None: ...
+
 class SessionState(_message.Message):
     __slots__ = ("timeout_ms", "client_identity", "closing")
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]

@@ -1,7 +1,7 @@
 """What a WAL entry's payload holds.
 
-The first byte says what kind of entry it is, so that session lifecycle (and
-later ensemble changes) share the log with client writes. A client write is
+The first byte says what kind of entry it is, so that session lifecycle and
+leadership changes share the log with client writes. A client write is
 stored as the exact bytes the client sent: the leader parses each request once
 and forwards bytes, never re-serializes.
 """
@@ -16,11 +16,13 @@ from cairn.proto import storage_internal_pb2 as internal_pb
 CLIENT_WRITE = 0x01
 CREATE_SESSION = 0x02
 CLOSE_SESSION = 0x03
+TERM_START = 0x04
 
 _BODIES: dict[int, type[Message]] = {
     CLIENT_WRITE: pb.WriteRequest,
     CREATE_SESSION: internal_pb.CreateSessionEntry,
     CLOSE_SESSION: internal_pb.CloseSessionEntry,
+    TERM_START: internal_pb.TermStartEntry,
 }
 
 

@@ -17,7 +17,7 @@ from cairn.storage.core.apply import (
     apply_create_session,
     apply_write,
 )
-from cairn.storage.core.entries import CLIENT_WRITE, CLOSE_SESSION, CREATE_SESSION
+from cairn.storage.core.entries import CLIENT_WRITE, CLOSE_SESSION, CREATE_SESSION, TERM_START
 from cairn.storage.core.meta import notification_key
 from cairn.storage.core.notifications import EntryNotifications, expired_batches, trim_marker
 from cairn.storage.kv.store import KvReader
@@ -49,7 +49,7 @@ def apply_entry(
     plain_puts: bool,
 ) -> Any:
     """Apply the entry to `state` and return its result: a serialized WriteResponse,
-    a session id, or whether a session was closed. `committed` is the state before
+    a session id, whether a session was closed, or None (a term start). `committed` is the state before
     this group of entries (for notification trimming)."""
     notes = EntryNotifications() if rules.notifications_enabled else None
     result: Any
@@ -62,6 +62,8 @@ def apply_entry(
     elif kind == CLOSE_SESSION:
         assert isinstance(body, internal_pb.CloseSessionEntry)
         result = apply_close_session(state, body, rules.key_order, notes)
+    elif kind == TERM_START:
+        result = None  # changes nothing but the commit offset
     else:
         raise AssertionError(f"unknown entry kind {kind}")
     if notes:
