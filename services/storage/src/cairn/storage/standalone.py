@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from cairn.common.hashing import split_hash_space
 from cairn.common.keyorder import KeyOrder
 from cairn.storage.config import DEFAULT_NAMESPACE, NamespaceConfig, StandaloneConfig
 from cairn.storage.directory import NamespaceLayout, ShardDirectory, ShardPlacement
+from cairn.storage.files import write_atomically
 from cairn.storage.rpc import new_server
 from cairn.storage.rpc.client_api import ClientService, generic_handlers
 from cairn.storage.shard import ShardReplica
@@ -47,20 +47,6 @@ class StoredNamespace:
     key_order: KeyOrder
     shard_ids: tuple[int, ...]
     notifications_enabled: bool = True
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    temporary = path.with_suffix(".tmp")
-    with open(temporary, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
 
 
 def _read_layout(path: Path) -> list[StoredNamespace]:
@@ -167,7 +153,7 @@ def load_or_create_layout(config: StandaloneConfig) -> list[StoredNamespace]:
         # Written before any new shard opens, so a crash in between leaves shard ids
         # recorded (their directories are created empty on the next start).
         config.data_dir.mkdir(parents=True, exist_ok=True)
-        _write_atomically(path, _layout_document(served))
+        write_atomically(path, _layout_document(served))
     return served
 
 

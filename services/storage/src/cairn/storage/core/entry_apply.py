@@ -49,8 +49,8 @@ def apply_entry(
     plain_puts: bool,
 ) -> Any:
     """Apply the entry to `state` and return its result: a serialized WriteResponse,
-    a session id, whether a session was closed, or None (a term start). `committed` is the state before
-    this group of entries (for notification trimming)."""
+    a session id, whether a session was closed, or None (a term start). `committed`
+    is the state before this group of entries (for notification trimming)."""
     notes = EntryNotifications() if rules.notifications_enabled else None
     result: Any
     if kind == CLIENT_WRITE:

@@ -14,9 +14,13 @@ EPHEMERAL_PREFIX = b"ephemeral/"
 NOTIFICATION_PREFIX = b"notification/"
 # Notifications of offsets below this value were trimmed (retention).
 NOTIFICATIONS_TRIMMED_BEFORE_KEY = b"notifications_trimmed_before"
+# The (term, offset) of the entry just before the WAL's first one, set when a snapshot
+# is installed: the replica's head while its WAL holds no entry.
+LOG_BASE_KEY = b"log_base"
 _ID = struct.Struct(">q")  # big endian: keys of one prefix sort by id
 
 _I64 = struct.Struct("<q")
+_ENTRY_ID = struct.Struct("<qq")  # term, offset
 
 
 def encode_i64(value: int) -> bytes:
@@ -28,6 +32,18 @@ def decode_i64(data: bytes | None, default: int) -> int:
         return default
     value: int = _I64.unpack(data)[0]
     return value
+
+
+def encode_entry_id(term: int, offset: int) -> bytes:
+    return _ENTRY_ID.pack(term, offset)
+
+
+def decode_entry_id(data: bytes | None) -> tuple[int, int] | None:
+    """(term, offset), or None if the key is absent."""
+    if data is None:
+        return None
+    term, offset = _ENTRY_ID.unpack(data)
+    return term, offset
 
 
 def session_key(session_id: int) -> bytes:

@@ -1,0 +1,27 @@
+"""Small durable-file helpers shared by the storage pod's metadata files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from cairn.storage.wal.segment import fsync_directory
+
+TEMP_SUFFIX = ".tmp"
+
+
+def temp_path(path: Path) -> Path:
+    """Where `write_atomically` stages `path` (a crash may leave it behind)."""
+    return path.with_name(path.name + TEMP_SUFFIX)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace `path` with `text` durably: a crash leaves the old file or the new
+    one, never a mix (temp file, fsync, rename, fsync of the directory)."""
+    temporary = temp_path(path)
+    with temporary.open("w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    temporary.replace(path)
+    fsync_directory(path.parent)
