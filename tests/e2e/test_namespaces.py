@@ -291,9 +291,7 @@ def test_layout_reconciliation_in_process(tmp_path: Path, caplog: pytest.LogCapt
         return directory
 
     directory = asyncio.run(directory_of(served))
-    assert [directory.notifications_enabled(shard_id) for shard_id in range(4)] == [
+    assert [directory.layout(name).notifications_enabled for name in ("old", "new")] == [
         True,
-        True,
-        False,
         False,
     ]

@@ -13,11 +13,13 @@ from cairn.common.hashing import split_hash_space
 from cairn.common.keyorder import KeyOrder
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import oxia_client_pb2_grpc as pb_grpc
-from cairn.storage.config import Limits
+from cairn.storage.config import Limits, ShardSpec
 from cairn.storage.core.entry_apply import NOTIFICATION_TRIM_EVERY_OFFSETS
 from cairn.storage.core.notifications import stored_batches, trimmed_before
+from cairn.storage.core.replication.replica import Member
 from cairn.storage.directory import NamespaceLayout, ShardDirectory, ShardPlacement
 from cairn.storage.kv import RocksKv
+from cairn.storage.replication.leader import lead_alone
 from cairn.storage.rpc.client_api import ClientService, generic_handlers
 from cairn.storage.shard import ShardReplica
 from cairn.storage.wal import Wal
@@ -37,14 +39,9 @@ async def _scenario(tmp_path: Path) -> None:
     limits = Limits(notification_retention_ms=RETENTION_MS)
     clock = Clock()
     replica = ShardReplica(
-        0,
-        "default",
-        KeyOrder.HIERARCHICAL,
-        RocksKv(tmp_path / "kv"),
-        Wal.open(tmp_path / "wal"),
-        limits,
-        clock_ms=clock,
+        0, ShardSpec(), RocksKv(tmp_path / "kv"), Wal.open(tmp_path / "wal"), limits, clock_ms=clock
     )
+    await lead_alone(replica, Member("127.0.0.1:0", "127.0.0.1:0"))
     directory = ShardDirectory()
     server = grpc.aio.server()
     port = server.add_insecure_port("127.0.0.1:0")

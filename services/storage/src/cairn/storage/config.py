@@ -54,6 +54,38 @@ class Limits:
     max_cached_headers_per_shard: int = 200_000
 
 
+@dataclass(frozen=True, slots=True)
+class ReplicationSettings:
+    """Bounds and timings of leader -> follower replication."""
+
+    # Entries sent to a follower ahead of its acknowledgements.
+    max_in_flight_entries: int = 1024
+    # Bytes of entries in one Replicate message (one entry larger than this goes alone).
+    max_entries_bytes_per_message: int = 4 * MiB
+    # Snapshot chunks: records and bytes per chunk.
+    max_snapshot_chunk_records: int = 10_000
+    max_snapshot_chunk_bytes: int = 1 * MiB
+    # A follower that cannot be reached is retried after a delay that doubles from
+    # the first value up to the second.
+    reconnect_initial_delay_s: float = 0.05
+    reconnect_max_delay_s: float = 1.0
+    # Deadline of a Truncate call (a follower that hangs is retried).
+    truncate_timeout_s: float = 5.0
+    # How long a read waits for a new leader to finish taking over before it
+    # answers UNAVAILABLE.
+    leader_ready_timeout_s: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class ShardSpec:
+    """What a shard replica's data means, fixed when the shard is created."""
+
+    namespace: str = "default"
+    key_order: KeyOrder = KeyOrder.HIERARCHICAL
+    # A serving switch, not part of the data: a restart may flip it.
+    notifications_enabled: bool = True
+
+
 def namespace_name_problem(name: str) -> str | None:
     """Why `name` cannot name a namespace, or None if it can."""
     if not name:

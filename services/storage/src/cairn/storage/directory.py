@@ -1,11 +1,16 @@
-"""Which shards this process serves, and the shard map clients are given."""
+"""Which shard replicas this process holds, and the shard map clients are given.
+
+The map comes from the data directory's layout (standalone) or from the
+controller's pushes (a pod in a cluster). A request for a shard whose leader is
+elsewhere is answered NODE_IS_NOT_LEADER with the leader's address as a hint.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
 
-from cairn.common.errors import NamespaceNotFound, ShardNotFound
+from cairn.common.errors import NamespaceNotFound, NotLeader, ShardNotFound
 from cairn.common.hashing import HashRange
 from cairn.common.keyorder import KeyOrder
 from cairn.proto import oxia_client_pb2 as pb
@@ -43,6 +48,8 @@ class ShardDirectory:
         self._replicas: dict[int, ShardReplica] = {}
         self._shard_namespace: dict[int, str] = {}
         self._version = 0
+        # The version of the last map the controller pushed (pods in a cluster).
+        self._pushed_version = -1
         self._closed = False
         self._changed = asyncio.Condition()
 
@@ -65,27 +72,77 @@ class ShardDirectory:
             self._version += 1
             self._changed.notify_all()
 
+    async def set_layouts(self, layouts: list[NamespaceLayout], version: int) -> bool:
+        """Replace the whole map with a pushed one; False if `version` is not newer
+        than the last push (a delayed, older push changes nothing)."""
+        if version <= self._pushed_version:
+            return False
+        self._pushed_version = version
+        self._layouts = {layout.name: layout for layout in layouts}
+        self._shard_namespace = {
+            placement.shard_id: layout.name for layout in layouts for placement in layout.shards
+        }
+        async with self._changed:
+            self._version += 1
+            self._changed.notify_all()
+        return True
+
+    def add_replica(self, replica: ShardReplica) -> None:
+        self._replicas[replica.shard_id] = replica
+
+    def remove_replica(self, shard_id: int) -> None:
+        self._replicas.pop(shard_id, None)
+
     def replicas(self) -> list[ShardReplica]:
         return list(self._replicas.values())
 
-    def leader_shard(self, shard_id: int) -> ShardReplica:
+    def replica(self, shard_id: int) -> ShardReplica:
+        """This process's replica of the shard, whatever its role."""
         replica = self._replicas.get(shard_id)
         if replica is None:
-            raise ShardNotFound(f"shard {shard_id} is not served by this node")
+            raise ShardNotFound(f"shard {shard_id} has no replica on this node")
         return replica
+
+    def leader_shard(self, shard_id: int) -> ShardReplica:
+        """The shard's replica if it leads here; else NotLeader with a hint."""
+        replica = self._replicas.get(shard_id)
+        if replica is None:
+            hint = self._leader_address(shard_id)
+            if hint is None:
+                raise ShardNotFound(f"shard {shard_id} is not served by this node")
+            raise NotLeader(shard_id, hint)
+        replica.core.check_leader()
+        return replica
+
+    async def serving_shard(self, shard_id: int) -> ShardReplica:
+        """`leader_shard`, once the leader serves reads (a new leader first applies
+        what it inherited)."""
+        replica = self.leader_shard(shard_id)
+        if not replica.serving:
+            await replica.wait_serving()
+        return replica
+
+    def _leader_address(self, shard_id: int) -> str | None:
+        owner = self._shard_namespace.get(shard_id)
+        if owner is None:
+            return None
+        for placement in self._layouts[owner].shards:
+            if placement.shard_id == shard_id:
+                return placement.leader_address
+        return None
+
+    def layout(self, namespace: str) -> NamespaceLayout:
+        layout = self._layouts.get(namespace)
+        if layout is None:
+            raise NamespaceNotFound(f"namespace {namespace!r} does not exist")
+        return layout
 
     def namespaces(self) -> list[str]:
         return list(self._layouts)
 
-    def notifications_enabled(self, shard_id: int) -> bool:
-        """Whether the namespace owning the shard records change notifications."""
-        owner = self._shard_namespace.get(shard_id)
-        if owner is None:
-            raise ShardNotFound(f"shard {shard_id} is not served by this node")
-        return self._layouts[owner].notifications_enabled
-
     def check_shard_namespace(self, shard_id: int, namespace: str) -> None:
-        owner = self._shard_namespace.get(shard_id)
+        replica = self._replicas.get(shard_id)
+        owner = replica.namespace if replica is not None else self._shard_namespace.get(shard_id)
         if owner is None:
             raise ShardNotFound(f"shard {shard_id} is not served by this node")
         if owner != namespace:

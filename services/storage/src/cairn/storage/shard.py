@@ -1,18 +1,33 @@
 """One shard replica: WAL + KV + the asyncio pipeline that drives them.
 
-Write path (leader, replication factor 1):
+The protocol decisions are the pure cores' (`core.replication`): who may lead or
+follow in which term, where a follower's log stops agreeing, what is committed.
+This module does the I/O they call for, in this order: persist, then send, then
+apply.
 
-    submit()  -> validate, assign offset and timestamp, append to the WAL (no fsync)
-    syncer    -> one fdatasync in a worker thread covers every entry appended so far
-                 (group commit: writers arriving during an fsync ride the next one)
-    applier   -> applies durable entries in order, a group at a time, as ONE atomic
-                 KV batch that also records the new commit offset; then answers
+    append   -> leader: a client write or session event becomes a log entry
+                (WAL append, no fsync); follower: entries from the leader
+    syncer   -> one fdatasync in a worker thread covers every entry appended so far
+                (group commit); the durable offset counts as the leader's own
+                acknowledgement, or goes back to the leader from a follower
+    senders  -> (leader) stream entries to each follower; their acknowledgements
+                advance the commit offset (replication/sender.py)
+    applier  -> applies entries up to min(commit offset, durable offset), a group at
+                a time, as ONE atomic KV batch that also records the applied offset;
+                then answers the clients
 
-So an answer is only sent for an entry that is durable in the WAL and applied.
-On restart, entries after the KV's commit offset are re-applied from the WAL.
+So an answer is only sent for an entry that a majority holds durably and this
+replica has applied. A replica never applies past the commit offset it was told,
+so a follower never exposes an entry that a new leader could drop. After a
+restart a replica is FENCED: it re-applies nothing beyond its KV until a leader
+(itself, once elected, or another) tells it what is committed.
 
-Entries are client writes and session lifecycle events (open, close/expire): all
-state changes go through the log, so a replica that applies it is identical.
+A new leader first logs a TERM_START entry and serves reads once that entry is
+applied: by then everything committed before it is applied too. It then gives
+every stored session a fresh full timeout.
+
+Entries are client writes, session lifecycle events and term starts: all state
+changes go through the log, so replicas that apply it are identical.
 """
 
 from __future__ import annotations
@@ -22,19 +37,20 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from google.protobuf.message import Message
 
 from cairn.common.errors import InvalidRequest, Overloaded, SessionNotFound, Unavailable
 from cairn.common.keyorder import KeyOrder
 from cairn.proto import oxia_client_pb2 as pb
+from cairn.proto import replication_pb2 as rpb
 from cairn.proto import storage_internal_pb2 as internal_pb
-from cairn.storage.config import Limits
+from cairn.storage.config import Limits, ReplicationSettings, ShardSpec
 from cairn.storage.core.apply import (
     MAX_RECORDS_PER_CLOSE_ENTRY,
     CloseOutcome,
@@ -45,12 +61,28 @@ from cairn.storage.core.entries import (
     CLIENT_WRITE,
     CLOSE_SESSION,
     CREATE_SESSION,
+    TERM_START,
     decode_entry,
     encode_entry,
 )
 from cairn.storage.core.entry_apply import ShardRules, apply_entry
 from cairn.storage.core.fastpath import has_plain_puts
-from cairn.storage.core.meta import COMMIT_OFFSET_KEY, decode_i64
+from cairn.storage.core.meta import (
+    COMMIT_OFFSET_KEY,
+    LOG_BASE_KEY,
+    TERM_KEY,
+    decode_entry_id,
+    decode_i64,
+    encode_i64,
+)
+from cairn.storage.core.replication.replica import Member, ReplicaCore, Role
+from cairn.storage.core.replication.terms import (
+    NO_OFFSET,
+    NO_TERM,
+    EntryId,
+    TermHistory,
+    history_of,
+)
 from cairn.storage.core.sessions import (
     MAX_SESSION_TIMEOUT_MS,
     MIN_SESSION_TIMEOUT_MS,
@@ -58,6 +90,7 @@ from cairn.storage.core.sessions import (
     stored_sessions,
 )
 from cairn.storage.kv import Column, KvStore, RocksKv
+from cairn.storage.replication.wire import entry_id_message, node_message, spec_message
 from cairn.storage.wal import Wal, WalEntry, WalError, WalOptions
 
 log = logging.getLogger(__name__)
@@ -89,167 +122,459 @@ def _operation_count(kind: int, body: Message) -> int:
 
 @dataclass(slots=True)
 class _Pending:
-    offset: int
-    timestamp_ms: int
+    """A logged entry not yet applied. `future` is set for entries this replica
+    logged as leader in its current term (someone waits for the result)."""
+
+    entry: WalEntry
     kind: int
     body: Message
     plain_puts: bool
-    size_bytes: int
-    future: asyncio.Future[Any]
+    future: asyncio.Future[Any] | None
+
+    @property
+    def offset(self) -> int:
+        return self.entry.offset
+
+    @property
+    def size_bytes(self) -> int:
+        return len(self.entry.payload)
+
+
+def _decoded(entry: WalEntry, future: asyncio.Future[Any] | None = None) -> _Pending:
+    kind, body = decode_entry(entry.payload)
+    plain = kind == CLIENT_WRITE and has_plain_puts(entry.payload[1:])
+    return _Pending(entry, kind, body, plain, future)
+
+
+class LeaderRole(Protocol):
+    """What a replica runs while it leads (replication/leader.py): told about
+    appends and local durability; holds the commit offset."""
+
+    @property
+    def commit_offset(self) -> int: ...
+
+    def entries_appended(self) -> None: ...
+
+    def local_durable(self, offset: int) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def follower_status(self) -> list[rpb.FollowerStatus]: ...
 
 
 class ShardReplica:
     def __init__(
         self,
         shard_id: int,
-        namespace: str,
-        key_order: KeyOrder,
+        spec: ShardSpec,
         kv: KvStore,
         wal: Wal,
         limits: Limits,
+        *,
+        replication: ReplicationSettings | None = None,
+        shard_dir: Path | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
         session_clock_ms: Callable[[], int] = monotonic_ms,
-        notifications_enabled: bool = True,
         wal_retention_bytes: int | None = None,
     ) -> None:
-        """`wal_retention_bytes` None keeps the whole WAL."""
+        """`wal_retention_bytes` None keeps the whole WAL. `shard_dir` (where kv/ and
+        wal/ live) is needed to install snapshots."""
         self.shard_id = shard_id
-        self.namespace = namespace
-        self.key_order = key_order
+        self.spec = spec
         self.kv = kv
         self.wal = wal
         self.limits = limits
+        self.replication = replication or ReplicationSettings()
+        self.shard_dir = shard_dir
         self._clock_ms = clock_ms
         self._session_clock_ms = session_clock_ms
-        self.notifications_enabled = notifications_enabled
         self._rules = ShardRules(
             shard_id,
-            key_order,
-            notifications_enabled,
+            spec.key_order,
+            spec.notifications_enabled,
             limits.notification_retention_ms,
             limits.max_notification_batches_trimmed_per_entry,
         )
         self._loop = asyncio.get_running_loop()
-        # Replaced (and the old one set) whenever the commit offset advances.
+        # Replaced (and the old one set) whenever the applied offset advances.
         self._commit_advanced = asyncio.Event()
-        # Counts committed groups that generated sequence keys; the event is replaced
+        # Counts applied groups that generated sequence keys; the event is replaced
         # (and the old one set) at each, for GetSequenceUpdates subscribers.
         self.sequence_generation = 0
         self._sequence_advanced = asyncio.Event()
-        self.term = max(wal.last_term, 0)
         self._header_cache = HeaderCache(limits.max_cached_headers_per_shard)
-        self.commit_offset = decode_i64(kv.get(Column.META, COMMIT_OFFSET_KEY), -1)
-        self._replay()
-        last = wal.last_entry()
-        self._next_offset = max(wal.last_offset, self.commit_offset) + 1
-        self._last_timestamp_ms = last.timestamp_ms if last is not None else 0
-        # Every stored session starts with a fresh full timeout under this leader.
+        self._load_state()
         self.sessions = SessionTracker()
-        now = session_clock_ms()
-        for session_id, state in stored_sessions(kv):
-            # A close interrupted by a crash is finished at once (as an expiry).
-            self.sessions.open(session_id, 0 if state.closing else state.timeout_ms, now)
-        self._appended: deque[_Pending] = deque()
-        self._durable: deque[_Pending] = deque()
-        self._pending_entries = 0
+        self._leader: LeaderRole | None = None
+        # Set once a leader has applied its term's first entry.
+        self._serving = asyncio.Event()
+        self._term_start_offset = NO_OFFSET
+        # The leader's commit offset as last told (follower).
+        self._leader_commit_offset = NO_OFFSET
+        self._pending: deque[_Pending] = deque()
         self._pending_bytes = 0
         self._space_freed = asyncio.Event()
         self._wake_syncer = asyncio.Event()
         self._wake_applier = asyncio.Event()
+        # Replaced (and the old one set) whenever the durable offset advances.
+        self._durable_advanced = asyncio.Event()
         self._failure: BaseException | None = None
         self._closing = False
         self._streams_ending = False
-        # One thread per shard: fsyncs of different shards proceed in parallel.
+        # While a snapshot replaces the KV and WAL, nothing else may touch them.
+        self._storage_lock = asyncio.Lock()
         self._sync_executor = ThreadPoolExecutor(1, thread_name_prefix=f"wal-sync-{shard_id}")
-        self._tasks = [
-            self._loop.create_task(self._sync_loop(), name=f"syncer-{shard_id}"),
-            self._loop.create_task(self._apply_loop(), name=f"applier-{shard_id}"),
-        ]
-        self._expiry_task = self._loop.create_task(
-            self._expiry_loop(), name=f"session-expiry-{shard_id}"
-        )
         self._wal_retention_bytes = wal_retention_bytes
-        self._retention_task = self._loop.create_task(
-            self._retention_loop(), name=f"wal-retention-{shard_id}"
+        self._tasks: list[asyncio.Task[None]] = []
+        self._start_tasks()
+
+    def _load_state(self) -> None:
+        """Term, log history and applied offset from the KV and WAL."""
+        kv, wal = self.kv, self.wal
+        self.applied_offset = decode_i64(kv.get(Column.META, COMMIT_OFFSET_KEY), NO_OFFSET)
+        stored_base = decode_entry_id(kv.get(Column.META, LOG_BASE_KEY))
+        base = EntryId(*stored_base) if stored_base is not None else None
+        if wal.last_offset < self.applied_offset:
+            # The KV is ahead of the log (the log's tail was lost while the KV kept
+            # it): the log continues after what the KV has.
+            log.warning(
+                "shard %d: WAL ends at %d but the KV has applied up to %d",
+                self.shard_id,
+                wal.last_offset,
+                self.applied_offset,
+            )
+            term = wal.last_term if base is None else max(base.term, wal.last_term)
+            base = EntryId(term, self.applied_offset)
+            wal.reset(self.applied_offset + 1)
+        if wal.first_offset > self.applied_offset + 1:
+            raise RuntimeError(
+                f"shard {self.shard_id}: WAL starts at {wal.first_offset} but entries from "
+                f"{self.applied_offset + 1} were never applied"
+            )
+        if base is None or (wal.first_offset != NO_OFFSET and base.offset != wal.first_offset - 1):
+            # No stored base (the log was never trimmed by a snapshot): the entry
+            # before the first one is unknown, unless nothing came before.
+            base = EntryId(NO_TERM, wal.first_offset - 1) if wal.first_offset > 0 else None
+        history = history_of(
+            wal.first_offset,
+            wal.last_offset,
+            lambda offset: wal.get(offset).term,
+            base if base is not None else EntryId(NO_TERM, NO_OFFSET),
         )
+        stored_term = decode_i64(kv.get(Column.META, TERM_KEY), NO_TERM)
+        term = max(stored_term, history.last_term, 0)
+        self.core = ReplicaCore(self.shard_id, term, history, self.applied_offset)
+        self._last_timestamp_ms = max(
+            (wal.get(wal.last_offset).timestamp_ms if wal.first_offset != NO_OFFSET else 0), 0
+        )
+
+    def _start_tasks(self) -> None:
+        loop, shard = self._loop, self.shard_id
+        self._tasks = [
+            loop.create_task(self._sync_loop(), name=f"syncer-{shard}"),
+            loop.create_task(self._apply_loop(), name=f"applier-{shard}"),
+            loop.create_task(self._expiry_loop(), name=f"session-expiry-{shard}"),
+            loop.create_task(self._retention_loop(), name=f"wal-retention-{shard}"),
+        ]
 
     @classmethod
     def open(
         cls,
         shard_id: int,
-        namespace: str,
-        key_order: KeyOrder,
+        spec: ShardSpec,
         directory: Path,
         limits: Limits,
         wal_segment_size_bytes: int,
-        notifications_enabled: bool = True,
         wal_retention_bytes: int | None = None,
+        replication: ReplicationSettings | None = None,
     ) -> ShardReplica:
+        from cairn.storage.snapshot import finish_pending_install
+
+        directory.mkdir(parents=True, exist_ok=True)
+        # A snapshot install that a crash interrupted is finished first.
+        finish_pending_install(directory)
         kv = RocksKv(directory / "kv")
         wal = Wal.open(directory / "wal", WalOptions(segment_size_bytes=wal_segment_size_bytes))
         return cls(
             shard_id,
-            namespace,
-            key_order,
+            spec,
             kv,
             wal,
             limits,
-            notifications_enabled=notifications_enabled,
+            replication=replication,
+            shard_dir=directory,
             wal_retention_bytes=wal_retention_bytes,
         )
 
-    # ---- applying entries (the same on every replica, and on replay) ----------------
+    # ---- what it is -----------------------------------------------------------------
 
-    def _apply_entry(
-        self,
-        state: PendingChanges,
-        kind: int,
-        body: Message,
-        offset: int,
-        timestamp_ms: int,
-        plain_puts: bool,
-    ) -> Any:
-        return apply_entry(
-            self._rules, state, self.kv, kind, body, offset, timestamp_ms, plain_puts
-        )
+    @property
+    def namespace(self) -> str:
+        return self.spec.namespace
 
-    def _replay(self) -> None:
-        wal = self.wal
-        if wal.last_offset < self.commit_offset:
-            # The KV is ahead of the log (the log's tail was lost while the KV kept it):
-            # nothing to re-apply; new entries continue after what the KV has.
-            log.warning(
-                "shard %d: WAL ends at %d but the KV has applied up to %d",
-                self.shard_id,
-                wal.last_offset,
-                self.commit_offset,
-            )
-            wal.reset(self.commit_offset + 1)
+    @property
+    def key_order(self) -> KeyOrder:
+        return self.spec.key_order
+
+    @property
+    def notifications_enabled(self) -> bool:
+        return self.spec.notifications_enabled
+
+    @property
+    def commit_offset(self) -> int:
+        """What readers see: every entry up to here is in the KV."""
+        return self.applied_offset
+
+    @property
+    def term(self) -> int:
+        return self.core.term
+
+    @property
+    def role(self) -> Role:
+        return self.core.role
+
+    @property
+    def log(self) -> TermHistory:
+        return self.core.log
+
+    @property
+    def known_commit_offset(self) -> int:
+        """The highest offset known committed (applied, or about to be)."""
+        return self.core.commit_offset
+
+    @property
+    def durable_offset(self) -> int:
+        return min(self.wal.synced_offset, self.core.log.last_offset)
+
+    @property
+    def serving(self) -> bool:
+        return self._serving.is_set() and self.core.role is Role.LEADER
+
+    # ---- controller -------------------------------------------------------------------
+
+    async def new_term(self, term: int) -> tuple[EntryId, int]:
+        """Fence at `term`: returns the head and the commit offset."""
+        was_leader = self.core.role is Role.LEADER
+        if self.core.fence(term):
+            await self._persist_term()
+        if was_leader:
+            await self._step_down()
+        log.info("shard %d: fenced at term %d, head %s", self.shard_id, term, self.core.head)
+        return self.core.head, self.core.commit_offset
+
+    async def become_leader(
+        self, term: int, me: Member, make_leader: Callable[[ShardReplica, int], LeaderRole]
+    ) -> EntryId:
+        """Lead `term`: log its first entry, start replicating (`make_leader` builds
+        the replication side for the term-start offset)."""
+        self._check_writable()
+        term_start = self.core.become_leader(term, me)
+        self._term_start_offset = term_start.offset
+        self._serving.clear()
+        self._leader = make_leader(self, term_start.offset)
+        body = internal_pb.TermStartEntry(leader=me.internal_address)
+        # Never waits for room: what fills the pipeline may be inherited entries
+        # that only this entry lets commit.
+        await self._append(TERM_START, body.SerializeToString(), body, wait_for_space=False)
+        log.info("shard %d: leading term %d from offset %d", self.shard_id, term, term_start.offset)
+        return term_start
+
+    async def wait_serving(self, timeout_s: float | None = None) -> None:
+        """Wait until this leader serves reads (its term's first entry is applied)."""
+        self.core.check_leader()
+        if self._serving.is_set():
             return
-        start = self.commit_offset + 1
-        if wal.first_offset > start:
-            raise RuntimeError(
-                f"shard {self.shard_id}: WAL starts at {wal.first_offset} but entries from "
-                f"{start} were never applied"
+        try:
+            await asyncio.wait_for(
+                self._serving.wait(),
+                self.replication.leader_ready_timeout_s if timeout_s is None else timeout_s,
             )
-        replayed = 0
-        state = PendingChanges(self.kv)
-        for entry in wal.read(start):
-            kind, body = decode_entry(entry.payload)
-            plain = kind == CLIENT_WRITE and has_plain_puts(entry.payload[1:])
-            self._apply_entry(state, kind, body, entry.offset, entry.timestamp_ms, plain)
-            state.set_commit_offset(entry.offset)
-            replayed += 1
-            if replayed % self.limits.max_entries_per_apply_batch == 0:
-                self.kv.write(state.changes())
-                state = PendingChanges(self.kv)
-        if len(state):
-            self.kv.write(state.changes())
-        if replayed:
-            self.commit_offset = wal.last_offset
-            log.info("shard %d: re-applied %d entries from the WAL", self.shard_id, replayed)
+        except TimeoutError:
+            raise Unavailable(f"shard {self.shard_id}: the leader is still taking over") from None
+        self.core.check_leader()
 
-    # ---- write path -----------------------------------------------------------------
+    @property
+    def leader_role(self) -> LeaderRole | None:
+        return self._leader
+
+    async def _persist_term(self) -> None:
+        """Make the term durable before anyone is told about it."""
+        self.kv.write([(Column.META, TERM_KEY, encode_i64(self.core.term))])
+        await self._loop.run_in_executor(self._sync_executor, self.kv.sync)
+
+    async def _step_down(self) -> None:
+        """Stop leading: the replication side stops, waiting writers are told to go
+        elsewhere. Their entries stay in the log: a later leader decides them."""
+        leader, self._leader = self._leader, None
+        self._serving.clear()
+        error = Unavailable(
+            f"shard {self.shard_id}: leadership changed; the write may or may not commit"
+        )
+        for pending in self._pending:
+            if pending.future is not None and not pending.future.done():
+                pending.future.set_exception(error)
+            pending.future = None
+        if leader is not None:
+            await leader.stop()
+        self._space_freed.set()
+
+    def status(self) -> rpb.ShardStatus:
+        core = self.core
+        status = rpb.ShardStatus(
+            shard=self.shard_id,
+            spec=spec_message(self.spec),
+            role=int(core.role),  # type: ignore[arg-type]
+            term=core.term,
+            head=entry_id_message(core.head),
+            commit_offset=core.commit_offset,
+            first_offset=core.log.first_offset,
+        )
+        if core.leader is not None:
+            status.leader.CopyFrom(node_message(core.leader))
+        leader = self._leader
+        if leader is not None:
+            status.followers.extend(leader.follower_status())
+        return status
+
+    # ---- follower side ----------------------------------------------------------------
+
+    async def truncate(self, term: int, leader: Member, leader_log: TermHistory) -> EntryId:
+        """Follow `leader` in `term`, dropping what of our log disagrees with its log.
+        Returns our head."""
+        async with self._storage_lock:
+            self._check_writable()
+            await self._follow(term, leader)
+            keep = self.core.truncation_point(leader_log)
+            if keep < self.core.log.last_offset:
+                log.info(
+                    "shard %d: dropping entries %d..%d that disagree with the leader of term %d",
+                    self.shard_id,
+                    keep + 1,
+                    self.core.log.last_offset,
+                    term,
+                )
+                await self._loop.run_in_executor(self._sync_executor, self.wal.truncate_after, keep)
+                self.core.log.truncate_after(keep)
+                while self._pending and self._pending[-1].offset > keep:
+                    dropped = self._pending.pop()
+                    self._pending_bytes -= dropped.size_bytes
+                self._space_freed.set()
+            return self.core.head
+
+    async def _follow(self, term: int, leader: Member) -> None:
+        was_leader = self.core.role is Role.LEADER
+        if self.core.follow(term, leader):
+            await self._persist_term()
+        if was_leader:
+            await self._step_down()
+
+    async def append_replicated(
+        self, term: int, entries: Sequence[WalEntry], leader_commit_offset: int
+    ) -> None:
+        """Entries from our leader (checked to continue our log), and its commit offset."""
+        self._check_writable()
+        if self._storage_lock.locked():
+            raise Unavailable(f"shard {self.shard_id} is installing a snapshot")
+        if entries:
+            self.core.check_entries(term, entries[0].offset)
+            size = sum(len(entry.payload) for entry in entries)
+            await self._wait_for_space(size)
+            self.core.check_entries(term, entries[0].offset)
+            try:
+                self.wal.append_many(entries)
+            except (OSError, WalError) as error:
+                raise Unavailable(f"shard {self.shard_id} cannot write its log: {error}") from error
+            for entry in entries:
+                self.core.log.append(entry.term, entry.offset)
+                self._pending.append(_decoded(entry))
+            self._pending_bytes += size
+            self._last_timestamp_ms = max(self._last_timestamp_ms, entries[-1].timestamp_ms)
+            self._wake_syncer.set()
+        else:
+            self.core.check_entries(term, self.core.log.last_offset + 1)
+        if leader_commit_offset > self._leader_commit_offset:
+            self._leader_commit_offset = leader_commit_offset
+            self._learn_commit()
+
+    def _learn_commit(self) -> None:
+        before = self.core.commit_offset
+        if self.core.learn_commit(self._leader_commit_offset, self.durable_offset) > before:
+            self._wake_applier.set()
+
+    async def wait_durable_after(self, offset: int) -> int:
+        """Return the durable offset once it is past `offset` (or the shard closes)."""
+        while self.durable_offset <= offset and not self._closing and self._failure is None:
+            await self._durable_advanced.wait()
+        return self.durable_offset
+
+    async def install_snapshot(
+        self, term: int, leader: Member, chunks: AsyncIterator[rpb.SnapshotChunk]
+    ) -> EntryId:
+        """Replace our state with a snapshot from the leader of `term` (see
+        snapshot.py); `chunks` starts with the one carrying the header. Returns the
+        new head."""
+        from cairn.storage.snapshot import SnapshotInstaller
+
+        if self.shard_dir is None:
+            raise Unavailable(f"shard {self.shard_id} cannot install snapshots")
+        async with self._storage_lock:
+            self._check_writable()
+            await self._follow(term, leader)
+            installer = SnapshotInstaller(self.shard_dir)
+            try:
+                async for chunk in chunks:
+                    installer.add(chunk)
+                    await asyncio.sleep(0)
+            except BaseException:
+                installer.abort()
+                raise
+            # The KV and WAL are replaced under the pipeline: stop it first.
+            await self._pause_pipeline()
+            self.kv.close()
+            self.wal.close()
+            try:
+                base = installer.finish()
+            except BaseException:
+                installer.abort()
+                raise
+            finally:
+                self._reopen_storage()
+            self.core.log.reset(base)
+            self.core.commit_offset = base.offset
+            self.applied_offset = base.offset
+            self._leader_commit_offset = max(self._leader_commit_offset, base.offset)
+            await self._persist_term()
+            self._publish_applied()
+            log.info("shard %d: installed a snapshot up to %s", self.shard_id, base)
+            return base
+
+    async def _pause_pipeline(self) -> None:
+        """Stop the syncer and applier (they touch the WAL and KV) and drop what is
+        pending: a snapshot replaces it all."""
+        for task in self._tasks[:2]:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for pending in self._pending:
+            if pending.future is not None and not pending.future.done():
+                pending.future.set_exception(Unavailable("replaced by a snapshot"))
+        self._pending.clear()
+        self._pending_bytes = 0
+        self._header_cache.clear()
+
+    def _reopen_storage(self) -> None:
+        """Open the KV and WAL again (finishing an install a failure interrupted)
+        and restart the pipeline."""
+        from cairn.storage.snapshot import finish_pending_install
+
+        assert self.shard_dir is not None
+        finish_pending_install(self.shard_dir)
+        self.kv = RocksKv(self.shard_dir / "kv")
+        self.wal = Wal.open(self.shard_dir / "wal", self.wal.options)
+        self._tasks[0] = self._loop.create_task(self._sync_loop(), name=f"syncer-{self.shard_id}")
+        self._tasks[1] = self._loop.create_task(self._apply_loop(), name=f"applier-{self.shard_id}")
+
+    # ---- write path (leader) ----------------------------------------------------------
 
     def _check_writable(self) -> None:
         if self._failure is not None:
@@ -257,42 +582,59 @@ class ShardReplica:
         if self._closing:
             raise Unavailable(f"shard {self.shard_id} is shutting down")
 
-    async def _append(
-        self, kind: int, raw_body: bytes, body: Message, plain_puts: bool = False
-    ) -> asyncio.Future[Any]:
-        """Log one entry and return the future of its apply result, resolved once the
-        entry is durable and applied. Waits only while the shard's write buffer is
-        full, so a pipelining caller gets its future without a task switch."""
-        self._check_writable()
-        size = len(raw_body)
+    async def _wait_for_space(self, size: int) -> None:
         if size > self.limits.max_pending_bytes_per_shard:
             raise Overloaded(f"a single request of {size} bytes exceeds the shard's write buffer")
         while (
-            self._pending_entries >= self.limits.max_pending_entries_per_shard
+            len(self._pending) >= self.limits.max_pending_entries_per_shard
             or self._pending_bytes + size > self.limits.max_pending_bytes_per_shard
         ):
             # Backpressure: wait for the pipeline to drain rather than grow without bound.
             self._space_freed.clear()
             await self._space_freed.wait()
             self._check_writable()
+
+    async def _append(
+        self,
+        kind: int,
+        raw_body: bytes,
+        body: Message,
+        plain_puts: bool = False,
+        wait_for_space: bool = True,
+    ) -> asyncio.Future[Any]:
+        """Log one entry as leader and return the future of its apply result,
+        resolved once the entry is committed and applied. Waits only while the
+        shard's write buffer is full, so a pipelining caller gets its future without
+        a task switch."""
+        self._check_writable()
+        self.core.check_leader()
+        payload = encode_entry(kind, raw_body)
+        if wait_for_space and (
+            len(self._pending) >= self.limits.max_pending_entries_per_shard
+            or self._pending_bytes + len(payload) > self.limits.max_pending_bytes_per_shard
+        ):
+            await self._wait_for_space(len(payload))
+            self.core.check_leader()
+        leader = self._leader
+        assert leader is not None
         timestamp_ms = max(self._clock_ms(), self._last_timestamp_ms)
-        offset = self._next_offset
+        entry = WalEntry(self.core.term, self.core.log.last_offset + 1, timestamp_ms, payload)
         try:
-            self.wal.append(WalEntry(self.term, offset, timestamp_ms, encode_entry(kind, raw_body)))
+            self.wal.append(entry)
         except (OSError, WalError) as error:
             # e.g. a full disk: the WAL left no partial record; this write fails, the
             # shard stays consistent and takes the next one (a WAL that could not undo
             # a partial write refuses appends until reopened: WalError).
             raise Unavailable(f"shard {self.shard_id} cannot write its log: {error}") from error
-        self._next_offset = offset + 1
+        self.core.log.append(entry.term, entry.offset)
         self._last_timestamp_ms = timestamp_ms
         # A caller that goes away may cancel this future; the entry still commits and
         # the pipeline skips answering it (it checks done()).
         future: asyncio.Future[Any] = self._loop.create_future()
-        self._appended.append(_Pending(offset, timestamp_ms, kind, body, plain_puts, size, future))
-        self._pending_entries += 1
-        self._pending_bytes += size
+        self._pending.append(_Pending(entry, kind, body, plain_puts, future))
+        self._pending_bytes += len(payload)
         self._wake_syncer.set()
+        leader.entries_appended()
         return future
 
     async def submit(
@@ -308,6 +650,30 @@ class ShardReplica:
         """`submit`, then wait for the answer."""
         response: bytes = await (await self.submit(raw_request, request, plain_puts))
         return response
+
+    def entries(self, first_offset: int, last_offset: int, max_bytes: int) -> list[WalEntry]:
+        """Logged entries first_offset..last_offset (at least one if any, then up to
+        `max_bytes` of payload), from memory while still pending, else from the WAL.
+        Raises ValueError if the WAL no longer holds first_offset."""
+        found: list[WalEntry] = []
+        size = 0
+        pending = self._pending
+        if pending and pending[0].offset <= first_offset:
+            index = first_offset - pending[0].offset
+            while index < len(pending) and pending[index].offset <= last_offset:
+                entry = pending[index].entry
+                if found and size + len(entry.payload) > max_bytes:
+                    return found
+                found.append(entry)
+                size += len(entry.payload)
+                index += 1
+            return found
+        for entry in self.wal.read(first_offset, last_offset):
+            if found and size + len(entry.payload) > max_bytes:
+                break
+            found.append(entry)
+            size += len(entry.payload)
+        return found
 
     # ---- sessions -------------------------------------------------------------------
 
@@ -325,12 +691,14 @@ class ShardReplica:
         self.sessions.open(session_id, timeout_ms, self._session_clock_ms())
         return session_id
 
-    def keep_alive(self, session_id: int) -> None:
+    async def keep_alive(self, session_id: int) -> None:
+        await self.wait_serving()
         if not self.sessions.heartbeat(session_id, self._session_clock_ms()):
             raise SessionNotFound(f"session {session_id} does not exist on shard {self.shard_id}")
 
     async def close_session(self, session_id: int) -> None:
         """Delete the session's ephemeral records, through the log, then answer."""
+        await self.wait_serving()
         if not self.sessions.start_closing(session_id):
             raise SessionNotFound(f"session {session_id} does not exist on shard {self.shard_id}")
         await self._close_session(session_id, internal_pb.CLOSED_BY_CLIENT)
@@ -346,15 +714,25 @@ class ShardReplica:
         finally:
             self.sessions.forget(session_id)
 
+    def _rearm_sessions(self) -> None:
+        """A new leader gives every stored session a fresh full timeout."""
+        self.sessions = SessionTracker()
+        now = self._session_clock_ms()
+        for session_id, state in stored_sessions(self.kv):
+            # A close interrupted by a crash or failover is finished at once (as an expiry).
+            self.sessions.open(session_id, 0 if state.closing else state.timeout_ms, now)
+
     async def _expiry_loop(self) -> None:
         while not self._closing:
             await asyncio.sleep(SESSION_CHECK_INTERVAL_S)
+            if not self.serving:
+                continue
             for session_id in self.sessions.expired(self._session_clock_ms()):
                 if self.sessions.start_closing(session_id):
                     log.info("shard %d: session %d expired", self.shard_id, session_id)
                     # Expiry waits its turn in the log like any write; a failure leaves
                     # the session for the next leader (it restarts the timeout).
-                    with contextlib.suppress(Unavailable):
+                    with contextlib.suppress(Unavailable, InvalidRequest):
                         await self._close_session(session_id, internal_pb.EXPIRED)
 
     # ---- WAL retention ----------------------------------------------------------------
@@ -365,22 +743,28 @@ class ShardReplica:
             return
         while not self._closing:
             await asyncio.sleep(WAL_RETENTION_CHECK_INTERVAL_S)
-            if self.wal.total_size_bytes() <= limit or self._failure is not None:
+            if (
+                self.wal.total_size_bytes() <= limit
+                or self._failure is not None
+                or self._storage_lock.locked()
+            ):
                 continue
             try:
-                # On the sync thread: serialised with fsyncs, never blocking the loop.
-                await self._loop.run_in_executor(
-                    self._sync_executor, self._trim_wal, self.commit_offset
-                )
+                async with self._storage_lock:
+                    # On the sync thread: serialised with fsyncs, never blocking the loop.
+                    first = await self._loop.run_in_executor(
+                        self._sync_executor, self._trim_wal, self.applied_offset
+                    )
+                    self.core.log.trim_before(first)
             except Exception as error:  # keep serving; the next round retries
                 log.warning("shard %d: WAL trimming failed: %r", self.shard_id, error)
 
-    def _trim_wal(self, applied_offset: int) -> None:
+    def _trim_wal(self, applied_offset: int) -> int:
         """Delete segments the KV durably holds: once RocksDB's own log is synced,
         every entry up to `applied_offset` survives power loss in the KV, and replay
-        never needs it again."""
+        never needs it again. Returns the WAL's new first offset."""
         self.kv.sync()
-        self.wal.trim_before(applied_offset + 1)
+        return self.wal.trim_before(applied_offset + 1)
 
     # ---- notifications --------------------------------------------------------------
 
@@ -397,129 +781,194 @@ class ShardReplica:
         self._sequence_advanced.set()
 
     async def wait_for_commit_after(self, offset: int) -> None:
-        """Return once the commit offset is past `offset` (or the shard closes)."""
-        while self.commit_offset <= offset and not self.closing:
+        """Return once the applied offset is past `offset` (or the shard closes)."""
+        while self.applied_offset <= offset and not self.closing:
             await self._commit_advanced.wait()
 
     async def wait_for_sequence_update(self, generation: int) -> None:
-        """Return once a group with sequence puts committed after `generation` was
+        """Return once a group with sequence puts was applied after `generation` was
         read from `sequence_generation` (or the shard closes)."""
         while self.sequence_generation == generation and not self.closing:
             await self._sequence_advanced.wait()
 
     # ---- the pipeline ---------------------------------------------------------------
 
+    def commit_advanced(self) -> None:
+        """The leader's replication side moved the commit offset."""
+        leader = self._leader
+        if leader is not None and leader.commit_offset > self.core.commit_offset:
+            self.core.commit_offset = leader.commit_offset
+            self._wake_applier.set()
+
     async def _sync_loop(self) -> None:
         loop = self._loop
         while True:
-            if not self._appended:
+            if self.wal.synced_offset >= self.wal.last_offset:
                 if self._closing:
                     self._wake_applier.set()
                     return
                 await self._wake_syncer.wait()
                 self._wake_syncer.clear()
                 continue
-            batch = list(self._appended)
-            self._appended.clear()
             try:
                 await loop.run_in_executor(self._sync_executor, self.wal.sync)
             except Exception as error:  # an fsync failure leaves the disk state unknown
-                self._fail(error, batch)
+                self._fail(error)
                 return
-            self._durable.extend(batch)
-            self._wake_applier.set()
+            self._on_durable()
+
+    def _on_durable(self) -> None:
+        durable = self.durable_offset
+        advanced, self._durable_advanced = self._durable_advanced, asyncio.Event()
+        advanced.set()
+        leader = self._leader
+        if leader is not None:
+            leader.local_durable(durable)
+            self.commit_advanced()
+        elif self.core.role is Role.FOLLOWER:
+            self._learn_commit()
+
+    def _apply_limit(self) -> int:
+        return min(self.core.commit_offset, self.durable_offset)
 
     async def _apply_loop(self) -> None:
         while True:
             await self._wake_applier.wait()
             self._wake_applier.clear()
-            while self._durable:
-                group = self._take_apply_group()
+            while self.applied_offset < self._apply_limit():
+                group = self._take_apply_group(self._apply_limit())
                 try:
                     state, results = self._apply_group(group)
                     # Inline on purpose: rocksdict holds the GIL while RocksDB writes,
                     # so a worker thread would only add hand-off cost.
                     self.kv.write(state.changes())
                     state.written()
-                    self.commit_offset = group[-1].offset
-                    advanced, self._commit_advanced = self._commit_advanced, asyncio.Event()
-                    advanced.set()
-                    if state.sequence_keys_generated:
-                        self.sequence_generation += 1
-                        advanced, self._sequence_advanced = (
-                            self._sequence_advanced,
-                            asyncio.Event(),
-                        )
-                        advanced.set()
                 except Exception as error:
-                    self._fail(error, group)
+                    self._fail(error)
                     return
+                self.applied_offset = group[-1].offset
+                self._publish_applied()
+                if state.sequence_keys_generated:
+                    self.sequence_generation += 1
+                    advanced, self._sequence_advanced = self._sequence_advanced, asyncio.Event()
+                    advanced.set()
                 for pending, result in zip(group, results, strict=True):
-                    if not pending.future.done():
+                    if pending.future is not None and not pending.future.done():
                         pending.future.set_result(result)
-                self._release(group)
+                if (
+                    self._leader is not None
+                    and not self._serving.is_set()
+                    and self.applied_offset >= self._term_start_offset
+                ):
+                    self._rearm_sessions()
+                    self._serving.set()
                 # Let the loop take in more requests between groups.
                 await asyncio.sleep(0)
-            if self._closing and not self._durable and self._tasks[0].done():
+            if self._closing and self._tasks[0].done():
                 return
 
-    def _take_apply_group(self) -> list[_Pending]:
-        """The next durable entries to apply together: at least one, then as many as
-        fit the entry and operation bounds."""
-        durable = self._durable
-        group = [durable.popleft()]
+    def _publish_applied(self) -> None:
+        advanced, self._commit_advanced = self._commit_advanced, asyncio.Event()
+        advanced.set()
+
+    def _take_apply_group(self, limit: int) -> list[_Pending]:
+        """The next entries to apply together (all <= `limit`): at least one, then as
+        many as fit the entry and operation bounds. Entries no longer in memory
+        (logged before a restart or a role change) are read from the WAL."""
+        first = self.applied_offset + 1
+        pending = self._pending
+        while pending and pending[0].offset < first:
+            # Applied already (a snapshot or a replay moved past it).
+            self._release(pending.popleft())
+        if not pending or pending[0].offset > first:
+            last = min(limit, pending[0].offset - 1) if pending else limit
+            last = min(last, first + self.limits.max_entries_per_apply_batch - 1)
+            return self._bounded([_decoded(entry) for entry in self.wal.read(first, last)])
+        group = [pending.popleft()]
         operations = _operation_count(group[0].kind, group[0].body)
-        while durable and len(group) < self.limits.max_entries_per_apply_batch:
-            operations += _operation_count(durable[0].kind, durable[0].body)
+        while (
+            pending
+            and pending[0].offset <= limit
+            and len(group) < self.limits.max_entries_per_apply_batch
+        ):
+            operations += _operation_count(pending[0].kind, pending[0].body)
             if operations > self.limits.max_operations_per_apply_batch:
                 break
-            group.append(durable.popleft())
+            group.append(pending.popleft())
+        for taken in group:
+            self._release(taken)
+        return group
+
+    def _bounded(self, group: list[_Pending]) -> list[_Pending]:
+        """Cut a group read from the WAL to the operation bound (at least one)."""
+        operations = 0
+        for index, pending in enumerate(group):
+            operations += _operation_count(pending.kind, pending.body)
+            if index and operations > self.limits.max_operations_per_apply_batch:
+                return group[:index]
         return group
 
     def _apply_group(self, group: list[_Pending]) -> tuple[PendingChanges, list[Any]]:
         state = PendingChanges(self.kv, self._header_cache)
         results = [
-            self._apply_entry(state, p.kind, p.body, p.offset, p.timestamp_ms, p.plain_puts)
+            apply_entry(
+                self._rules,
+                state,
+                self.kv,
+                p.kind,
+                p.body,
+                p.offset,
+                p.entry.timestamp_ms,
+                p.plain_puts,
+            )
             for p in group
         ]
         state.set_commit_offset(group[-1].offset)
         return state, results
 
-    def _release(self, group: list[_Pending]) -> None:
-        self._pending_entries -= len(group)
-        self._pending_bytes -= sum(p.size_bytes for p in group)
+    def _release(self, pending: _Pending) -> None:
+        self._pending_bytes -= pending.size_bytes
         self._space_freed.set()
 
-    def _fail(self, error: BaseException, in_flight: list[_Pending]) -> None:
+    def _fail(self, error: BaseException) -> None:
         log.error("shard %d failed, refusing further writes: %r", self.shard_id, error)
         self._failure = error
         failure = Unavailable(f"shard {self.shard_id} failed: {error}")
-        for pending in (*in_flight, *self._appended, *self._durable):
-            if not pending.future.done():
+        for pending in self._pending:
+            if pending.future is not None and not pending.future.done():
                 pending.future.set_exception(failure)
-        self._appended.clear()
-        self._durable.clear()
+        self._pending.clear()
+        self._pending_bytes = 0
         self._space_freed.set()
+        advanced, self._durable_advanced = self._durable_advanced, asyncio.Event()
+        advanced.set()
 
     # ---- lifecycle ------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Finish every accepted write, then release the WAL and KV."""
+        """Finish what can commit without waiting on followers, fail the rest, then
+        release the WAL and KV."""
         self._closing = True
         self._commit_advanced.set()  # subscribers waiting for commits see the close
         self._sequence_advanced.set()
-        for background in (self._expiry_task, self._retention_task):
+        self._durable_advanced.set()
+        for background in self._tasks[2:]:
             background.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await background
         self._wake_syncer.set()
         self._wake_applier.set()
         self._space_freed.set()
-        for task in self._tasks:
+        for task in self._tasks[:2]:
             try:
                 await asyncio.wait_for(asyncio.shield(task), timeout=30)
             except (TimeoutError, asyncio.CancelledError):
                 task.cancel()
+        if self._leader is not None:
+            await self._step_down()
+        for pending in self._pending:
+            if pending.future is not None and not pending.future.done():
+                pending.future.set_exception(Unavailable(f"shard {self.shard_id} closed"))
         self._sync_executor.shutdown(wait=True)
         self.wal.close()
         self.kv.close()

@@ -1,4 +1,5 @@
 """Standalone mode: one process is the leader of every shard, replication factor 1.
+Each start begins a new term for every shard (an ensemble of one elects itself).
 
 The data directory remembers its namespace layout (`layout.json`: each namespace's
 key order, notifications switch and shard ids), so a restart serves the same
@@ -25,9 +26,11 @@ import grpc
 
 from cairn.common.hashing import split_hash_space
 from cairn.common.keyorder import KeyOrder
-from cairn.storage.config import DEFAULT_NAMESPACE, NamespaceConfig, StandaloneConfig
+from cairn.storage.config import DEFAULT_NAMESPACE, NamespaceConfig, ShardSpec, StandaloneConfig
+from cairn.storage.core.replication.replica import Member
 from cairn.storage.directory import NamespaceLayout, ShardDirectory, ShardPlacement
 from cairn.storage.files import write_atomically
+from cairn.storage.replication.leader import lead_alone
 from cairn.storage.rpc import new_server
 from cairn.storage.rpc.client_api import ClientService, generic_handlers
 from cairn.storage.shard import ShardReplica
@@ -198,16 +201,16 @@ class StandaloneServer:
             ranges = split_hash_space(len(stored.shard_ids))
             replicas = {}
             for shard_id in stored.shard_ids:
-                replicas[shard_id] = ShardReplica.open(
+                replica = ShardReplica.open(
                     shard_id,
-                    stored.name,
-                    stored.key_order,
+                    ShardSpec(stored.name, stored.key_order, stored.notifications_enabled),
                     config.data_dir / "shards" / str(shard_id),
                     limits,
                     config.wal_segment_size_bytes,
-                    stored.notifications_enabled,
                     config.wal_retention_bytes,
                 )
+                replicas[shard_id] = replica
+                await lead_alone(replica, Member(self.address, self.address))
             placements = tuple(
                 ShardPlacement(shard_id, hash_range, self.address)
                 for shard_id, hash_range in zip(stored.shard_ids, ranges, strict=True)

@@ -156,7 +156,7 @@ class ClientService:
         self, request: pb.ReadRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.ReadResponse]:
         try:
-            shard = self.directory.leader_shard(self._shard_of(request, context))
+            shard = await self.directory.serving_shard(self._shard_of(request, context))
             validate_read(request, self.limits)
         except CairnError as error:
             await abort(context, error)
@@ -176,7 +176,7 @@ class ClientService:
         self, request: pb.ListRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.ListResponse]:
         try:
-            shard, index = self._range_target(request, context)
+            shard, index = await self._range_target(request, context)
         except CairnError as error:
             await abort(context, error)
         max_keys, max_bytes = self.limits.max_keys_per_list_chunk, self.limits.max_bytes_per_chunk
@@ -201,7 +201,7 @@ class ClientService:
         self, request: pb.RangeScanRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.RangeScanResponse]:
         try:
-            shard, index = self._range_target(request, context)
+            shard, index = await self._range_target(request, context)
         except CairnError as error:
             await abort(context, error)
         max_records = self.limits.max_records_per_scan_chunk
@@ -233,7 +233,7 @@ class ClientService:
         memory (gRPC flow control pauses this generator); one that falls behind the
         retention is told so and can resubscribe."""
         try:
-            shard = self.directory.leader_shard(request.shard)
+            shard = await self.directory.serving_shard(request.shard)
             if not shard.notifications_enabled:
                 raise InvalidRequest(
                     f"notifications are disabled for namespace {shard.namespace!r}"
@@ -280,7 +280,7 @@ class ClientService:
         per subscriber: each wake-up is one bounded search of the committed state.
         Ends only when the client cancels or the shard stops serving."""
         try:
-            shard = self.directory.leader_shard(request.shard)
+            shard = await self.directory.serving_shard(request.shard)
             validate_sequence_updates(request, self.limits)
         except CairnError as error:
             await abort(context, error)
@@ -327,7 +327,7 @@ class ClientService:
         self, request: pb.SessionHeartbeat, context: grpc.aio.ServicerContext
     ) -> pb.KeepAliveResponse:
         try:
-            self.directory.leader_shard(request.shard).keep_alive(request.session_id)
+            await self.directory.leader_shard(request.shard).keep_alive(request.session_id)
         except CairnError as error:
             await abort(context, error)
         return pb.KeepAliveResponse()
@@ -341,11 +341,11 @@ class ClientService:
             await abort(context, error)
         return pb.CloseSessionResponse()
 
-    def _range_target(
+    async def _range_target(
         self, request: pb.ListRequest | pb.RangeScanRequest, context: grpc.aio.ServicerContext
     ) -> tuple[ShardReplica, str | None]:
         """The shard a List/RangeScan reads, and the secondary index it uses, if any."""
-        shard = self.directory.leader_shard(self._shard_of(request, context))
+        shard = await self.directory.serving_shard(self._shard_of(request, context))
         index = request.secondary_index_name if request.HasField("secondary_index_name") else None
         validate_range(request.start_inclusive, request.end_exclusive, index, self.limits)
         return shard, index

@@ -123,6 +123,10 @@ class Wal:
         return self._directory
 
     @property
+    def options(self) -> WalOptions:
+        return self._options
+
+    @property
     def first_offset(self) -> int:
         """Offset of the first entry, or -1 if the log is empty."""
         # Only the last segment can be empty, so the log is empty iff the first one is.

@@ -83,9 +83,10 @@ class LeaderCore:
 
     def on_truncated(self, member: str, head: EntryId, our_first_offset: int) -> FollowerPhase:
         """The follower's log now agrees with ours up to `head`. Stream from there if
-        our WAL still holds the next entry, else send a snapshot."""
+        our WAL still holds the next entry (`our_first_offset` is the first entry it
+        can provide), else send a snapshot."""
         progress = self.followers[member]
-        if our_first_offset != NO_OFFSET and head.offset + 1 < our_first_offset:
+        if head.offset + 1 < our_first_offset:
             progress.phase = FollowerPhase.SNAPSHOT
             return progress.phase
         self._start_streaming(progress, head.offset)

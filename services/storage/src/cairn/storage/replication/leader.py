@@ -1,0 +1,147 @@
+"""A shard's leadership for one term: the pure LeaderCore plus one sender task per
+follower."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from cairn.proto import replication_pb2 as rpb
+from cairn.storage.config import ReplicationSettings
+from cairn.storage.core.replication.leader import LeaderCore
+from cairn.storage.core.replication.replica import Member
+from cairn.storage.replication.peers import PeerChannels
+from cairn.storage.replication.sender import FollowerSender
+
+if TYPE_CHECKING:
+    from cairn.storage.shard import ShardReplica
+
+
+class ReplicatingLeader:
+    """Implements `shard.LeaderRole`."""
+
+    def __init__(
+        self,
+        shard: ShardReplica,
+        term: int,
+        me: Member,
+        followers: Iterable[Member],
+        term_start_offset: int,
+        peers: PeerChannels | None,
+        settings: ReplicationSettings,
+    ) -> None:
+        followers = list(followers)
+        if followers and peers is None:
+            raise ValueError("a leader with followers needs channels to them")
+        self.shard = shard
+        self.term = term
+        self.me = me
+        self._peers = peers
+        self._settings = settings
+        self.core = LeaderCore(
+            term,
+            me,
+            followers,
+            shard.known_commit_offset,
+            term_start_offset,
+            settings.max_in_flight_entries,
+        )
+        self._senders: dict[str, tuple[FollowerSender, asyncio.Task[None]]] = {}
+        for member in followers:
+            self._start_sender(member)
+
+    # -- shard.LeaderRole ------------------------------------------------------------
+
+    @property
+    def commit_offset(self) -> int:
+        return self.core.commit_offset
+
+    def entries_appended(self) -> None:
+        for sender, _ in self._senders.values():
+            sender.wake()
+
+    def local_durable(self, offset: int) -> None:
+        self._commit_may_have_advanced(self.core.on_local_durable(offset))
+
+    async def stop(self) -> None:
+        senders, self._senders = self._senders, {}
+        for _, task in senders.values():
+            task.cancel()
+        for _, task in senders.values():
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    # -- followers -------------------------------------------------------------------
+
+    def follower_acknowledged(self, member: str, durable_offset: int) -> None:
+        self._commit_may_have_advanced(self.core.on_ack(member, durable_offset))
+
+    def _commit_may_have_advanced(self, commit_offset: int) -> None:
+        if commit_offset > self.shard.known_commit_offset:
+            self.shard.commit_advanced()
+            # Followers learn the new commit offset with the next message.
+            self.entries_appended()
+
+    def _start_sender(self, member: Member) -> None:
+        assert self._peers is not None
+        sender = FollowerSender(self, member, self._peers.get(member.internal_address))
+        task = asyncio.get_running_loop().create_task(
+            sender.run(), name=f"replicate-{self.shard.shard_id}-{member.internal_address}"
+        )
+        self._senders[member.internal_address] = (sender, task)
+
+    def add_follower(self, member: Member) -> None:
+        if member.internal_address in self._senders:
+            return
+        if self._peers is None:
+            raise ValueError("this leader has no channels to other pods")
+        self.core.add_follower(member)
+        self._start_sender(member)
+
+    async def remove_follower(self, internal_address: str) -> None:
+        entry = self._senders.pop(internal_address, None)
+        self._commit_may_have_advanced(self.core.remove_follower(internal_address))
+        if entry is not None:
+            entry[1].cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await entry[1]
+
+    @property
+    def settings(self) -> ReplicationSettings:
+        return self._settings
+
+    def follower_status(self) -> list[rpb.FollowerStatus]:
+        statuses = []
+        for address, progress in self.core.followers.items():
+            sender = self._senders.get(address)
+            connected = sender is not None and sender[0].connected
+            statuses.append(
+                rpb.FollowerStatus(
+                    node=rpb.Node(
+                        public_address=progress.member.public_address,
+                        internal_address=address,
+                    ),
+                    acked_offset=progress.acked_offset,
+                    voting=self.core.is_voting(address),
+                    state=progress.phase.value if connected else "disconnected",
+                )
+            )
+        return statuses
+
+
+async def lead_alone(shard: ShardReplica, me: Member) -> None:
+    """Make `shard` the leader of an ensemble of one (standalone mode: every start is
+    a new term) and wait until it serves, which includes re-applying whatever its
+    log holds beyond its KV."""
+    term = shard.term + 1
+    await shard.new_term(term)
+
+    def sole_leader(replica: ShardReplica, term_start_offset: int) -> ReplicatingLeader:
+        return ReplicatingLeader(
+            replica, term, me, (), term_start_offset, None, replica.replication
+        )
+
+    await shard.become_leader(term, me, sole_leader)
+    await shard.wait_serving(timeout_s=None)

@@ -1,0 +1,188 @@
+"""One leader -> follower replication session, retried until the leader stops.
+
+Each session: Truncate (the follower's log is made to agree with ours), then a
+snapshot if our WAL no longer holds what the follower needs next, then a
+Replicate stream: entries in a bounded window ahead of the follower's
+acknowledgements, each message carrying our commit offset. Any failure (the
+follower unreachable or restarted, a broken stream, a refused term) ends the
+session; the next one starts over with Truncate after a growing delay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import grpc
+
+from cairn.proto import replication_pb2 as rpb
+from cairn.proto import replication_pb2_grpc as rpb_grpc
+from cairn.storage.core.replication.leader import FollowerPhase
+from cairn.storage.core.replication.replica import Member
+from cairn.storage.core.replication.terms import EntryId
+from cairn.storage.replication.wire import (
+    entry_id_message,
+    entry_id_of,
+    history_message,
+    log_entry_message,
+    node_message,
+)
+
+if TYPE_CHECKING:
+    from cairn.storage.replication.leader import ReplicatingLeader
+
+log = logging.getLogger(__name__)
+
+
+class StreamEnded(Exception):
+    """The follower closed the Replicate stream."""
+
+
+class FollowerSender:
+    def __init__(self, leader: ReplicatingLeader, member: Member, channel: grpc.aio.Channel):
+        self.leader = leader
+        self.member = member
+        self.address = member.internal_address
+        self._stub = rpb_grpc.ReplicationStub(channel)
+        self._wake = asyncio.Event()
+        self.connected = False
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        settings = self.leader.settings
+        delay_s = settings.reconnect_initial_delay_s
+        shard = self.leader.shard
+        while True:
+            try:
+                await self._session()
+            except (grpc.aio.AioRpcError, StreamEnded, ValueError, OSError) as error:
+                # ValueError/OSError: our WAL no longer holds what we were sending
+                # (trimmed meanwhile); the next session decides again.
+                self.connected = False
+                self.leader.core.on_disconnected(self.address)
+                log.info(
+                    "shard %d: replication to %s interrupted (%s); retrying in %.2f s",
+                    shard.shard_id,
+                    self.address,
+                    _describe(error),
+                    delay_s,
+                )
+                await asyncio.sleep(delay_s)
+                delay_s = min(delay_s * 2, settings.reconnect_max_delay_s)
+            else:
+                delay_s = settings.reconnect_initial_delay_s
+
+    async def _session(self) -> None:
+        leader, shard = self.leader, self.leader.shard
+        starts, head = history_message(shard.log)
+        answer = await self._stub.Truncate(
+            rpb.TruncateRequest(
+                shard=shard.shard_id,
+                term=leader.term,
+                leader=node_message(leader.me),
+                leader_terms=starts,
+                leader_head=head,
+            ),
+            timeout=leader.settings.truncate_timeout_s,
+        )
+        self.connected = True
+        follower_head = entry_id_of(answer.head)
+        log_now = shard.log
+        first_available = log_now.last_offset + 1 if log_now.is_empty() else log_now.first_offset
+        phase = leader.core.on_truncated(self.address, follower_head, first_available)
+        if phase is FollowerPhase.SNAPSHOT:
+            installed = await self._send_snapshot()
+            leader.core.on_snapshot_installed(self.address, installed)
+        leader.follower_acknowledged(self.address, leader.core.progress(self.address).acked_offset)
+        await self._stream()
+
+    async def _send_snapshot(self) -> EntryId:
+        from cairn.storage.snapshot import snapshot_chunks
+
+        leader, shard = self.leader, self.leader.shard
+        applied = shard.applied_offset
+        term = shard.log.term_at(applied)
+        last_included = EntryId(term if term is not None else -1, applied)
+        header = rpb.SnapshotHeader(
+            shard=shard.shard_id,
+            term=leader.term,
+            leader=node_message(leader.me),
+            last_included=entry_id_message(last_included),
+        )
+        log.info(
+            "shard %d: sending a snapshot up to %s to %s",
+            shard.shard_id,
+            last_included,
+            self.address,
+        )
+        # Opened here, between two KV writes: a consistent view (see snapshot.py).
+        chunks = snapshot_chunks(
+            shard.kv,
+            header,
+            leader.settings.max_snapshot_chunk_records,
+            leader.settings.max_snapshot_chunk_bytes,
+        )
+
+        async def stream() -> AsyncIterator[rpb.SnapshotChunk]:
+            for chunk in chunks:
+                yield chunk
+
+        answer = await self._stub.SendSnapshot(stream())
+        return entry_id_of(answer.head)
+
+    async def _stream(self) -> None:
+        leader, shard = self.leader, self.leader.shard
+        core, settings = leader.core, leader.settings
+        call = self._stub.Replicate()
+        acks = asyncio.get_running_loop().create_task(self._read_acks(call))
+        sent_commit = -2
+        try:
+            while True:
+                if acks.done():
+                    acks.result()  # raises why it ended
+                    raise StreamEnded("the follower ended the stream")
+                self._wake.clear()
+                span = core.to_send(self.address, shard.log.last_offset)
+                commit = core.commit_offset
+                if span is not None:
+                    entries = shard.entries(
+                        span[0], span[1], settings.max_entries_bytes_per_message
+                    )
+                    request = rpb.ReplicateRequest(
+                        shard=shard.shard_id,
+                        term=leader.term,
+                        entries=[log_entry_message(entry) for entry in entries],
+                        commit_offset=commit,
+                    )
+                    core.on_sent(self.address, entries[-1].offset)
+                elif commit != sent_commit:
+                    request = rpb.ReplicateRequest(
+                        shard=shard.shard_id, term=leader.term, commit_offset=commit
+                    )
+                else:
+                    await self._wake.wait()
+                    continue
+                await call.write(request)
+                sent_commit = commit
+        finally:
+            acks.cancel()
+            call.cancel()
+
+    async def _read_acks(self, call: grpc.aio.StreamStreamCall) -> None:
+        try:
+            while (answer := await call.read()) is not grpc.aio.EOF:
+                assert isinstance(answer, rpb.ReplicateResponse)
+                self.leader.follower_acknowledged(self.address, answer.durable_offset)
+                self._wake.set()  # the window may have opened
+        finally:
+            self._wake.set()
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, grpc.aio.AioRpcError):
+        return f"{error.code().name}: {error.details()}"
+    return repr(error)
