@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 LISTENING_PREFIX = "cairn-storage listening on "
+INTERNAL_PREFIX = "cairn-storage internal on "
 
 
 class StandaloneProcess:
@@ -26,6 +27,7 @@ class StandaloneProcess:
         self.extra_args = extra_args
         self.process: subprocess.Popen[str] | None = None
         self.address = ""
+        self.internal_address = ""
         self.output: list[str] = []
         self._pump: threading.Thread | None = None
 
@@ -36,6 +38,9 @@ class StandaloneProcess:
             *(["--shards", str(self.shards)] if self.shards is not None else []),
             *self.extra_args,
         ]  # fmt: skip
+
+    def expects_internal_address(self) -> bool:
+        return False
 
     def run_to_exit(self, timeout_s: float = 30.0) -> subprocess.CompletedProcess[str]:
         """Run the command expecting it to refuse to start."""
@@ -72,8 +77,13 @@ class StandaloneProcess:
                 break
             if line is None:
                 raise RuntimeError("server exited before listening:\n" + "".join(self.output))
+            if line.startswith(INTERNAL_PREFIX):
+                self.internal_address = line[len(INTERNAL_PREFIX) :].strip()
             if line.startswith(LISTENING_PREFIX):
                 self.address = line[len(LISTENING_PREFIX) :].strip()
+                if not self.expects_internal_address():
+                    return self.address
+            if self.address and self.internal_address:
                 return self.address
         self.kill()
         raise TimeoutError("server did not start:\n" + "".join(self.output))
@@ -108,3 +118,34 @@ class StandaloneProcess:
             raise
         finally:
             self._join_pump()
+
+
+class NodeProcess(StandaloneProcess):
+    """`cairn-storage node`: a storage pod in a cluster, on ephemeral ports the first
+    time and on the same ports after a restart (its ensemble knows it by them)."""
+
+    def __init__(self, data_dir: Path, extra_args: tuple[str, ...] = ()) -> None:
+        super().__init__(data_dir, None, extra_args)
+        self.port = 0
+        self.internal_port = 0
+
+    def expects_internal_address(self) -> bool:
+        return True
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable, "-m", "cairn.storage", "node",
+            "--port", str(self.port), "--internal-port", str(self.internal_port),
+            "--data-dir", str(self.data_dir), "--log-level", "INFO",
+            *self.extra_args,
+        ]  # fmt: skip
+
+    def start(self, timeout_s: float = 30.0) -> str:
+        self.address = self.internal_address = ""
+        address = super().start(timeout_s)
+        self.port = int(self.address.rsplit(":", 1)[1])
+        self.internal_port = int(self.internal_address.rsplit(":", 1)[1])
+        return address
+
+    def log_text(self) -> str:
+        return "".join(self.output)

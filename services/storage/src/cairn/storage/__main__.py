@@ -3,6 +3,7 @@
 cairn-storage standalone --port 6648 --shards 3 --data-dir ./data
 cairn-storage standalone --data-dir ./data \
     --namespace-spec default:3 --namespace-spec pulsar:8:natural:notifications=off
+cairn-storage node --port 6648 --internal-port 6649 --data-dir ./data
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from cairn.storage.config import (
     DEFAULT_WAL_RETENTION_BYTES,
     DEFAULT_WAL_SEGMENT_BYTES,
     NamespaceConfig,
+    NodeConfig,
     StandaloneConfig,
 )
+from cairn.storage.node import NodeServer
 from cairn.storage.standalone import LayoutMismatch, StandaloneServer
 
 log = logging.getLogger("cairn.storage")
@@ -134,6 +137,32 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         help="WAL size above which segments the KV durably holds are deleted",
     )
     standalone.add_argument("--log-level", default="INFO")
+    node = commands.add_parser(
+        "node",
+        help="a storage pod in a cluster: serves the shard replicas the controller assigns",
+    )
+    node.add_argument("--data-dir", type=Path, required=True, help="where WAL and KV live")
+    node.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    node.add_argument("--port", type=int, default=6648, help="client port; 0 picks a free one")
+    node.add_argument(
+        "--internal-port",
+        type=int,
+        default=6649,
+        help="coordination and replication port; 0 picks a free one",
+    )
+    node.add_argument("--advertise", default=None, help="host:port clients should dial")
+    node.add_argument(
+        "--internal-advertise", default=None, help="host:port other pods and the controller dial"
+    )
+    for command in (node,):
+        command.add_argument("--wal-segment-bytes", type=int, default=DEFAULT_WAL_SEGMENT_BYTES)
+        command.add_argument(
+            "--wal-retention-bytes",
+            type=int,
+            default=DEFAULT_WAL_RETENTION_BYTES,
+            help="WAL size above which segments the KV durably holds are deleted",
+        )
+        command.add_argument("--log-level", default="INFO")
     return parser, standalone
 
 
@@ -185,13 +214,42 @@ async def _run_standalone(config: StandaloneConfig) -> int:
     return 0
 
 
+async def _run_node(config: NodeConfig) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    server = NodeServer(config)
+    me = await server.start()
+    print(f"cairn-storage listening on {me.public_address}", flush=True)
+    print(f"cairn-storage internal on {me.internal_address}", flush=True)
+    print(f"cairn-storage data in {config.data_dir.resolve()}", flush=True)
+    await stop.wait()
+    log.info("shutting down")
+    await server.stop()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser, standalone = _parser()
     args = parser.parse_args(argv)
-    namespaces = _namespaces(args, standalone)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if args.command == "node":
+        node_config = NodeConfig(
+            data_dir=args.data_dir,
+            bind_host=args.host,
+            port=args.port,
+            internal_port=args.internal_port,
+            advertised_address=args.advertise,
+            internal_advertised_address=args.internal_advertise,
+            wal_segment_size_bytes=args.wal_segment_bytes,
+            wal_retention_bytes=args.wal_retention_bytes,
+        )
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            return runner.run(_run_node(node_config))
+    namespaces = _namespaces(args, standalone)
     config = StandaloneConfig(
         data_dir=args.data_dir,
         bind_host=args.host,

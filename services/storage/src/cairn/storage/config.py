@@ -145,3 +145,22 @@ class StandaloneConfig:
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
             raise ValueError(f"namespace names must be unique: {', '.join(duplicates)} repeated")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """A storage pod in a cluster: its shards are handed out by the controller."""
+
+    data_dir: Path
+    bind_host: str = "127.0.0.1"
+    # Client API (Oxia-compatible) and internal API (coordination, replication);
+    # 0 picks a free port.
+    port: int = 0
+    internal_port: int = 0
+    # What clients and other pods are told to dial; derived from the bound ports if None.
+    advertised_address: str | None = None
+    internal_advertised_address: str | None = None
+    limits: Limits = field(default_factory=Limits)
+    replication: ReplicationSettings = field(default_factory=ReplicationSettings)
+    wal_segment_size_bytes: int = DEFAULT_WAL_SEGMENT_BYTES
+    wal_retention_bytes: int = DEFAULT_WAL_RETENTION_BYTES

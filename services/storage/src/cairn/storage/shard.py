@@ -45,7 +45,13 @@ from typing import Any, Protocol
 
 from google.protobuf.message import Message
 
-from cairn.common.errors import InvalidRequest, Overloaded, SessionNotFound, Unavailable
+from cairn.common.errors import (
+    InvalidRequest,
+    InvalidTerm,
+    Overloaded,
+    SessionNotFound,
+    Unavailable,
+)
 from cairn.common.keyorder import KeyOrder
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import replication_pb2 as rpb
@@ -91,6 +97,7 @@ from cairn.storage.core.sessions import (
 )
 from cairn.storage.kv import Column, KvStore, RocksKv
 from cairn.storage.replication.wire import entry_id_message, node_message, spec_message
+from cairn.storage.snapshot import SnapshotInstaller, finish_pending_install
 from cairn.storage.wal import Wal, WalEntry, WalError, WalOptions
 
 log = logging.getLogger(__name__)
@@ -221,8 +228,14 @@ class ShardReplica:
         self._failure: BaseException | None = None
         self._closing = False
         self._streams_ending = False
-        # While a snapshot replaces the KV and WAL, nothing else may touch them.
+        # Held by every change of role, term or log other than appends (fencing,
+        # leading, truncating, installing a snapshot, trimming), so that none of them
+        # sees another half done; appends check that it is free.
         self._storage_lock = asyncio.Lock()
+        self._snapshot_receiving = False
+        # Set while the log is cut or replaced: replicated appends must wait for a
+        # new stream then.
+        self._log_busy = False
         self._sync_executor = ThreadPoolExecutor(1, thread_name_prefix=f"wal-sync-{shard_id}")
         self._wal_retention_bytes = wal_retention_bytes
         self._tasks: list[asyncio.Task[None]] = []
@@ -288,8 +301,6 @@ class ShardReplica:
         wal_retention_bytes: int | None = None,
         replication: ReplicationSettings | None = None,
     ) -> ShardReplica:
-        from cairn.storage.snapshot import finish_pending_install
-
         directory.mkdir(parents=True, exist_ok=True)
         # A snapshot install that a crash interrupted is finished first.
         finish_pending_install(directory)
@@ -354,11 +365,12 @@ class ShardReplica:
 
     async def new_term(self, term: int) -> tuple[EntryId, int]:
         """Fence at `term`: returns the head and the commit offset."""
-        was_leader = self.core.role is Role.LEADER
-        if self.core.fence(term):
-            await self._persist_term()
-        if was_leader:
-            await self._step_down()
+        async with self._storage_lock:
+            was_leader = self.core.role is Role.LEADER
+            if self.core.fence(term):
+                await self._persist_term()
+            if was_leader:
+                await self._step_down()
         log.info("shard %d: fenced at term %d, head %s", self.shard_id, term, self.core.head)
         return self.core.head, self.core.commit_offset
 
@@ -367,15 +379,16 @@ class ShardReplica:
     ) -> EntryId:
         """Lead `term`: log its first entry, start replicating (`make_leader` builds
         the replication side for the term-start offset)."""
-        self._check_writable()
-        term_start = self.core.become_leader(term, me)
-        self._term_start_offset = term_start.offset
-        self._serving.clear()
-        self._leader = make_leader(self, term_start.offset)
-        body = internal_pb.TermStartEntry(leader=me.internal_address)
-        # Never waits for room: what fills the pipeline may be inherited entries
-        # that only this entry lets commit.
-        await self._append(TERM_START, body.SerializeToString(), body, wait_for_space=False)
+        async with self._storage_lock:
+            self._check_writable()
+            term_start = self.core.become_leader(term, me)
+            self._term_start_offset = term_start.offset
+            self._serving.clear()
+            self._leader = make_leader(self, term_start.offset)
+            body = internal_pb.TermStartEntry(leader=me.internal_address)
+            # Never waits for room: what fills the pipeline may be inherited entries
+            # that only this entry lets commit.
+            await self._append(TERM_START, body.SerializeToString(), body, wait_for_space=False)
         log.info("shard %d: leading term %d from offset %d", self.shard_id, term, term_start.offset)
         return term_start
 
@@ -453,7 +466,13 @@ class ShardReplica:
                     self.core.log.last_offset,
                     term,
                 )
-                await self._loop.run_in_executor(self._sync_executor, self.wal.truncate_after, keep)
+                self._log_busy = True
+                try:
+                    await self._loop.run_in_executor(
+                        self._sync_executor, self.wal.truncate_after, keep
+                    )
+                finally:
+                    self._log_busy = False
                 self.core.log.truncate_after(keep)
                 while self._pending and self._pending[-1].offset > keep:
                     dropped = self._pending.pop()
@@ -473,8 +492,8 @@ class ShardReplica:
     ) -> None:
         """Entries from our leader (checked to continue our log), and its commit offset."""
         self._check_writable()
-        if self._storage_lock.locked():
-            raise Unavailable(f"shard {self.shard_id} is installing a snapshot")
+        if self._log_busy:
+            raise Unavailable(f"shard {self.shard_id} is truncating or replacing its log")
         if entries:
             self.core.check_entries(term, entries[0].offset)
             size = sum(len(entry.payload) for entry in entries)
@@ -513,13 +532,17 @@ class ShardReplica:
         """Replace our state with a snapshot from the leader of `term` (see
         snapshot.py); `chunks` starts with the one carrying the header. Returns the
         new head."""
-        from cairn.storage.snapshot import SnapshotInstaller
-
         if self.shard_dir is None:
             raise Unavailable(f"shard {self.shard_id} cannot install snapshots")
-        async with self._storage_lock:
-            self._check_writable()
-            await self._follow(term, leader)
+        if self._snapshot_receiving:
+            raise Unavailable(f"shard {self.shard_id} is already receiving a snapshot")
+        self._snapshot_receiving = True
+        try:
+            async with self._storage_lock:
+                self._check_writable()
+                await self._follow(term, leader)
+            # Received without the lock (it may take long): the replica keeps
+            # answering fences meanwhile, and the install checks nothing changed.
             installer = SnapshotInstaller(self.shard_dir)
             try:
                 async for chunk in chunks:
@@ -528,25 +551,39 @@ class ShardReplica:
             except BaseException:
                 installer.abort()
                 raise
-            # The KV and WAL are replaced under the pipeline: stop it first.
-            await self._pause_pipeline()
-            self.kv.close()
-            self.wal.close()
-            try:
-                base = installer.finish()
-            except BaseException:
-                installer.abort()
-                raise
-            finally:
-                self._reopen_storage()
-            self.core.log.reset(base)
-            self.core.commit_offset = base.offset
-            self.applied_offset = base.offset
-            self._leader_commit_offset = max(self._leader_commit_offset, base.offset)
-            await self._persist_term()
-            self._publish_applied()
-            log.info("shard %d: installed a snapshot up to %s", self.shard_id, base)
-            return base
+            async with self._storage_lock:
+                if self.core.term != term or self.core.leader != leader:
+                    installer.abort()
+                    raise InvalidTerm(
+                        f"shard {self.shard_id}: term {self.core.term} began during the "
+                        f"snapshot of term {term}"
+                    )
+                return await self._install(installer)
+        finally:
+            self._snapshot_receiving = False
+
+    async def _install(self, installer: SnapshotInstaller) -> EntryId:
+        # The KV and WAL are replaced under the pipeline: stop it first.
+        self._log_busy = True
+        await self._pause_pipeline()
+        self.kv.close()
+        self.wal.close()
+        try:
+            base = installer.finish()
+        except BaseException:
+            installer.abort()
+            raise
+        finally:
+            self._reopen_storage()
+            self._log_busy = False
+        self.core.log.reset(base)
+        self.core.commit_offset = base.offset
+        self.applied_offset = base.offset
+        self._leader_commit_offset = max(self._leader_commit_offset, base.offset)
+        await self._persist_term()
+        self._publish_applied()
+        log.info("shard %d: installed a snapshot up to %s", self.shard_id, base)
+        return base
 
     async def _pause_pipeline(self) -> None:
         """Stop the syncer and applier (they touch the WAL and KV) and drop what is
@@ -565,8 +602,6 @@ class ShardReplica:
     def _reopen_storage(self) -> None:
         """Open the KV and WAL again (finishing an install a failure interrupted)
         and restart the pipeline."""
-        from cairn.storage.snapshot import finish_pending_install
-
         assert self.shard_dir is not None
         finish_pending_install(self.shard_dir)
         self.kv = RocksKv(self.shard_dir / "kv")

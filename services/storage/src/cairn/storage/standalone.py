@@ -169,10 +169,9 @@ def default_namespace(config: StandaloneConfig, served: Sequence[StoredNamespace
     return config.namespaces[0].name
 
 
-def advertised_address(config: StandaloneConfig, port: int) -> str:
-    if config.advertised_address:
-        return config.advertised_address
-    host = config.bind_host
+def advertised_address(bind_host: str, port: int) -> str:
+    """An address others can dial for a server bound to `bind_host`:`port`."""
+    host = bind_host
     if host in ("0.0.0.0", "::", ""):
         host = socket.gethostname()
     if ":" in host and not host.startswith("["):
@@ -196,7 +195,7 @@ class StandaloneServer:
         port = server.add_insecure_port(f"{config.bind_host}:{config.port}")
         if port == 0:
             raise OSError(f"could not bind {config.bind_host}:{config.port}")
-        self.address = advertised_address(config, port)
+        self.address = config.advertised_address or advertised_address(config.bind_host, port)
         for stored in layout:
             ranges = split_hash_space(len(stored.shard_ids))
             replicas = {}

@@ -1,0 +1,155 @@
+"""A storage pod in a cluster: hosts the shard replicas the controller assigns it.
+
+Two gRPC servers: the client API (Oxia-compatible) on the public port, the
+coordination and replication APIs on the internal port. A replica is created by
+the controller's first NewTerm for it (which carries the shard's spec, stored in
+`shards/<id>/shard.json`) and removed by DeleteShard. After a restart every
+stored replica comes back fenced, to be given a role again by the controller.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import grpc
+
+from cairn.common.errors import ShardNotFound
+from cairn.common.keyorder import KeyOrder
+from cairn.storage.config import NodeConfig, ShardSpec
+from cairn.storage.core.replication.replica import Member
+from cairn.storage.directory import ShardDirectory
+from cairn.storage.files import write_atomically
+from cairn.storage.replication.peers import PeerChannels
+from cairn.storage.rpc import new_server
+from cairn.storage.rpc.client_api import ClientService, generic_handlers
+from cairn.storage.rpc.coordination import CoordinationService, coordination_handlers
+from cairn.storage.rpc.replication import ReplicationService, replication_handlers
+from cairn.storage.shard import ShardReplica
+from cairn.storage.standalone import advertised_address
+
+log = logging.getLogger(__name__)
+SPEC_FILE = "shard.json"
+SHARDS_DIR = "shards"
+
+
+def _spec_document(spec: ShardSpec) -> str:
+    return (
+        json.dumps(
+            {
+                "namespace": spec.namespace,
+                "key_order": spec.key_order.value,
+                "notifications_enabled": spec.notifications_enabled,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+
+
+def _read_spec(path: Path) -> ShardSpec:
+    document = json.loads(path.read_text(encoding="utf-8"))
+    return ShardSpec(
+        str(document["namespace"]),
+        KeyOrder(document["key_order"]),
+        bool(document["notifications_enabled"]),
+    )
+
+
+class NodeServer:
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
+        self.directory = ShardDirectory()
+        self.peers = PeerChannels()
+        self.me = Member("", "")
+        self._servers: list[grpc.aio.Server] = []
+
+    @property
+    def shards_dir(self) -> Path:
+        return self.config.data_dir / SHARDS_DIR
+
+    async def start(self) -> Member:
+        config = self.config
+        public, internal = new_server(config.limits), new_server(config.limits)
+        port = public.add_insecure_port(f"{config.bind_host}:{config.port}")
+        internal_port = internal.add_insecure_port(f"{config.bind_host}:{config.internal_port}")
+        if port == 0 or internal_port == 0:
+            raise OSError(f"could not bind {config.bind_host}:{config.port}/{config.internal_port}")
+        self.me = Member(
+            config.advertised_address or advertised_address(config.bind_host, port),
+            config.internal_advertised_address
+            or advertised_address(config.bind_host, internal_port),
+        )
+        self.shards_dir.mkdir(parents=True, exist_ok=True)
+        for spec_path in sorted(self.shards_dir.glob(f"*/{SPEC_FILE}")):
+            shard_id = int(spec_path.parent.name)
+            self.directory.add_replica(self._open(shard_id, _read_spec(spec_path)))
+        log.info("reopened %d shard replicas (fenced)", len(self.directory.replicas()))
+        public.add_generic_rpc_handlers(
+            generic_handlers(ClientService(self.directory, config.limits))
+        )
+        internal.add_generic_rpc_handlers(
+            [
+                coordination_handlers(CoordinationService(self)),
+                replication_handlers(ReplicationService(self.directory)),
+            ]
+        )
+        await public.start()
+        await internal.start()
+        self._servers = [public, internal]
+        return self.me
+
+    def _open(self, shard_id: int, spec: ShardSpec) -> ShardReplica:
+        config = self.config
+        return ShardReplica.open(
+            shard_id,
+            spec,
+            self.shards_dir / str(shard_id),
+            config.limits,
+            config.wal_segment_size_bytes,
+            config.wal_retention_bytes,
+            config.replication,
+        )
+
+    # -- coordination.ReplicaHost ----------------------------------------------------
+
+    def replica_for(self, shard_id: int, spec: ShardSpec | None) -> ShardReplica:
+        """The shard's replica here, created (empty) if there is none and `spec` is
+        given."""
+        try:
+            return self.directory.replica(shard_id)
+        except ShardNotFound:
+            if spec is None:
+                raise
+        directory = self.shards_dir / str(shard_id)
+        directory.mkdir(parents=True, exist_ok=True)
+        # The spec is durable before the replica exists: a restart reopens it.
+        write_atomically(directory / SPEC_FILE, _spec_document(spec))
+        replica = self._open(shard_id, spec)
+        self.directory.add_replica(replica)
+        log.info("shard %d: replica created for namespace %r", shard_id, spec.namespace)
+        return replica
+
+    async def delete_replica(self, shard_id: int) -> None:
+        replica = self.directory.replica(shard_id)
+        self.directory.remove_replica(shard_id)
+        await replica.close()
+        directory = self.shards_dir / str(shard_id)
+        # The spec goes first: a crash part way leaves no replica to reopen.
+        (directory / SPEC_FILE).unlink(missing_ok=True)
+        shutil.rmtree(directory, ignore_errors=True)
+        log.info("shard %d: replica deleted", shard_id)
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        await self.directory.close()
+        for replica in self.directory.replicas():
+            replica.end_streams()
+        for server in self._servers:
+            await server.stop(grace_s)
+        for replica in self.directory.replicas():
+            await replica.close()
+        await self.peers.close()

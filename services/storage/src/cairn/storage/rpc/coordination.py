@@ -1,0 +1,194 @@
+"""The controller's calls into a storage pod: fencing, leadership, ensemble
+changes, status, deletion, and the shard map to serve to clients."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import grpc
+
+from cairn.common.errors import CairnError, InvalidRequest, InvalidTerm
+from cairn.common.hashing import HashRange
+from cairn.common.keyorder import KeyOrder
+from cairn.proto import oxia_client_pb2 as pb
+from cairn.proto import replication_pb2 as rpb
+from cairn.storage.config import ShardSpec
+from cairn.storage.core.replication.replica import Member, Role
+from cairn.storage.directory import NamespaceLayout, ShardDirectory, ShardPlacement
+from cairn.storage.replication.leader import ReplicatingLeader
+from cairn.storage.replication.peers import PeerChannels
+from cairn.storage.replication.wire import entry_id_message, member_of, spec_of
+from cairn.storage.rpc.status import abort
+from cairn.storage.shard import ShardReplica
+
+
+class ReplicaHost(Protocol):
+    """What the service needs of the pod (node.py)."""
+
+    me: Member
+    peers: PeerChannels
+    directory: ShardDirectory
+
+    def replica_for(self, shard_id: int, spec: ShardSpec | None) -> ShardReplica: ...
+
+    async def delete_replica(self, shard_id: int) -> None: ...
+
+
+def layouts_of(assignments: pb.ShardAssignments) -> list[NamespaceLayout]:
+    layouts = []
+    for name, namespace in assignments.namespaces.items():
+        order = (
+            KeyOrder.NATURAL
+            if namespace.key_sorting == pb.KEY_SORTING_NATURAL
+            else KeyOrder.HIERARCHICAL
+        )
+        placements = []
+        for assignment in namespace.assignments:
+            hash_range = assignment.int32_hash_range
+            try:
+                bounds = HashRange(hash_range.min_hash_inclusive, hash_range.max_hash_inclusive)
+            except ValueError as error:
+                raise InvalidRequest(f"namespace {name!r}: {error}") from None
+            placements.append(ShardPlacement(assignment.shard, bounds, assignment.leader))
+        layouts.append(NamespaceLayout(name, order, tuple(placements)))
+    return layouts
+
+
+class CoordinationService:
+    def __init__(self, host: ReplicaHost) -> None:
+        self.host = host
+
+    async def new_term(
+        self, request: rpb.NewTermRequest, context: grpc.aio.ServicerContext
+    ) -> rpb.NewTermResponse:
+        try:
+            spec = spec_of(request.spec) if request.HasField("spec") else None
+            replica = self.host.replica_for(request.shard, spec)
+            head, commit_offset = await replica.new_term(request.term)
+        except CairnError as error:
+            await abort(context, error)
+        return rpb.NewTermResponse(head=entry_id_message(head), commit_offset=commit_offset)
+
+    async def become_leader(
+        self, request: rpb.BecomeLeaderRequest, context: grpc.aio.ServicerContext
+    ) -> rpb.BecomeLeaderResponse:
+        host = self.host
+        try:
+            replica = host.directory.replica(request.shard)
+            followers = [member_of(node) for node in request.followers]
+            term = request.term
+
+            def make_leader(shard: ShardReplica, term_start_offset: int) -> ReplicatingLeader:
+                return ReplicatingLeader(
+                    shard,
+                    term,
+                    host.me,
+                    followers,
+                    term_start_offset,
+                    host.peers,
+                    shard.replication,
+                )
+
+            term_start = await replica.become_leader(term, host.me, make_leader)
+        except (CairnError, ValueError) as error:
+            await abort(context, _as_cairn_error(error))
+        return rpb.BecomeLeaderResponse(term_start=entry_id_message(term_start))
+
+    async def add_follower(
+        self, request: rpb.AddFollowerRequest, context: grpc.aio.ServicerContext
+    ) -> rpb.AddFollowerResponse:
+        try:
+            leader = self._leading(request.shard, request.term)
+            leader.add_follower(member_of(request.follower))
+        except (CairnError, ValueError) as error:
+            await abort(context, _as_cairn_error(error))
+        return rpb.AddFollowerResponse()
+
+    async def remove_follower(
+        self, request: rpb.RemoveFollowerRequest, context: grpc.aio.ServicerContext
+    ) -> rpb.RemoveFollowerResponse:
+        try:
+            leader = self._leading(request.shard, request.term)
+            await leader.remove_follower(request.follower_internal_address)
+        except (CairnError, ValueError) as error:
+            await abort(context, _as_cairn_error(error))
+        return rpb.RemoveFollowerResponse()
+
+    def _leading(self, shard_id: int, term: int) -> ReplicatingLeader:
+        replica = self.host.directory.replica(shard_id)
+        leader = replica.leader_role
+        if replica.role is not Role.LEADER or replica.term != term or leader is None:
+            raise InvalidTerm(
+                f"shard {shard_id} is {replica.role.name.lower()} in term {replica.term}, "
+                f"not leader of term {term}"
+            )
+        assert isinstance(leader, ReplicatingLeader)
+        return leader
+
+    async def get_status(
+        self, request: rpb.GetStatusRequest, context: grpc.aio.ServicerContext
+    ) -> rpb.GetStatusResponse:
+        try:
+            if request.HasField("shard"):
+                replicas = [self.host.directory.replica(request.shard)]
+            else:
+                replicas = sorted(self.host.directory.replicas(), key=lambda r: r.shard_id)
+        except CairnError as error:
+            await abort(context, error)
+        return rpb.GetStatusResponse(shards=[replica.status() for replica in replicas])
+
+    async def delete_shard(
+        self, request: rpb.DeleteShardRequest, context: grpc.aio.ServicerContext
+    ) -> rpb.DeleteShardResponse:
+        try:
+            replica = self.host.directory.replica(request.shard)
+            if request.term < replica.term:
+                raise InvalidTerm(
+                    f"shard {request.shard}: term {request.term} is older than {replica.term}"
+                )
+            await self.host.delete_replica(request.shard)
+        except CairnError as error:
+            await abort(context, error)
+        return rpb.DeleteShardResponse()
+
+    async def push_assignments(
+        self, request: rpb.PushAssignmentsRequest, context: grpc.aio.ServicerContext
+    ) -> rpb.PushAssignmentsResponse:
+        try:
+            layouts = layouts_of(request.assignments)
+            await self.host.directory.set_layouts(layouts, request.version)
+        except CairnError as error:
+            await abort(context, error)
+        return rpb.PushAssignmentsResponse()
+
+
+def _as_cairn_error(error: Exception) -> CairnError:
+    if isinstance(error, CairnError):
+        return error
+    return InvalidRequest(str(error))
+
+
+def coordination_handlers(service: CoordinationService) -> grpc.GenericRpcHandler:
+    def unary(behavior: object, request_type: type, response_type: type) -> grpc.RpcMethodHandler:
+        return grpc.unary_unary_rpc_method_handler(
+            behavior,
+            request_deserializer=request_type.FromString,  # type: ignore[attr-defined]
+            response_serializer=response_type.SerializeToString,  # type: ignore[attr-defined]
+        )
+
+    methods = {
+        "NewTerm": unary(service.new_term, rpb.NewTermRequest, rpb.NewTermResponse),
+        "BecomeLeader": unary(
+            service.become_leader, rpb.BecomeLeaderRequest, rpb.BecomeLeaderResponse
+        ),
+        "AddFollower": unary(service.add_follower, rpb.AddFollowerRequest, rpb.AddFollowerResponse),
+        "RemoveFollower": unary(
+            service.remove_follower, rpb.RemoveFollowerRequest, rpb.RemoveFollowerResponse
+        ),
+        "GetStatus": unary(service.get_status, rpb.GetStatusRequest, rpb.GetStatusResponse),
+        "DeleteShard": unary(service.delete_shard, rpb.DeleteShardRequest, rpb.DeleteShardResponse),
+        "PushAssignments": unary(
+            service.push_assignments, rpb.PushAssignmentsRequest, rpb.PushAssignmentsResponse
+        ),
+    }
+    return grpc.method_handlers_generic_handler("cairn.replication.v1.Coordination", methods)

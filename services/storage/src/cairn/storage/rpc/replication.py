@@ -1,0 +1,135 @@
+"""The follower side of replication: Truncate, Replicate, SendSnapshot.
+
+Decode, call the shard replica, encode; the rules are in the replica's core.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import grpc
+
+from cairn.common.errors import CairnError, InvalidRequest
+from cairn.proto import replication_pb2 as rpb
+from cairn.storage.directory import ShardDirectory
+from cairn.storage.replication.wire import (
+    entry_id_message,
+    history_of_message,
+    member_of,
+    wal_entry_of,
+)
+from cairn.storage.rpc.status import abort
+from cairn.storage.snapshot import SnapshotError
+
+
+class ReplicationService:
+    def __init__(self, directory: ShardDirectory) -> None:
+        self.directory = directory
+
+    async def truncate(
+        self, request: rpb.TruncateRequest, context: grpc.aio.ServicerContext
+    ) -> rpb.TruncateResponse:
+        try:
+            replica = self.directory.replica(request.shard)
+            head = await replica.truncate(
+                request.term,
+                member_of(request.leader),
+                history_of_message(request.leader_terms, request.leader_head),
+            )
+        except CairnError as error:
+            await abort(context, error)
+        return rpb.TruncateResponse(
+            head=entry_id_message(head),
+            commit_offset=replica.known_commit_offset,
+            first_offset=replica.log.first_offset,
+        )
+
+    async def replicate(
+        self, requests: AsyncIterator[rpb.ReplicateRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[rpb.ReplicateResponse]:
+        """Appends what arrives; answers the durable offset each time it advances."""
+        first = await anext(requests, None)
+        if first is None:
+            return
+        try:
+            replica = self.directory.replica(first.shard)
+        except CairnError as error:
+            await abort(context, error)
+
+        async def take_entries() -> None:
+            request: rpb.ReplicateRequest | None = first
+            while request is not None:
+                await replica.append_replicated(
+                    request.term,
+                    [wal_entry_of(entry) for entry in request.entries],
+                    request.commit_offset,
+                )
+                request = await anext(requests, None)
+
+        taker = asyncio.get_running_loop().create_task(take_entries())
+        acknowledged = -2
+        try:
+            while True:
+                durable = asyncio.ensure_future(replica.wait_durable_after(acknowledged))
+                done, _ = await asyncio.wait((taker, durable), return_when=asyncio.FIRST_COMPLETED)
+                if durable in done:
+                    acknowledged = durable.result()
+                    yield rpb.ReplicateResponse(durable_offset=acknowledged)
+                if taker in done:
+                    durable.cancel()
+                    try:
+                        taker.result()
+                    except CairnError as error:
+                        await abort(context, error)
+                    return
+        finally:
+            taker.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await taker
+
+    async def send_snapshot(
+        self, chunks: AsyncIterator[rpb.SnapshotChunk], context: grpc.aio.ServicerContext
+    ) -> rpb.SnapshotResponse:
+        first = await anext(chunks, None)
+        try:
+            if first is None or not first.HasField("header"):
+                raise InvalidRequest("a snapshot must start with a chunk carrying its header")
+            header = first.header
+            replica = self.directory.replica(header.shard)
+
+            async def all_chunks() -> AsyncIterator[rpb.SnapshotChunk]:
+                yield first
+                async for chunk in chunks:
+                    yield chunk
+
+            head = await replica.install_snapshot(
+                header.term, member_of(header.leader), all_chunks()
+            )
+        except SnapshotError as error:
+            await abort(context, InvalidRequest(f"snapshot refused: {error}"))
+        except CairnError as error:
+            await abort(context, error)
+        return rpb.SnapshotResponse(head=entry_id_message(head))
+
+
+def replication_handlers(service: ReplicationService) -> grpc.GenericRpcHandler:
+    methods = {
+        "Truncate": grpc.unary_unary_rpc_method_handler(
+            service.truncate,
+            request_deserializer=rpb.TruncateRequest.FromString,
+            response_serializer=rpb.TruncateResponse.SerializeToString,
+        ),
+        "Replicate": grpc.stream_stream_rpc_method_handler(
+            service.replicate,
+            request_deserializer=rpb.ReplicateRequest.FromString,
+            response_serializer=rpb.ReplicateResponse.SerializeToString,
+        ),
+        "SendSnapshot": grpc.stream_unary_rpc_method_handler(
+            service.send_snapshot,
+            request_deserializer=rpb.SnapshotChunk.FromString,
+            response_serializer=rpb.SnapshotResponse.SerializeToString,
+        ),
+    }
+    return grpc.method_handlers_generic_handler("cairn.replication.v1.Replication", methods)
