@@ -259,3 +259,82 @@ def test_a_paused_follower_catches_up_by_snapshot_after_the_leader_trimmed(
         assert_replicas_equal(driver, nodes)
     finally:
         driver.close()
+
+
+def test_sessions_notifications_and_sequences_carry_over_a_failover(
+    cluster: Callable[..., list[NodeProcess]],
+) -> None:
+    """The new leader holds the old leader's sessions (with a fresh full timeout),
+    its ephemeral records, its stored notifications and its sequence counters."""
+    nodes = cluster(3)
+    driver = Driver()
+    try:
+        old = driver.elect(SHARD, nodes)
+        driver.push_map(nodes)
+        with grpc.insecure_channel(old.address) as channel:
+            stub = pb_grpc.OxiaClientStub(channel)
+            kept = stub.CreateSession(
+                pb.CreateSessionRequest(shard=SHARD, session_timeout_ms=3000, client_identity="k")
+            ).session_id
+            silent = stub.CreateSession(
+                pb.CreateSessionRequest(shard=SHARD, session_timeout_ms=3000, client_identity="s")
+            ).session_id
+            before = stub.Write(
+                pb.WriteRequest(
+                    shard=SHARD,
+                    puts=[
+                        pb.PutRequest(key="/eph/kept", value=b"k", session_id=kept),
+                        pb.PutRequest(key="/eph/silent", value=b"s", session_id=silent),
+                        pb.PutRequest(
+                            key="/seq", value=b"1", partition_key="p", sequence_key_delta=[1]
+                        ),
+                    ],
+                )
+            )
+            first_offset = before.puts[0].version.version_id
+        # Heartbeats go to the new leader; the silent session gets none.
+        old.kill()
+        new = driver.elect(SHARD)
+        elected_at = time.monotonic()
+        driver.push_map([n for n in nodes if n is not old])
+        with grpc.insecure_channel(new.address) as channel:
+            stub = pb_grpc.OxiaClientStub(channel)
+            got = read_all(new.address, ["/eph/kept", "/eph/silent"])
+            assert got["/eph/kept"].version.session_id == kept, "\n".join(
+                [str(driver.status(n, SHARD)) for n in nodes if n is not old]
+                + [n.log_text() for n in nodes]
+            )
+            assert got["/eph/silent"].status == pb.OK
+            # The sequence counter continues from the stored key.
+            after = stub.Write(
+                pb.WriteRequest(
+                    shard=SHARD,
+                    puts=[
+                        pb.PutRequest(
+                            key="/seq", value=b"2", partition_key="p", sequence_key_delta=[1]
+                        )
+                    ],
+                )
+            )
+            assert after.puts[0].key == "/seq-" + f"{2:020d}"
+            # Notifications written under the old leader are served by the new one.
+            call = stub.GetNotifications(
+                pb.NotificationsRequest(shard=SHARD, start_offset_exclusive=first_offset - 1)
+            )
+            batch = next(call)
+            call.cancel()
+            assert batch.offset == first_offset
+            assert set(batch.notifications) >= {"/eph/kept", "/eph/silent"}
+            deadline = time.monotonic() + 15
+            while read_all(new.address, ["/eph/silent"])["/eph/silent"].status == pb.OK:
+                stub.KeepAlive(pb.SessionHeartbeat(shard=SHARD, session_id=kept))
+                assert time.monotonic() < deadline, "the silent session never expired"
+                time.sleep(0.3)
+            # A full timeout (3 s) from the new leader's start, not from the last
+            # heartbeat the old leader saw.
+            assert time.monotonic() - elected_at >= 3.0
+            assert read_all(new.address, ["/eph/kept"])["/eph/kept"].status == pb.OK
+            stub.CloseSession(pb.CloseSessionRequest(shard=SHARD, session_id=kept))
+            assert read_all(new.address, ["/eph/kept"])["/eph/kept"].status == pb.KEY_NOT_FOUND
+    finally:
+        driver.close()

@@ -36,14 +36,14 @@ class Node(_message.Message):
     def __init__(self, public_address: _Optional[str] = ..., internal_address: _Optional[str] = ...) -> None: ...
 
 class ShardSpec(_message.Message):
-    __slots__ = ("namespace", "key_sorting", "notifications_enabled")
+    __slots__ = ("namespace", "key_sorting", "notifications_disabled")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     KEY_SORTING_FIELD_NUMBER: _ClassVar[int]
-    NOTIFICATIONS_ENABLED_FIELD_NUMBER: _ClassVar[int]
+    NOTIFICATIONS_DISABLED_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     key_sorting: _oxia_client_pb2.KeySorting
-    notifications_enabled: bool
-    def __init__(self, namespace: _Optional[str] = ..., key_sorting: _Optional[_Union[_oxia_client_pb2.KeySorting, str]] = ..., notifications_enabled: _Optional[bool] = ...) -> None: ...
+    notifications_disabled: bool
+    def __init__(self, namespace: _Optional[str] = ..., key_sorting: _Optional[_Union[_oxia_client_pb2.KeySorting, str]] = ..., notifications_disabled: _Optional[bool] = ...) -> None: ...
 
 class TermStart(_message.Message):
     __slots__ = ("term", "first_offset")

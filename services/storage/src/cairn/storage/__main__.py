@@ -21,11 +21,13 @@ from cairn.common.keyorder import KeyOrder
 from cairn.storage.config import (
     DEFAULT_NAMESPACE,
     DEFAULT_WAL_RETENTION_BYTES,
+    DEFAULT_WAL_RETENTION_MS,
     DEFAULT_WAL_SEGMENT_BYTES,
     NamespaceConfig,
     NodeConfig,
     StandaloneConfig,
 )
+from cairn.storage.core.retention import WalRetention
 from cairn.storage.node import NodeServer
 from cairn.storage.standalone import LayoutMismatch, StandaloneServer
 
@@ -124,19 +126,6 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     standalone.add_argument(
         "--advertise", default=None, help="host:port clients should dial (default: bound address)"
     )
-    standalone.add_argument(
-        "--wal-segment-bytes",
-        type=int,
-        default=DEFAULT_WAL_SEGMENT_BYTES,
-        help="size at which a shard's WAL starts a new segment file",
-    )
-    standalone.add_argument(
-        "--wal-retention-bytes",
-        type=int,
-        default=DEFAULT_WAL_RETENTION_BYTES,
-        help="WAL size above which segments the KV durably holds are deleted",
-    )
-    standalone.add_argument("--log-level", default="INFO")
     node = commands.add_parser(
         "node",
         help="a storage pod in a cluster: serves the shard replicas the controller assigns",
@@ -154,16 +143,33 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     node.add_argument(
         "--internal-advertise", default=None, help="host:port other pods and the controller dial"
     )
-    for command in (node,):
-        command.add_argument("--wal-segment-bytes", type=int, default=DEFAULT_WAL_SEGMENT_BYTES)
+    for command in (standalone, node):
+        command.add_argument(
+            "--wal-segment-bytes",
+            type=int,
+            default=DEFAULT_WAL_SEGMENT_BYTES,
+            help="size at which a shard's WAL starts a new segment file",
+        )
         command.add_argument(
             "--wal-retention-bytes",
             type=int,
             default=DEFAULT_WAL_RETENTION_BYTES,
             help="WAL size above which segments the KV durably holds are deleted",
         )
+        command.add_argument(
+            "--wal-retention-ms",
+            type=int,
+            default=DEFAULT_WAL_RETENTION_MS,
+            help="WAL entries older than this (and applied) are deleted, a segment at a time",
+        )
         command.add_argument("--log-level", default="INFO")
     return parser, standalone
+
+
+def _wal_retention(args: argparse.Namespace) -> WalRetention:
+    if args.wal_retention_bytes < 0 or args.wal_retention_ms < 0:
+        raise SystemExit("cairn-storage: WAL retention limits must be >= 0")
+    return WalRetention(args.wal_retention_bytes, args.wal_retention_ms)
 
 
 def _namespaces(
@@ -245,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
             advertised_address=args.advertise,
             internal_advertised_address=args.internal_advertise,
             wal_segment_size_bytes=args.wal_segment_bytes,
-            wal_retention_bytes=args.wal_retention_bytes,
+            wal_retention=_wal_retention(args),
         )
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             return runner.run(_run_node(node_config))
@@ -257,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         advertised_address=args.advertise,
         namespaces=namespaces,
         wal_segment_size_bytes=args.wal_segment_bytes,
-        wal_retention_bytes=args.wal_retention_bytes,
+        wal_retention=_wal_retention(args),
     )
     # uvloop: cheaper per-message event-loop work under grpc.aio (see BASELINES.md).
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

@@ -8,10 +8,12 @@ from pathlib import Path
 
 from cairn.common.hashing import MAX_SHARDS_PER_NAMESPACE
 from cairn.common.keyorder import KeyOrder
+from cairn.storage.core.retention import WalRetention
 
 MiB = 1024 * 1024
 DEFAULT_WAL_SEGMENT_BYTES = 64 * MiB
 DEFAULT_WAL_RETENTION_BYTES = 256 * MiB
+DEFAULT_WAL_RETENTION_MS = 60 * 60 * 1000
 
 DEFAULT_NAMESPACE = "default"
 MAX_NAMESPACE_NAME_CHARS = 128
@@ -132,13 +134,15 @@ class StandaloneConfig:
     namespaces: tuple[NamespaceConfig, ...] = (NamespaceConfig(),)
     limits: Limits = field(default_factory=Limits)
     wal_segment_size_bytes: int = DEFAULT_WAL_SEGMENT_BYTES
-    # Once a shard's WAL is larger than this, the segments the KV durably holds are
-    # deleted (the active segment always stays).
-    wal_retention_bytes: int = DEFAULT_WAL_RETENTION_BYTES
+    # Once a shard's WAL is larger than this, or its entries older, the segments the
+    # KV durably holds are deleted (the active segment always stays).
+    wal_retention: WalRetention = field(
+        default_factory=lambda: WalRetention(DEFAULT_WAL_RETENTION_BYTES, DEFAULT_WAL_RETENTION_MS)
+    )
 
     def __post_init__(self) -> None:
-        if self.wal_segment_size_bytes < 4096 or self.wal_retention_bytes < 0:
-            raise ValueError("WAL segments must be at least 4096 bytes, retention >= 0")
+        if self.wal_segment_size_bytes < 4096:
+            raise ValueError("WAL segments must be at least 4096 bytes")
         if not self.namespaces:
             raise ValueError("at least one namespace must be configured")
         names = [namespace.name for namespace in self.namespaces]
@@ -163,4 +167,6 @@ class NodeConfig:
     limits: Limits = field(default_factory=Limits)
     replication: ReplicationSettings = field(default_factory=ReplicationSettings)
     wal_segment_size_bytes: int = DEFAULT_WAL_SEGMENT_BYTES
-    wal_retention_bytes: int = DEFAULT_WAL_RETENTION_BYTES
+    wal_retention: WalRetention = field(
+        default_factory=lambda: WalRetention(DEFAULT_WAL_RETENTION_BYTES, DEFAULT_WAL_RETENTION_MS)
+    )

@@ -109,7 +109,7 @@ class NodeServer:
             self.shards_dir / str(shard_id),
             config.limits,
             config.wal_segment_size_bytes,
-            config.wal_retention_bytes,
+            config.wal_retention,
             config.replication,
         )
 

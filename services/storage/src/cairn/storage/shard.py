@@ -89,6 +89,7 @@ from cairn.storage.core.replication.terms import (
     TermHistory,
     history_of,
 )
+from cairn.storage.core.retention import WalRetention, trim_target
 from cairn.storage.core.sessions import (
     MAX_SESSION_TIMEOUT_MS,
     MIN_SESSION_TIMEOUT_MS,
@@ -182,9 +183,9 @@ class ShardReplica:
         shard_dir: Path | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
         session_clock_ms: Callable[[], int] = monotonic_ms,
-        wal_retention_bytes: int | None = None,
+        wal_retention: WalRetention | None = None,
     ) -> None:
-        """`wal_retention_bytes` None keeps the whole WAL. `shard_dir` (where kv/ and
+        """`wal_retention` None keeps the whole WAL. `shard_dir` (where kv/ and
         wal/ live) is needed to install snapshots."""
         self.shard_id = shard_id
         self.spec = spec
@@ -237,7 +238,7 @@ class ShardReplica:
         # new stream then.
         self._log_busy = False
         self._sync_executor = ThreadPoolExecutor(1, thread_name_prefix=f"wal-sync-{shard_id}")
-        self._wal_retention_bytes = wal_retention_bytes
+        self._wal_retention = wal_retention
         self._tasks: list[asyncio.Task[None]] = []
         self._start_tasks()
 
@@ -298,7 +299,7 @@ class ShardReplica:
         directory: Path,
         limits: Limits,
         wal_segment_size_bytes: int,
-        wal_retention_bytes: int | None = None,
+        wal_retention: WalRetention | None = None,
         replication: ReplicationSettings | None = None,
     ) -> ShardReplica:
         directory.mkdir(parents=True, exist_ok=True)
@@ -314,7 +315,7 @@ class ShardReplica:
             limits,
             replication=replication,
             shard_dir=directory,
-            wal_retention_bytes=wal_retention_bytes,
+            wal_retention=wal_retention,
         )
 
     # ---- what it is -----------------------------------------------------------------
@@ -478,6 +479,9 @@ class ShardReplica:
                     dropped = self._pending.pop()
                     self._pending_bytes -= dropped.size_bytes
                 self._space_freed.set()
+            elif self.wal.synced_offset < self.core.log.last_offset:
+                # The leader counts our head as acknowledged: make it durable first.
+                await self._loop.run_in_executor(self._sync_executor, self.wal.sync)
             return self.core.head
 
     async def _follow(self, term: int, leader: Member) -> None:
@@ -773,33 +777,44 @@ class ShardReplica:
     # ---- WAL retention ----------------------------------------------------------------
 
     async def _retention_loop(self) -> None:
-        limit = self._wal_retention_bytes
-        if limit is None:
+        retention = self._wal_retention
+        if retention is None or retention == WalRetention():
             return
         while not self._closing:
             await asyncio.sleep(WAL_RETENTION_CHECK_INTERVAL_S)
-            if (
-                self.wal.total_size_bytes() <= limit
-                or self._failure is not None
-                or self._storage_lock.locked()
-            ):
+            if self._failure is not None or self._log_busy or self._storage_lock.locked():
                 continue
+            wal = self.wal
             try:
+                target = trim_target(
+                    retention,
+                    applied_offset=self.applied_offset,
+                    first_offset=wal.first_offset,
+                    last_offset=wal.last_offset,
+                    size_bytes=wal.total_size_bytes(),
+                    now_ms=self._clock_ms(),
+                    timestamp_at=self._entry_timestamp_ms,
+                )
+                if target is None:
+                    continue
                 async with self._storage_lock:
                     # On the sync thread: serialised with fsyncs, never blocking the loop.
                     first = await self._loop.run_in_executor(
-                        self._sync_executor, self._trim_wal, self.applied_offset
+                        self._sync_executor, self._trim_wal, target
                     )
                     self.core.log.trim_before(first)
             except Exception as error:  # keep serving; the next round retries
                 log.warning("shard %d: WAL trimming failed: %r", self.shard_id, error)
 
-    def _trim_wal(self, applied_offset: int) -> int:
-        """Delete segments the KV durably holds: once RocksDB's own log is synced,
-        every entry up to `applied_offset` survives power loss in the KV, and replay
-        never needs it again. Returns the WAL's new first offset."""
+    def _entry_timestamp_ms(self, offset: int) -> int:
+        return self.wal.get(offset).timestamp_ms
+
+    def _trim_wal(self, before_offset: int) -> int:
+        """Delete segments below `before_offset` (applied ones only): once RocksDB's
+        own log is synced, every applied entry survives power loss in the KV, and
+        replay never needs it again. Returns the WAL's new first offset."""
         self.kv.sync()
-        return self.wal.trim_before(applied_offset + 1)
+        return self.wal.trim_before(before_offset)
 
     # ---- notifications --------------------------------------------------------------
 

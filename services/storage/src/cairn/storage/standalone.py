@@ -206,7 +206,7 @@ class StandaloneServer:
                     config.data_dir / "shards" / str(shard_id),
                     limits,
                     config.wal_segment_size_bytes,
-                    config.wal_retention_bytes,
+                    config.wal_retention,
                 )
                 replicas[shard_id] = replica
                 await lead_alone(replica, Member(self.address, self.address))

@@ -22,7 +22,7 @@ def spec_message(spec: ShardSpec) -> rpb.ShardSpec:
     return rpb.ShardSpec(
         namespace=spec.namespace,
         key_sorting=_SORTING_OF_ORDER[spec.key_order],
-        notifications_enabled=spec.notifications_enabled,
+        notifications_disabled=not spec.notifications_enabled,
     )
 
 
@@ -33,7 +33,7 @@ def spec_of(message: rpb.ShardSpec) -> ShardSpec:
         if message.key_sorting == pb.KEY_SORTING_NATURAL
         else (KeyOrder.HIERARCHICAL)
     )
-    return ShardSpec(message.namespace, order, message.notifications_enabled)
+    return ShardSpec(message.namespace, order, not message.notifications_disabled)
 
 
 def node_message(member: Member) -> rpb.Node:
