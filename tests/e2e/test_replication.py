@@ -32,6 +32,7 @@ from support.processes import NodeProcess
 pytestmark = pytest.mark.e2e
 
 SHARD = 0
+SESSION_TIMEOUT_MS = 4000
 # Small segments and retention so that leaders trim their logs within seconds.
 SMALL_WAL = ("--wal-segment-bytes", "65536", "--wal-retention-bytes", "262144")
 
@@ -273,12 +274,14 @@ def test_sessions_notifications_and_sequences_carry_over_a_failover(
         driver.push_map(nodes)
         with grpc.insecure_channel(old.address) as channel:
             stub = pb_grpc.OxiaClientStub(channel)
-            kept = stub.CreateSession(
-                pb.CreateSessionRequest(shard=SHARD, session_timeout_ms=3000, client_identity="k")
-            ).session_id
-            silent = stub.CreateSession(
-                pb.CreateSessionRequest(shard=SHARD, session_timeout_ms=3000, client_identity="s")
-            ).session_id
+            kept, silent = (
+                stub.CreateSession(
+                    pb.CreateSessionRequest(
+                        shard=SHARD, session_timeout_ms=SESSION_TIMEOUT_MS, client_identity=name
+                    )
+                ).session_id
+                for name in ("kept", "silent")
+            )
             before = stub.Write(
                 pb.WriteRequest(
                     shard=SHARD,
@@ -291,7 +294,11 @@ def test_sessions_notifications_and_sequences_carry_over_a_failover(
                     ],
                 )
             )
+            assert [put.status for put in before.puts] == [pb.OK] * 3
             first_offset = before.puts[0].version.version_id
+            # Both sessions were heartbeaten until the leader died.
+            for session in (kept, silent):
+                stub.KeepAlive(pb.SessionHeartbeat(shard=SHARD, session_id=session))
         # Heartbeats go to the new leader; the silent session gets none.
         old.kill()
         new = driver.elect(SHARD)
@@ -300,10 +307,7 @@ def test_sessions_notifications_and_sequences_carry_over_a_failover(
         with grpc.insecure_channel(new.address) as channel:
             stub = pb_grpc.OxiaClientStub(channel)
             got = read_all(new.address, ["/eph/kept", "/eph/silent"])
-            assert got["/eph/kept"].version.session_id == kept, "\n".join(
-                [str(driver.status(n, SHARD)) for n in nodes if n is not old]
-                + [n.log_text() for n in nodes]
-            )
+            assert got["/eph/kept"].version.session_id == kept
             assert got["/eph/silent"].status == pb.OK
             # The sequence counter continues from the stored key.
             after = stub.Write(
@@ -330,9 +334,9 @@ def test_sessions_notifications_and_sequences_carry_over_a_failover(
                 stub.KeepAlive(pb.SessionHeartbeat(shard=SHARD, session_id=kept))
                 assert time.monotonic() < deadline, "the silent session never expired"
                 time.sleep(0.3)
-            # A full timeout (3 s) from the new leader's start, not from the last
+            # A full timeout from the new leader's start, not from the last
             # heartbeat the old leader saw.
-            assert time.monotonic() - elected_at >= 3.0
+            assert time.monotonic() - elected_at >= SESSION_TIMEOUT_MS / 1000
             assert read_all(new.address, ["/eph/kept"])["/eph/kept"].status == pb.OK
             stub.CloseSession(pb.CloseSessionRequest(shard=SHARD, session_id=kept))
             assert read_all(new.address, ["/eph/kept"])["/eph/kept"].status == pb.KEY_NOT_FOUND
