@@ -236,10 +236,12 @@ class ReplicateRequest(_message.Message):
     def __init__(self, shard: _Optional[int] = ..., term: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[LogEntry, _Mapping]]] = ..., commit_offset: _Optional[int] = ...) -> None: ...
 
 class ReplicateResponse(_message.Message):
-    __slots__ = ("durable_offset",)
+    __slots__ = ("durable_offset", "applied_offset")
     DURABLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_OFFSET_FIELD_NUMBER: _ClassVar[int]
     durable_offset: int
-    def __init__(self, durable_offset: _Optional[int] = ...) -> None: ...
+    applied_offset: int
+    def __init__(self, durable_offset: _Optional[int] = ..., applied_offset: _Optional[int] = ...) -> None: ...
 
 class SnapshotHeader(_message.Message):
     __slots__ = ("shard", "term", "leader", "last_included")

@@ -60,8 +60,9 @@ class Limits:
 class ReplicationSettings:
     """Bounds and timings of leader -> follower replication."""
 
-    # Entries sent to a follower ahead of its acknowledgements.
+    # Entries, and bytes of entries, sent to a follower beyond what it applied.
     max_in_flight_entries: int = 1024
+    max_in_flight_bytes: int = 64 * MiB
     # Bytes of entries in one Replicate message (one entry larger than this goes alone).
     max_entries_bytes_per_message: int = 4 * MiB
     # Snapshot chunks: records and bytes per chunk.

@@ -224,8 +224,9 @@ class ShardReplica:
         self._space_freed = asyncio.Event()
         self._wake_syncer = asyncio.Event()
         self._wake_applier = asyncio.Event()
-        # Replaced (and the old one set) whenever the durable offset advances.
-        self._durable_advanced = asyncio.Event()
+        # Replaced (and the old one set) whenever the durable or applied offset
+        # advances (a follower reports both to its leader).
+        self._progress = asyncio.Event()
         self._failure: BaseException | None = None
         self._closing = False
         self._streams_ending = False
@@ -499,10 +500,11 @@ class ShardReplica:
         if self._log_busy:
             raise Unavailable(f"shard {self.shard_id} is truncating or replacing its log")
         if entries:
+            # No waiting for room here: the leader sends only a bounded window beyond
+            # what we applied (and waiting would stop us reading the commit offset
+            # that lets us apply).
             self.core.check_entries(term, entries[0].offset)
             size = sum(len(entry.payload) for entry in entries)
-            await self._wait_for_space(size)
-            self.core.check_entries(term, entries[0].offset)
             try:
                 self.wal.append_many(entries)
             except (OSError, WalError) as error:
@@ -524,11 +526,23 @@ class ShardReplica:
         if self.core.learn_commit(self._leader_commit_offset, self.durable_offset) > before:
             self._wake_applier.set()
 
-    async def wait_durable_after(self, offset: int) -> int:
-        """Return the durable offset once it is past `offset` (or the shard closes)."""
-        while self.durable_offset <= offset and not self._closing and self._failure is None:
-            await self._durable_advanced.wait()
-        return self.durable_offset
+    async def wait_progress_after(
+        self, durable_offset: int, applied_offset: int
+    ) -> tuple[int, int]:
+        """The durable and applied offsets, once either is past the one given (or
+        the shard closes)."""
+        while (
+            self.durable_offset <= durable_offset
+            and self.applied_offset <= applied_offset
+            and not self.closing
+            and self._failure is None
+        ):
+            await self._progress.wait()
+        return self.durable_offset, self.applied_offset
+
+    def _publish_progress(self) -> None:
+        advanced, self._progress = self._progress, asyncio.Event()
+        advanced.set()
 
     async def install_snapshot(
         self, term: int, leader: Member, chunks: AsyncIterator[rpb.SnapshotChunk]
@@ -824,11 +838,13 @@ class ShardReplica:
         return self._closing or self._streams_ending
 
     def end_streams(self) -> None:
-        """Tell open-ended streams to finish, so that a shutdown's grace period only
-        waits for requests that end by themselves."""
+        """Tell open-ended streams (including a leader's Replicate stream to us) to
+        finish, so that a shutdown's grace period only waits for requests that end by
+        themselves."""
         self._streams_ending = True
         self._commit_advanced.set()
         self._sequence_advanced.set()
+        self._progress.set()
 
     async def wait_for_commit_after(self, offset: int) -> None:
         """Return once the applied offset is past `offset` (or the shard closes)."""
@@ -869,14 +885,17 @@ class ShardReplica:
 
     def _on_durable(self) -> None:
         durable = self.durable_offset
-        advanced, self._durable_advanced = self._durable_advanced, asyncio.Event()
-        advanced.set()
+        self._publish_progress()
         leader = self._leader
         if leader is not None:
             leader.local_durable(durable)
             self.commit_advanced()
         elif self.core.role is Role.FOLLOWER:
             self._learn_commit()
+        # A leader's followers may have committed entries before its own fsync
+        # covered them: those become appliable now, with no commit change to say so.
+        if self._apply_limit() > self.applied_offset:
+            self._wake_applier.set()
 
     def _apply_limit(self) -> int:
         return min(self.core.commit_offset, self.durable_offset)
@@ -920,6 +939,7 @@ class ShardReplica:
     def _publish_applied(self) -> None:
         advanced, self._commit_advanced = self._commit_advanced, asyncio.Event()
         advanced.set()
+        self._publish_progress()
 
     def _take_apply_group(self, limit: int) -> list[_Pending]:
         """The next entries to apply together (all <= `limit`): at least one, then as
@@ -990,8 +1010,7 @@ class ShardReplica:
         self._pending.clear()
         self._pending_bytes = 0
         self._space_freed.set()
-        advanced, self._durable_advanced = self._durable_advanced, asyncio.Event()
-        advanced.set()
+        self._publish_progress()
 
     # ---- lifecycle ------------------------------------------------------------------
 
@@ -1001,7 +1020,7 @@ class ShardReplica:
         self._closing = True
         self._commit_advanced.set()  # subscribers waiting for commits see the close
         self._sequence_advanced.set()
-        self._durable_advanced.set()
+        self._progress.set()
         for background in self._tasks[2:]:
             background.cancel()
             with contextlib.suppress(asyncio.CancelledError):

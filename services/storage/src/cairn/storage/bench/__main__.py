@@ -7,6 +7,8 @@
     cairn-bench --spawn notify --subscribers 8   # notification fan-out
     cairn-bench --spawn ephemeral --sessions 4   # puts tied to sessions
     cairn-bench --spawn all --duration-s 5       # the table the team quotes
+    cairn-bench replication --duration-s 10      # rf=1 vs rf=3 clusters of pods spawned here
+    cairn-bench snapshot --snapshot-sizes 256M,1G  # snapshot transfer rate and memory
 
 Workloads: `put` (WriteStream pipelined, or unary Write with --mode unary),
 `get` (Read calls on keys preloaded first), `fsync` (the disk alone: one
@@ -30,6 +32,21 @@ and ephemeral at batch 100, flat out, for half the duration; a summary table, an
 put row's ops/s as a share of its ceiling: quote that share, which the noise of
 a shared machine moves less than absolute figures; one line each for the
 notification fan-out and the ephemeral puts as a share of plain puts).
+`replication` and `snapshot` spawn clusters of storage pods (`cairn-storage
+node`) on this machine and play the controller (bench/cluster.py); they are
+separate, longer runs, not part of `all`. `replication`: the batched put load
+(stream mode) against a one-pod cluster (rf=1) and then a three-pod cluster
+(rf=3), --shards shards led by the first pod, each flat out and then at half its
+peak; rows `rf=1 ...`/`rf=3 ...`, server CPU summed over the cluster's pods
+(pod_cores: each pod's, leader first), and a summary line: rf=3's ops/s as a
+share of rf=1's, latencies at half peak. `snapshot`: per size (--snapshot-bytes,
+default 1G, or --snapshot-sizes 256M,1G), a one-pod cluster with a small WAL
+retention is loaded with that much data (--value-size values, default 1024 B
+here), then an empty pod is added as a follower, which the leader must bring up
+by snapshot; printed: data bytes (keys + values), seconds from AddFollower to the
+follower's commit offset reaching the leader's, MB/s (10^6 B), and the sender's
+and receiver's RSS (MiB) before, peak during (VmRSS every 50 ms, and VmHWM after a
+reset), and the increase; the follower's log line shows it was a snapshot.
 
 Figures: ops/s counts operations (puts or gets) answered OK, req/s answered
 requests; latency is per request (a 100-put request is one sample) in ms, from
@@ -52,18 +69,20 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from cairn.storage.bench.cluster import ClusterError, running_cluster
 from cairn.storage.bench.fsync_probe import FsyncSpec, run_fsync_probe
 from cairn.storage.bench.load import CONNECT_TIMEOUT_S
 from cairn.storage.bench.notify import MAX_SUBSCRIBERS, NotifyProbe
 from cairn.storage.bench.preload import preload
 from cairn.storage.bench.procs import Target, execute_phase
 from cairn.storage.bench.report import (
+    HALF_PREFIX,
     NOTIFY_PREFIX,
     Row,
     ceiling_label,
@@ -71,11 +90,13 @@ from cairn.storage.bench.report import (
     format_ceiling_shares,
     format_ephemeral_summary,
     format_notify_summary,
+    format_replication_summary,
     format_row_line,
     format_table,
     fsync_row,
     load_row,
     notify_row,
+    replication_label,
     with_ceiling_shares,
     with_sessions,
 )
@@ -87,9 +108,39 @@ from cairn.storage.bench.sessions import (
     SESSION_TIMEOUT_MS,
     SessionHold,
 )
+from cairn.storage.bench.snapshot_transfer import (
+    SnapshotSpec,
+    format_snapshot_line,
+    format_snapshot_table,
+    measure_snapshot,
+    parse_size,
+    parse_sizes,
+    size_label,
+    snapshot_row,
+)
 from cairn.storage.bench.specs import LoadSpec, PhaseSpec
 
-WORKLOADS = ("put", "get", "fsync", "ceiling", "notify", "ephemeral", "all")
+WORKLOADS = (
+    "put",
+    "get",
+    "fsync",
+    "ceiling",
+    "notify",
+    "ephemeral",
+    "all",
+    "replication",
+    "snapshot",
+)
+CLUSTER_WORKLOADS = ("replication", "snapshot")  # spawn their own pods
+REPLICATION_FACTORS = (1, 3)
+CATCH_UP_TIMEOUT_S = 60.0
+DEFAULT_VALUE_SIZE_BYTES = 100
+SNAPSHOT_VALUE_SIZE_BYTES = 1024
+DEFAULT_SNAPSHOT_BYTES = 1024**3
+MAX_SNAPSHOT_BYTES = 1024**4
+DEFAULT_WAL_SEGMENT_BYTES = 4 * 1024 * 1024
+DEFAULT_WAL_RETENTION_BYTES = 16 * 1024 * 1024
+PROBLEM_LINES_SHOWN = 3
 MAX_DURATION_S = 3600.0
 MAX_CONCURRENCY = 4096
 MAX_BATCH = 100_000
@@ -123,6 +174,26 @@ def _non_negative_s(text: str) -> float:
     return value
 
 
+def _bounded_size(size: int) -> int:
+    if size > MAX_SNAPSHOT_BYTES:
+        raise argparse.ArgumentTypeError(f"must be at most {size_label(MAX_SNAPSHOT_BYTES)}")
+    return size
+
+
+def _size(text: str) -> int:
+    try:
+        return _bounded_size(parse_size(text))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(_bounded_size(size) for size in parse_sizes(text))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cairn-bench",
@@ -141,20 +212,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--shards",
         type=_positive(int, 1024),
         default=1,
-        help="with --spawn; for ceiling, the shards the null server announces",
+        help="with --spawn, and replication's clusters; for ceiling, the shards the null "
+        "server announces",
     )
     target.add_argument(
         "--data-dir",
         type=Path,
         help="server data dir for --spawn (kept; default a temp dir, removed), "
-        "or where the fsync probe writes",
+        "or where the fsync probe writes; replication/snapshot: the pods' (one subdir each run)",
     )
     target.add_argument(
         "--server-arg",
         action="append",
         default=[],
         metavar="ARG",
-        help="extra argument for the spawned server (repeatable; use --server-arg=--flag)",
+        help="extra argument for the spawned server or pods (repeatable; use --server-arg=--flag)",
     )
     target.add_argument(
         "--server-pid", type=int, help="pid of the --address server, to report its CPU per op"
@@ -189,7 +261,11 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument(
         "--batch", type=_positive(int, MAX_BATCH), default=100, help="ops per request"
     )
-    load.add_argument("--value-size", type=_positive(int, MAX_VALUE_SIZE_BYTES), default=100)
+    load.add_argument(
+        "--value-size",
+        type=_positive(int, MAX_VALUE_SIZE_BYTES),
+        help=f"bytes (default {DEFAULT_VALUE_SIZE_BYTES}; snapshot: {SNAPSHOT_VALUE_SIZE_BYTES})",
+    )
     load.add_argument("--keys", type=_positive(int, MAX_KEYS), default=100_000, help="key space")
     load.add_argument(
         "--preload",
@@ -231,8 +307,42 @@ def build_parser() -> argparse.ArgumentParser:
         default=4,
         help="ephemeral: sessions per shard the puts are tied to",
     )
+    snapshot = parser.add_argument_group("snapshot")
+    sizes = snapshot.add_mutually_exclusive_group()
+    sizes.add_argument(
+        "--snapshot-bytes",
+        type=_size,
+        help="values written before the follower is added (default 1G; K, M, G are binary)",
+    )
+    sizes.add_argument(
+        "--snapshot-sizes",
+        type=_sizes,
+        metavar="SIZE,SIZE",
+        help="several --snapshot-bytes in one run, each on a fresh cluster (e.g. 256M,1G)",
+    )
+    snapshot.add_argument(
+        "--wal-segment-bytes",
+        type=_positive(int, 1 << 40),
+        default=DEFAULT_WAL_SEGMENT_BYTES,
+        help="the pods' WAL segment size (small: the leader trims early)",
+    )
+    snapshot.add_argument(
+        "--wal-retention-bytes",
+        type=_positive(int, 1 << 40),
+        default=DEFAULT_WAL_RETENTION_BYTES,
+        help="the pods' WAL retention (below the data size, so a snapshot is needed)",
+    )
     parser.add_argument("--json", action="store_true", help="also print one JSON result line")
     return parser
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The parsed arguments with workload-dependent defaults filled in."""
+    args = build_parser().parse_args(argv)
+    if args.value_size is None:
+        snapshot = args.workload == "snapshot"
+        args.value_size = SNAPSHOT_VALUE_SIZE_BYTES if snapshot else DEFAULT_VALUE_SIZE_BYTES
+    return args
 
 
 # ---------------------------------------------------------------------------
@@ -399,6 +509,185 @@ async def _ephemeral_rows(
     return [row]
 
 
+# ---------------------------------------------------------------------------
+# Clusters of pods: replication and snapshot
+
+
+@contextlib.contextmanager
+def _cluster_work_dir(args: argparse.Namespace, name: str) -> Iterator[Path]:
+    """Where one cluster's pods keep data and logs: `--data-dir/<name>` (kept; must be
+    new or empty) or a temp dir (removed)."""
+    if args.data_dir is None:
+        with tempfile.TemporaryDirectory(prefix=f"cairn-bench-{name}-") as work:
+            yield Path(work)
+        return
+    work = args.data_dir / name
+    if work.exists() and any(work.iterdir()):
+        raise UsageError(f"{work} is not empty: give a new --data-dir")
+    work.mkdir(parents=True, exist_ok=True)
+    yield work
+
+
+def _print_pod_problems(prefix: str, problems: dict[int, list[str]]) -> None:
+    """Warning and error lines of the pods' logs: a count and the first few."""
+    for index, lines in sorted(problems.items()):
+        if not lines:
+            continue
+        print(f"# {prefix} pod {index} log: {len(lines)} warning/error line(s), first:", flush=True)
+        for line in lines[:PROBLEM_LINES_SHOWN]:
+            print(f"#   {line[:400]}", flush=True)
+    if not any(problems.values()):
+        print(f"# {prefix} pod logs: no warnings or errors", flush=True)
+
+
+def _replication_node_args(args: argparse.Namespace) -> list[str]:
+    return ["--log-level", "INFO", *args.server_arg]
+
+
+def _note_stretched(args: argparse.Namespace, rows: Sequence[Row]) -> None:
+    """Say so when a row's ops/s is over more than its window: an unanswered request
+    ends at the drain deadline, and elapsed time runs to the last request's end."""
+    for row in rows:
+        ops = dict(row.extra).get("ops", 0)
+        if row.ops_per_s <= 0 or not ops:
+            continue
+        elapsed_s = ops / row.ops_per_s
+        if elapsed_s > 1.2 * args.duration_s:
+            print(
+                f"# note: {row.name}: ops/s is over {elapsed_s:.1f} s, not the "
+                f"{args.duration_s:g} s window: {dict(row.extra).get('rpc_errors', 0)} "
+                f"request(s) failed or went unanswered until the drain deadline; in the "
+                f"window {ops / args.duration_s:.0f} ops/s were answered OK",
+                flush=True,
+            )
+
+
+async def _followers_caught_up(args: argparse.Namespace, cluster: Any, factor: int) -> None:
+    if factor > 1:
+        seconds = await cluster.wait_caught_up(CATCH_UP_TIMEOUT_S)
+        print(f"# rf={factor}: followers caught up {seconds:.2f} s after the phase", flush=True)
+
+
+async def _replication_cluster_rows(
+    args: argparse.Namespace, factor: int, work_dir: Path
+) -> list[Row]:
+    """The peak and the half-peak row against a cluster of `factor` pods."""
+    started_s = time.monotonic()
+    async with running_cluster(
+        factor,
+        args.shards,
+        work_dir,
+        _replication_node_args(args),
+        args.spawn_timeout_s,
+        args.stop_timeout_s,
+        args.rpc_timeout_s,
+    ) as cluster:
+        leader = cluster.leader
+        shards = await fetch_shards(leader.address, args.rpc_timeout_s)
+        target = Target(leader.address, shards, leader.pid, True, cluster.pids[1:])
+        print(
+            f"# rf={factor}: {factor} pod(s) (pids {','.join(map(str, cluster.pids))}), "
+            f"{len(shards)} shard(s) led by pod 0 at {leader.address}; serving "
+            f"{time.monotonic() - started_s:.1f} s after spawning",
+            flush=True,
+        )
+        spec = _load_spec(args, mode="stream", rate_ops_per_s=None)
+        name = replication_label(factor, spec.label())
+        rows = await _run_load_phase(args, target, _phase(args, spec), [name])
+        _note_stretched(args, rows)
+        await _followers_caught_up(args, cluster, factor)
+        half = rows[0].ops_per_s / 2
+        if half > 0:
+            half_spec = replace(spec, rate_ops_per_s=half)
+            name = replication_label(factor, HALF_PREFIX + half_spec.label())
+            rows += await _run_load_phase(args, target, _phase(args, half_spec), [name])
+            _note_stretched(args, rows[1:])
+            await _followers_caught_up(args, cluster, factor)
+        else:
+            print(f"# rf={factor}: skipping the half-peak phase: the peak was zero", flush=True)
+        for shard in cluster.shards:
+            status = await cluster.status(leader, shard)
+            followers = ", ".join(
+                f"{f.node.internal_address} {f.state} acked={f.acked_offset}"
+                f"{' voting' if f.voting else ''}"
+                for f in status.followers
+            )
+            print(
+                f"# rf={factor} shard {shard}: leader head {status.head.offset} commit "
+                f"{status.commit_offset} WAL first offset {status.first_offset}"
+                + (f"; followers: {followers}" if followers else ""),
+                flush=True,
+            )
+        _print_pod_problems(f"rf={factor}", cluster.problems())
+    return rows
+
+
+async def _replication_rows(args: argparse.Namespace) -> list[Row]:
+    rows: list[Row] = []
+    for factor in REPLICATION_FACTORS:
+        with _cluster_work_dir(args, f"rf{factor}") as work_dir:
+            rows += await _replication_cluster_rows(args, factor, work_dir)
+    return rows
+
+
+def _snapshot_sizes(args: argparse.Namespace) -> tuple[int, ...]:
+    if args.snapshot_sizes:
+        return tuple(args.snapshot_sizes)
+    return (args.snapshot_bytes or DEFAULT_SNAPSHOT_BYTES,)
+
+
+def _snapshot_specs(args: argparse.Namespace) -> list[SnapshotSpec]:
+    node_args = (
+        "--log-level",
+        "INFO",
+        "--wal-segment-bytes",
+        str(args.wal_segment_bytes),
+        "--wal-retention-bytes",
+        str(args.wal_retention_bytes),
+        *args.server_arg,
+    )
+    return [
+        SnapshotSpec(
+            size_bytes=size,
+            value_size_bytes=args.value_size,
+            node_args=node_args,
+            start_timeout_s=args.spawn_timeout_s,
+            stop_timeout_s=args.stop_timeout_s,
+            rpc_timeout_s=args.rpc_timeout_s,
+            seed=args.seed,
+        )
+        for size in _snapshot_sizes(args)
+    ]
+
+
+async def _snapshot_rows(args: argparse.Namespace) -> list[Row]:
+    rows = []
+    for spec in _snapshot_specs(args):
+        with _cluster_work_dir(args, f"snapshot-{size_label(spec.size_bytes)}") as work_dir:
+            result = await measure_snapshot(spec, work_dir, lambda line: print(line, flush=True))
+        row = snapshot_row(result)
+        print(format_snapshot_line(row), flush=True)
+        _print_pod_problems(row.name, result.problems)
+        rows.append(row)
+    return rows
+
+
+def _cluster_header(args: argparse.Namespace) -> str:
+    if args.workload == "replication":
+        factors = ",".join(map(str, REPLICATION_FACTORS))
+        return (
+            _header("replication", args, None).removesuffix(f" cpus={os.cpu_count()}")
+            + f" shards={args.shards} replication_factors={factors} pods=local"
+            + f" cpus={os.cpu_count()}"
+        )
+    sizes = ",".join(size_label(size) for size in _snapshot_sizes(args))
+    return (
+        f"# cairn-bench snapshot: sizes={sizes} value={args.value_size}B "
+        f"wal_segment={args.wal_segment_bytes}B wal_retention={args.wal_retention_bytes}B "
+        f"cpus={os.cpu_count()} (MB = 10^6 B; RSS in MiB = 2^20 B)"
+    )
+
+
 async def run_workload(args: argparse.Namespace, target: Target, fsync_dir: Path) -> list[Row]:
     workload = args.workload
     if workload == "put":
@@ -471,18 +760,23 @@ def _short_duration_s(args: argparse.Namespace) -> float:
     return float(args.duration_s) / 2
 
 
+_PHASES = {"put": 1, "get": 1, "fsync": 0, "ceiling": 1, "notify": 1, "ephemeral": 1, "all": 10}
+_SPAWNS = {"put": 1, "get": 1, "fsync": 0, "ceiling": 1, "notify": 1, "ephemeral": 1, "all": 3}
+
+
 def _phase_count(workload: str) -> float:
     """Phases of the full duration (`all` runs two at half of it)."""
-    return {"put": 1, "get": 1, "fsync": 0, "ceiling": 1, "notify": 1, "ephemeral": 1, "all": 10}[
-        workload
-    ]
+    if workload == "replication":
+        return 2 * len(REPLICATION_FACTORS)
+    return _PHASES.get(workload, 0)
 
 
 def _spawn_count(workload: str) -> int:
-    """Servers started (and stopped) in the run: the real one, null ones for ceilings."""
-    return {"put": 1, "get": 1, "fsync": 0, "ceiling": 1, "notify": 1, "ephemeral": 1, "all": 3}[
-        workload
-    ]
+    """Servers started (and stopped) in the run: the real one, null ones for ceilings,
+    the pods of each cluster."""
+    if workload == "replication":
+        return sum(REPLICATION_FACTORS)
+    return _SPAWNS.get(workload, 0)
 
 
 def _companion_s(args: argparse.Namespace) -> float:
@@ -490,14 +784,22 @@ def _companion_s(args: argparse.Namespace) -> float:
     opening, closing and checking (each bounded by an RPC timeout)."""
     notify_s = CONNECT_TIMEOUT_S + float(args.drain_s)
     ephemeral_s = 3 * float(args.rpc_timeout_s)
-    return {"notify": notify_s, "ephemeral": ephemeral_s, "all": notify_s + ephemeral_s}.get(
-        args.workload, 0.0
-    )
+    # replication: each cluster's wait for its leader to serve, followers' catch-up
+    factors = len(REPLICATION_FACTORS)
+    replication_s = factors * float(args.spawn_timeout_s) + 2 * factors * CATCH_UP_TIMEOUT_S
+    return {
+        "notify": notify_s,
+        "ephemeral": ephemeral_s,
+        "all": notify_s + ephemeral_s,
+        "replication": replication_s,
+    }.get(args.workload, 0.0)
 
 
 def _hard_timeout_s(args: argparse.Namespace) -> float:
     if args.timeout_s is not None:
         return float(args.timeout_s)
+    if args.workload == "snapshot":
+        return sum(spec.bound_s() for spec in _snapshot_specs(args)) + HARD_TIMEOUT_MARGIN_S
     per_phase_s = float(args.warmup_s + args.duration_s + args.drain_s) + 30.0  # + pool build
     fsync_s = 2 * (args.warmup_s + args.duration_s) if args.workload in ("fsync", "all") else 0.0
     preload_s = 60.0 + _preload_keys(args) / PRELOAD_RATE_FLOOR_OPS_PER_S
@@ -511,9 +813,16 @@ def _hard_timeout_s(args: argparse.Namespace) -> float:
 
 
 def _validate(args: argparse.Namespace) -> None:
-    needs_server = args.workload not in ("fsync", "ceiling")
+    needs_server = args.workload not in ("fsync", "ceiling", *CLUSTER_WORKLOADS)
     if args.workload == "ceiling" and args.address:
         raise UsageError("ceiling runs against its own null server: drop --address")
+    if args.workload in CLUSTER_WORKLOADS:
+        if args.address or args.server_pid is not None:
+            raise UsageError(f"{args.workload} spawns its own pods: drop --address/--server-pid")
+        if args.rate is not None or args.mode != "stream":
+            raise UsageError(f"{args.workload} picks its own rates and modes: drop --rate, --mode")
+    if args.workload != "snapshot" and (args.snapshot_bytes or args.snapshot_sizes):
+        raise UsageError("--snapshot-bytes and --snapshot-sizes are for the snapshot workload")
     if needs_server and not args.spawn and not args.address:
         raise UsageError(f"workload {args.workload!r} needs --address HOST:PORT or --spawn")
     if args.workload in ("get", "all") and _preload_keys(args) < 1:
@@ -537,6 +846,11 @@ async def amain(args: argparse.Namespace) -> list[Row]:
             fsync_dir.mkdir(parents=True, exist_ok=True)
             print(_header("fsync", args, None) + f" dir={fsync_dir}", flush=True)
             return await _fsync_rows(args, fsync_dir)
+        if args.workload in CLUSTER_WORKLOADS:
+            print(_cluster_header(args), flush=True)
+            if args.workload == "replication":
+                return await _replication_rows(args)
+            return await _snapshot_rows(args)
         if args.workload == "ceiling":
             async with _null_target(args, args.shards) as null:
                 print(_header("ceiling", args, null), flush=True)
@@ -569,7 +883,7 @@ async def amain(args: argparse.Namespace) -> list[Row]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_args(argv)
     try:
         _validate(args)
     except UsageError as error:
@@ -580,19 +894,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TimeoutError:
         print(f"cairn-bench: hard timeout of {_hard_timeout_s(args):.0f} s hit", file=sys.stderr)
         return 3
-    except (ServerStartError, UsageError, RuntimeError, OSError) as error:
+    except (ServerStartError, ClusterError, UsageError, RuntimeError, OSError) as error:
         print(f"cairn-bench: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
-    if args.workload == "all":
+    if args.workload in ("all", "replication"):
         print()
         print(format_table(rows))
         shares = ceiling_shares(rows)
         if shares:
             print()
             print(format_ceiling_shares(shares))
-    summary = format_notify_summary(rows) + format_ephemeral_summary(rows)
+    if args.workload == "snapshot":
+        print()
+        print(format_snapshot_table(rows))
+    summary = (
+        format_notify_summary(rows)
+        + format_ephemeral_summary(rows)
+        + format_replication_summary(rows)
+    )
     if summary:
         print()
         print("\n".join(summary))

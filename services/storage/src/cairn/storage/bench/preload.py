@@ -74,8 +74,9 @@ async def preload(
     value_size_bytes: int,
     timeout_s: float,
     seed: int = 1,
+    batch: int = PRELOAD_BATCH,
 ) -> float:
-    """Write keys [0, keys) once, in 1000-put WriteStream requests; returns seconds taken.
+    """Write keys [0, keys) once, in `batch`-put WriteStream requests; returns seconds taken.
 
     Keys are routed and requests built as they go, so memory stays bounded by one
     pending batch plus the in-flight window per shard. Raises if any put failed.
@@ -97,7 +98,7 @@ async def preload(
                 shard_id = router.shard_of(name).shard_id
                 buffer = buffers[shard_id]
                 buffer.append(pb.PutRequest(key=name, value=value_of(index)))
-                if len(buffer) >= PRELOAD_BATCH:
+                if len(buffer) >= batch:
                     request = pb.WriteRequest(shard=shard_id, puts=buffer).SerializeToString()
                     await streams[shard_id].send(request, len(buffer))
                     buffers[shard_id] = []

@@ -1,6 +1,7 @@
 """Running a phase against a target: in this process, or in `--procs` load
 processes started together and merged; with the server's CPU time taken at the
-edges of the measured window when its pid is known."""
+edges of the measured window when its pid is known (summed over every pod of a
+cluster, see Target.other_server_pids)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,12 @@ class Target:
     shards: list[ShardInfo]
     server_pid: int | None
     spawned: bool
+    # A cluster's other pods (followers): their CPU counts as the server's too.
+    other_server_pids: tuple[int, ...] = ()
+
+    @property
+    def server_pids(self) -> tuple[int, ...]:
+        return () if self.server_pid is None else (self.server_pid, *self.other_server_pids)
 
 
 def _split(total: int, parts: int, index: int) -> int:
@@ -65,11 +72,11 @@ async def execute_phase(
     (see run_phase) lives in this process, so it needs `procs == 1`."""
     if procs != 1 and (observer is not None or companion is not None):
         raise ValueError("an observer or companion runs in this process: procs must be 1")
-    server_marks: dict[str, float | None] = {}
+    server_marks: dict[str, list[float | None]] = {}
 
     def on_window(event: str) -> None:
-        if target.server_pid is not None:
-            server_marks[event] = cpu_seconds(target.server_pid)
+        if target.server_pids:
+            server_marks[event] = [cpu_seconds(pid) for pid in target.server_pids]
 
     if procs == 1:
         results, client_cpu_s, build_s = await run_phase(
@@ -79,9 +86,25 @@ async def execute_phase(
         results, client_cpu_s, build_s = await run_phase_procs(
             phase, target.shards, procs, on_window
         )
-    start, end = server_marks.get("measure_start"), server_marks.get("end")
-    server_cpu_s = None if start is None or end is None else end - start
-    return PhaseResult(results, phase.duration_s, client_cpu_s, server_cpu_s, build_s)
+    pod_cpu_s = _pod_cpu_s(server_marks.get("measure_start"), server_marks.get("end"))
+    server_cpu_s = None if pod_cpu_s is None else sum(pod_cpu_s)
+    return PhaseResult(
+        results, phase.duration_s, client_cpu_s, server_cpu_s, build_s, pod_cpu_s=pod_cpu_s
+    )
+
+
+def _pod_cpu_s(
+    start: list[float | None] | None, end: list[float | None] | None
+) -> tuple[float, ...] | None:
+    """CPU seconds of each server process in the window; None unless all were read."""
+    if start is None or end is None:
+        return None
+    spans = []
+    for before, after in zip(start, end, strict=True):
+        if before is None or after is None:
+            return None
+        spans.append(after - before)
+    return tuple(spans)
 
 
 async def run_phase_procs(

@@ -1,9 +1,11 @@
 """Result rows and how they are printed: one `key=value` line per row as it
 finishes, a table at the end of `all`, the put rows as shares of their grpc.aio
-ceiling, and one summary line each for notification fan-out and ephemeral puts."""
+ceiling, and one summary line each for notification fan-out, ephemeral puts and
+replication (rf=3 against rf=1)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -23,6 +25,7 @@ _SHOWN_EXTRAS = frozenset(
     {
         "client_cores",
         "server_cores",
+        "pod_cores",
         "target_ops_per_s",
         "unsent_requests",
         "delivered_pct",
@@ -95,6 +98,8 @@ def load_row(name: str, result: LoadResult, phase: PhaseResult) -> Row:
     ]
     if phase.server_cpu_s is not None:
         extra.append(("server_cores", round(phase.server_cpu_s / phase.window_s, 3)))
+    if phase.pod_cpu_s is not None and len(phase.pod_cpu_s) > 1:
+        extra.append(("pod_cores", pod_cores(phase.pod_cpu_s, phase.window_s)))
     if result.spec.rate_ops_per_s is not None:
         lag, from_send = result.send_lag, result.from_send
         extra += [
@@ -120,6 +125,11 @@ def load_row(name: str, result: LoadResult, phase: PhaseResult) -> Row:
         server_cpu_us_per_op=phase.server_cpu_us_per_op(),
         extra=tuple(extra),
     )
+
+
+def pod_cores(pod_cpu_s: Sequence[float], window_s: float) -> str:
+    """Cores each pod used in the window, leader first: `0.93+0.41+0.40`."""
+    return "+".join(f"{cpu_s / window_s:.2f}" for cpu_s in pod_cpu_s)
 
 
 def _percent(part: float, whole: float) -> float | None:
@@ -251,9 +261,12 @@ _TABLE_COLUMNS = (
 
 
 def format_table(rows: Sequence[Row]) -> str:
+    (first, first_width), *others = _TABLE_COLUMNS
+    first_width = max([first_width, *(len(row.name) + 1 for row in rows)])
+    columns = ((first, first_width), *others)
     head = "".join(
         name.ljust(width) if i == 0 else name.rjust(width)
-        for i, (name, width) in enumerate(_TABLE_COLUMNS)
+        for i, (name, width) in enumerate(columns)
     )
     lines = [head, "-" * len(head)]
     for row in rows:
@@ -272,7 +285,7 @@ def format_table(rows: Sequence[Row]) -> str:
         lines.append(
             "".join(
                 cell.ljust(width) if i == 0 else cell.rjust(width)
-                for i, (cell, (_, width)) in enumerate(zip(cells, _TABLE_COLUMNS, strict=True))
+                for i, (cell, (_, width)) in enumerate(zip(cells, columns, strict=True))
             )
         )
     return "\n".join(lines)
@@ -399,4 +412,61 @@ def format_ephemeral_summary(rows: Sequence[Row]) -> list[str]:
             f"{extra.get('sessions')} sessions took {_fmt(extra.get('close_ms'))} ms"
         )
         lines.append(line)
+    return lines
+
+
+# ---------------------------------------------------------------------------
+# Replication: the same put load against clusters of different replication factors
+
+HALF_PREFIX = "half "
+_REPLICATION_ROW = re.compile(r"^rf=(\d+) (half )?")
+
+
+def replication_label(replication_factor: int, label: str) -> str:
+    """`rf=3 put stream b=100`, `rf=3 half put stream b=100 @20000/s`."""
+    return f"rf={replication_factor} {label}"
+
+
+def _replication_rows(rows: Sequence[Row]) -> tuple[dict[int, Row], dict[int, Row]]:
+    """The flat-out and the half-peak row of each replication factor."""
+    peaks: dict[int, Row] = {}
+    halves: dict[int, Row] = {}
+    for row in rows:
+        match = _REPLICATION_ROW.match(row.name)
+        if match is not None:
+            (halves if match.group(2) else peaks).setdefault(int(match.group(1)), row)
+    return peaks, halves
+
+
+def _latencies(row: Row | None) -> str:
+    if row is None:
+        return "-"
+    figures = "/".join(_fmt(v) for v in (row.p50_ms, row.p99_ms, row.p999_ms))
+    target = dict(row.extra).get("target_ops_per_s")
+    return figures if target is None else f"{figures} @{_si(float(target))}/s"
+
+
+def format_replication_summary(rows: Sequence[Row]) -> list[str]:
+    """`replication: rf=3 put stream b=100 41.2k ops/s = 47% of rf=1's 87.6k; half
+    peak p50/p99/p999 ms: rf=1 .. @43.8k/s, rf=3 ..; server CPU us/op (all pods): ..`,
+    one line per replication factor above the lowest."""
+    peaks, halves = _replication_rows(rows)
+    if len(peaks) < 2:
+        return []
+    factors = sorted(peaks)
+    base = factors[0]
+    lines = []
+    for factor in factors[1:]:
+        row, base_row = peaks[factor], peaks[base]
+        label = _REPLICATION_ROW.sub("", row.name)
+        percent = _percent(row.ops_per_s, base_row.ops_per_s)
+        share = "-" if percent is None else f"{percent:.0f}%"
+        cpu = ", ".join(f"rf={f} {_fmt(peaks[f].server_cpu_us_per_op)}" for f in (base, factor))
+        lines.append(
+            f"replication: rf={factor} {label} {_si(row.ops_per_s)} ops/s = {share} of "
+            f"rf={base}'s {_si(base_row.ops_per_s)}; half peak p50/p99/p999 ms: "
+            f"rf={base} {_latencies(halves.get(base))}, "
+            f"rf={factor} {_latencies(halves.get(factor))}; "
+            f"server CPU us/op at peak (all pods): {cpu}"
+        )
     return lines

@@ -143,6 +143,8 @@ class PhaseResult:
     client_cpu_s: float  # load process(es) CPU during the window
     server_cpu_s: float | None  # the server's CPU during the window, if known
     build_s: float  # time spent pre-building request pools (not measured)
+    # Per server process when known (a cluster's pods, leader first); sums to server_cpu_s.
+    pod_cpu_s: tuple[float, ...] | None = None
 
     @property
     def ops_per_s(self) -> float:

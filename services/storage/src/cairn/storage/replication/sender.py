@@ -2,8 +2,8 @@
 
 Each session: Truncate (the follower's log is made to agree with ours), then a
 snapshot if our WAL no longer holds what the follower needs next, then a
-Replicate stream: entries in a bounded window ahead of the follower's
-acknowledgements, each message carrying our commit offset. Any failure (the
+Replicate stream: entries in a window bounded in entries and bytes beyond what
+the follower applied, each message carrying our commit offset. Any failure (the
 follower unreachable or restarted, a broken stream, a refused term) ends the
 session; the next one starts over with Truncate after a growing delay.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
@@ -48,6 +49,10 @@ class FollowerSender:
         self._stub = rpb_grpc.ReplicationStub(channel)
         self._wake = asyncio.Event()
         self.connected = False
+        # (offset, bytes) of entries sent and not yet applied by the follower, for
+        # the byte bound of the window.
+        self._unapplied: deque[tuple[int, int]] = deque()
+        self._unapplied_bytes = 0
 
     def wake(self) -> None:
         self._wake.set()
@@ -137,6 +142,8 @@ class FollowerSender:
     async def _stream(self) -> None:
         leader, shard = self.leader, self.leader.shard
         core, settings = leader.core, leader.settings
+        self._unapplied.clear()
+        self._unapplied_bytes = 0
         call = self._stub.Replicate()
         acks = asyncio.get_running_loop().create_task(self._read_acks(call))
         sent_commit = -2
@@ -176,7 +183,10 @@ class FollowerSender:
         try:
             while (answer := await call.read()) is not grpc.aio.EOF:
                 assert isinstance(answer, rpb.ReplicateResponse)
-                self.leader.follower_acknowledged(self.address, answer.durable_offset)
+                applied = answer.applied_offset
+                while self._unapplied and self._unapplied[0][0] <= applied:
+                    self._unapplied_bytes -= self._unapplied.popleft()[1]
+                self.leader.follower_acknowledged(self.address, answer.durable_offset, applied)
                 self._wake.set()  # the window may have opened
         finally:
             self._wake.set()

@@ -49,7 +49,8 @@ class ReplicationService:
     async def replicate(
         self, requests: AsyncIterator[rpb.ReplicateRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[rpb.ReplicateResponse]:
-        """Appends what arrives; answers the durable offset each time it advances."""
+        """Appends what arrives; answers the durable and applied offsets each time
+        one advances."""
         first = await anext(requests, None)
         if first is None:
             return
@@ -69,16 +70,18 @@ class ReplicationService:
                 request = await anext(requests, None)
 
         taker = asyncio.get_running_loop().create_task(take_entries())
-        acknowledged = -2
+        durable, applied = -2, -2
         try:
             while True:
-                durable = asyncio.ensure_future(replica.wait_durable_after(acknowledged))
-                done, _ = await asyncio.wait((taker, durable), return_when=asyncio.FIRST_COMPLETED)
-                if durable in done:
-                    acknowledged = durable.result()
-                    yield rpb.ReplicateResponse(durable_offset=acknowledged)
+                progress = asyncio.ensure_future(replica.wait_progress_after(durable, applied))
+                done, _ = await asyncio.wait((taker, progress), return_when=asyncio.FIRST_COMPLETED)
+                if progress in done:
+                    durable, applied = progress.result()
+                    yield rpb.ReplicateResponse(durable_offset=durable, applied_offset=applied)
+                    if replica.closing:
+                        return  # shutting down: the leader reconnects elsewhere or later
                 if taker in done:
-                    durable.cancel()
+                    progress.cancel()
                     try:
                         taker.result()
                     except CairnError as error:

@@ -7,10 +7,13 @@ Each follower goes through phases driven by the leader's runtime:
          +--its log is behind ours--> SNAPSHOT --installed--> STREAMING
     any phase --stream broken--> CONNECTING
 
-While streaming, at most `max_in_flight_entries` entries are sent ahead of what
-the follower acknowledged. A follower's head after Truncate, or after a
-snapshot, is durable on it and agrees with our log, so it counts as an
-acknowledgement in this term.
+While streaming, at most `max_in_flight_entries` entries are sent beyond what
+the follower has applied (it reports both its durable and its applied offset):
+that bounds what a follower holds in memory even when it applies more slowly
+than it syncs, without the follower ever having to stop reading (which would
+also stop it learning the commit offset it needs to apply). A follower's head
+after Truncate, or after a snapshot, is durable on it and agrees with our log,
+so it counts as an acknowledgement in this term.
 
 Pure: the runtime reads entries, sends, and reports back.
 """
@@ -40,6 +43,9 @@ class FollowerProgress:
     next_offset: int = NO_OFFSET
     # Highest offset it acknowledged as durable in this term.
     acked_offset: int = NO_OFFSET
+    # Highest offset it reported applied (assumed keeping up with acked_offset
+    # until it says otherwise).
+    applied_offset: int = NO_OFFSET
 
 
 class LeaderCore:
@@ -106,7 +112,9 @@ class LeaderCore:
         progress = self.followers.get(member)
         if progress is None or progress.phase is not FollowerPhase.STREAMING:
             return None
-        window_end = progress.acked_offset + self.max_in_flight_entries
+        window_end = min(progress.acked_offset, progress.applied_offset) + (
+            self.max_in_flight_entries
+        )
         last = min(our_last_offset, window_end)
         if progress.next_offset > last:
             return None
@@ -115,13 +123,16 @@ class LeaderCore:
     def on_sent(self, member: str, last_offset: int) -> None:
         self.followers[member].next_offset = last_offset + 1
 
-    def on_ack(self, member: str, durable_offset: int) -> int:
-        """The follower holds our log durably up to `durable_offset`; returns the
-        commit offset."""
+    def on_ack(self, member: str, durable_offset: int, applied_offset: int | None = None) -> int:
+        """The follower holds our log durably up to `durable_offset` (and has applied
+        up to `applied_offset`, if it says); returns the commit offset."""
         progress = self.followers.get(member)
         if progress is None:
             return self.commit_offset
         progress.acked_offset = max(progress.acked_offset, durable_offset)
+        progress.applied_offset = max(
+            progress.applied_offset, durable_offset if applied_offset is None else applied_offset
+        )
         return self.quorum.acknowledge(member, self.term, durable_offset)
 
     def on_disconnected(self, member: str) -> None:
