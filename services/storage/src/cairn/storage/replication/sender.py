@@ -11,6 +11,7 @@ session; the next one starts over with Truncate after a growing delay.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
 from collections.abc import AsyncIterator
@@ -35,6 +36,9 @@ if TYPE_CHECKING:
     from cairn.storage.replication.leader import ReplicatingLeader
 
 log = logging.getLogger(__name__)
+
+# How long a commit-only message waits for entries to travel with.
+COMMIT_LINGER_S = 0.002
 
 
 class StreamEnded(Exception):
@@ -140,8 +144,6 @@ class FollowerSender:
         return entry_id_of(answer.head)
 
     async def _stream(self) -> None:
-        leader, shard = self.leader, self.leader.shard
-        core, settings = leader.core, leader.settings
         self._unapplied.clear()
         self._unapplied_bytes = 0
         call = self._stub.Replicate()
@@ -153,31 +155,50 @@ class FollowerSender:
                     acks.result()  # raises why it ended
                     raise StreamEnded("the follower ended the stream")
                 self._wake.clear()
-                span = core.to_send(self.address, shard.log.last_offset)
-                commit = core.commit_offset
-                if span is not None:
-                    entries = shard.entries(
-                        span[0], span[1], settings.max_entries_bytes_per_message
-                    )
-                    request = rpb.ReplicateRequest(
-                        shard=shard.shard_id,
-                        term=leader.term,
-                        entries=[log_entry_message(entry) for entry in entries],
-                        commit_offset=commit,
-                    )
-                    core.on_sent(self.address, entries[-1].offset)
-                elif commit != sent_commit:
-                    request = rpb.ReplicateRequest(
-                        shard=shard.shard_id, term=leader.term, commit_offset=commit
-                    )
-                else:
+                request = self._next_request(sent_commit)
+                if request is None:
                     await self._wake.wait()
                     continue
+                if not request.entries:
+                    # Only the commit offset moved: followers need it to apply, not to
+                    # acknowledge, so let it ride with the entries that may follow
+                    # within a moment rather than send a message per commit step.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), COMMIT_LINGER_S)
+                    request = self._next_request(sent_commit) or request
                 await call.write(request)
-                sent_commit = commit
+                sent_commit = request.commit_offset
         finally:
             acks.cancel()
             call.cancel()
+
+    def _next_request(self, sent_commit: int) -> rpb.ReplicateRequest | None:
+        """Entries within the window (bounded in entries and bytes beyond what the
+        follower applied), or just a newer commit offset, or None."""
+        leader, shard = self.leader, self.leader.shard
+        core, settings = leader.core, leader.settings
+        span = core.to_send(self.address, shard.log.last_offset)
+        room_bytes = settings.max_in_flight_bytes - self._unapplied_bytes
+        commit = core.commit_offset
+        if span is not None and room_bytes > 0:
+            entries = shard.entries(
+                span[0], span[1], min(settings.max_entries_bytes_per_message, room_bytes)
+            )
+            for entry in entries:
+                self._unapplied.append((entry.offset, len(entry.payload)))
+                self._unapplied_bytes += len(entry.payload)
+            core.on_sent(self.address, entries[-1].offset)
+            return rpb.ReplicateRequest(
+                shard=shard.shard_id,
+                term=leader.term,
+                entries=[log_entry_message(entry) for entry in entries],
+                commit_offset=commit,
+            )
+        if commit != sent_commit:
+            return rpb.ReplicateRequest(
+                shard=shard.shard_id, term=leader.term, commit_offset=commit
+            )
+        return None
 
     async def _read_acks(self, call: grpc.aio.StreamStreamCall) -> None:
         try:

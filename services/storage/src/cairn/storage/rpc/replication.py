@@ -23,6 +23,9 @@ from cairn.storage.replication.wire import (
 from cairn.storage.rpc.status import abort
 from cairn.storage.snapshot import SnapshotError
 
+# How long an acknowledgement that only reports applying waits for more progress.
+APPLIED_LINGER_S = 0.005
+
 
 class ReplicationService:
     def __init__(self, directory: ShardDirectory) -> None:
@@ -76,7 +79,12 @@ class ReplicationService:
                 progress = asyncio.ensure_future(replica.wait_progress_after(durable, applied))
                 done, _ = await asyncio.wait((taker, progress), return_when=asyncio.FIRST_COMPLETED)
                 if progress in done:
-                    durable, applied = progress.result()
+                    now_durable, _ = progress.result()
+                    if now_durable == durable and not replica.closing:
+                        # Only the applied offset moved: the leader needs it for its
+                        # window, not for commits; let a few such steps travel together.
+                        await asyncio.sleep(APPLIED_LINGER_S)
+                    durable, applied = replica.durable_offset, replica.applied_offset
                     yield rpb.ReplicateResponse(durable_offset=durable, applied_offset=applied)
                     if replica.closing:
                         return  # shutting down: the leader reconnects elsewhere or later
