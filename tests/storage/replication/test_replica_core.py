@@ -139,3 +139,13 @@ def test_an_added_follower_votes_once_caught_up_and_a_removed_one_stops_counting
     leader.on_local_durable(15)
     assert leader.commit_offset == 12  # A and C: both needed now
     assert leader.on_ack(C.internal_address, 15) == 15
+
+
+def test_a_late_truncate_of_the_same_leader_keeps_the_entries_of_its_term() -> None:
+    """A Truncate that arrives after entries streamed in (a retried call delivered
+    late) carries an older copy of the leader's log; entries of the current term
+    came from that same leader and stay."""
+    replica = ReplicaCore(0, term=2, log=log_of([1, 1, 2, 2, 2]), commit_offset=1)
+    replica.follow(2, A)
+    stale_leader_log = log_of([1, 1, 2])
+    assert replica.truncation_point(stale_leader_log) == 4

@@ -136,7 +136,7 @@ class FollowerStatus(_message.Message):
     def __init__(self, node: _Optional[_Union[Node, _Mapping]] = ..., acked_offset: _Optional[int] = ..., voting: _Optional[bool] = ..., state: _Optional[str] = ...) -> None: ...
 
 class ShardStatus(_message.Message):
-    __slots__ = ("shard", "spec", "role", "term", "head", "commit_offset", "first_offset", "leader", "followers")
+    __slots__ = ("shard", "spec", "role", "term", "head", "commit_offset", "first_offset", "leader", "followers", "durable_offset", "applied_offset")
     SHARD_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -146,6 +146,8 @@ class ShardStatus(_message.Message):
     FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
     FOLLOWERS_FIELD_NUMBER: _ClassVar[int]
+    DURABLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_OFFSET_FIELD_NUMBER: _ClassVar[int]
     shard: int
     spec: ShardSpec
     role: ReplicaRole
@@ -155,7 +157,9 @@ class ShardStatus(_message.Message):
     first_offset: int
     leader: Node
     followers: _containers.RepeatedCompositeFieldContainer[FollowerStatus]
-    def __init__(self, shard: _Optional[int] = ..., spec: _Optional[_Union[ShardSpec, _Mapping]] = ..., role: _Optional[_Union[ReplicaRole, str]] = ..., term: _Optional[int] = ..., head: _Optional[_Union[EntryId, _Mapping]] = ..., commit_offset: _Optional[int] = ..., first_offset: _Optional[int] = ..., leader: _Optional[_Union[Node, _Mapping]] = ..., followers: _Optional[_Iterable[_Union[FollowerStatus, _Mapping]]] = ...) -> None: ...
+    durable_offset: int
+    applied_offset: int
+    def __init__(self, shard: _Optional[int] = ..., spec: _Optional[_Union[ShardSpec, _Mapping]] = ..., role: _Optional[_Union[ReplicaRole, str]] = ..., term: _Optional[int] = ..., head: _Optional[_Union[EntryId, _Mapping]] = ..., commit_offset: _Optional[int] = ..., first_offset: _Optional[int] = ..., leader: _Optional[_Union[Node, _Mapping]] = ..., followers: _Optional[_Iterable[_Union[FollowerStatus, _Mapping]]] = ..., durable_offset: _Optional[int] = ..., applied_offset: _Optional[int] = ...) -> None: ...
 
 class GetStatusResponse(_message.Message):
     __slots__ = ("shards",)

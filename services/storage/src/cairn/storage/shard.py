@@ -373,6 +373,9 @@ class ShardReplica:
                 await self._persist_term()
             if was_leader:
                 await self._step_down()
+            # The controller elects by this head: it must survive power loss, or the
+            # elected replica could lead with a shorter log than it claimed.
+            await self._sync_log()
         log.info("shard %d: fenced at term %d, head %s", self.shard_id, term, self.core.head)
         return self.core.head, self.core.commit_offset
 
@@ -443,6 +446,8 @@ class ShardReplica:
             head=entry_id_message(core.head),
             commit_offset=core.commit_offset,
             first_offset=core.log.first_offset,
+            durable_offset=self.durable_offset,
+            applied_offset=self.applied_offset,
         )
         if core.leader is not None:
             status.leader.CopyFrom(node_message(core.leader))
@@ -480,10 +485,15 @@ class ShardReplica:
                     dropped = self._pending.pop()
                     self._pending_bytes -= dropped.size_bytes
                 self._space_freed.set()
-            elif self.wal.synced_offset < self.core.log.last_offset:
+            else:
                 # The leader counts our head as acknowledged: make it durable first.
-                await self._loop.run_in_executor(self._sync_executor, self.wal.sync)
+                await self._sync_log()
             return self.core.head
+
+    async def _sync_log(self) -> None:
+        if self.wal.synced_offset < self.core.log.last_offset:
+            await self._loop.run_in_executor(self._sync_executor, self.wal.sync)
+            self._on_durable()
 
     async def _follow(self, term: int, leader: Member) -> None:
         was_leader = self.core.role is Role.LEADER
@@ -984,7 +994,6 @@ class ShardReplica:
             apply_entry(
                 self._rules,
                 state,
-                self.kv,
                 p.kind,
                 p.body,
                 p.offset,

@@ -14,7 +14,7 @@ import bisect
 import enum
 import heapq
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from cairn.common.keyorder import KeyOrder
 from cairn.proto import oxia_client_pb2 as pb
@@ -178,6 +178,29 @@ class PendingChanges:
         if key in self._meta:
             return self._meta[key]
         return self._reader.get(Column.META, key)
+
+    def meta_items(self, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Internal-state items in [start, end) of the new state, ascending, read
+        lazily (the committed KV merged with this group's changes)."""
+        overlay = sorted((key, data) for key, data in self._meta.items() if start <= key < end)
+        committed = self._reader.scan(Column.META, start, end)
+        pending_index = 0
+        for key, data in committed:
+            while pending_index < len(overlay) and overlay[pending_index][0] < key:
+                new_key, new_data = overlay[pending_index]
+                pending_index += 1
+                if new_data is not None:
+                    yield new_key, new_data
+            if pending_index < len(overlay) and overlay[pending_index][0] == key:
+                replaced = overlay[pending_index][1]
+                pending_index += 1
+                if replaced is not None:
+                    yield key, replaced
+                continue
+            yield key, data
+        for new_key, new_data in overlay[pending_index:]:
+            if new_data is not None:
+                yield new_key, new_data
 
     def meta_keys_in_range(self, start: bytes, end: bytes) -> list[bytes]:
         """Internal-state keys present in [start, end) in the new state, ascending."""

@@ -19,8 +19,12 @@ from cairn.storage.core.apply import (
 )
 from cairn.storage.core.entries import CLIENT_WRITE, CLOSE_SESSION, CREATE_SESSION, TERM_START
 from cairn.storage.core.meta import notification_key
-from cairn.storage.core.notifications import EntryNotifications, expired_batches, trim_marker
-from cairn.storage.kv.store import KvReader
+from cairn.storage.core.notifications import (
+    EntryNotifications,
+    expired_batches,
+    notification_range,
+    trim_marker,
+)
 
 # Entries at offsets divisible by this also trim expired notifications: a function
 # of the log, so every replica trims at the same entries.
@@ -41,7 +45,6 @@ class ShardRules:
 def apply_entry(
     rules: ShardRules,
     state: PendingChanges,
-    committed: KvReader,
     kind: int,
     body: Message,
     offset: int,
@@ -49,8 +52,7 @@ def apply_entry(
     plain_puts: bool,
 ) -> Any:
     """Apply the entry to `state` and return its result: a serialized WriteResponse,
-    a session id, whether a session was closed, or None (a term start). `committed`
-    is the state before this group of entries (for notification trimming)."""
+    a session id, whether a session was closed, or None (a term start)."""
     notes = EntryNotifications() if rules.notifications_enabled else None
     result: Any
     if kind == CLIENT_WRITE:
@@ -69,17 +71,17 @@ def apply_entry(
     if notes:
         state.set_meta(notification_key(offset), notes.encode(rules.shard_id, offset, timestamp_ms))
     if offset % NOTIFICATION_TRIM_EVERY_OFFSETS == 0:
-        _trim_notifications(rules, state, committed, timestamp_ms)
+        _trim_notifications(rules, state, timestamp_ms)
     return result
 
 
-def _trim_notifications(
-    rules: ShardRules, state: PendingChanges, committed: KvReader, timestamp_ms: int
-) -> None:
+def _trim_notifications(rules: ShardRules, state: PendingChanges, timestamp_ms: int) -> None:
     """Drop notifications older than the retention, judged by this entry's
-    timestamp, not a clock."""
+    timestamp, not a clock, and by the state as this entry sees it (the committed
+    KV with the earlier entries of its group applied): so every replica trims the
+    same batches however it groups entries."""
     expired = expired_batches(
-        committed,
+        state.meta_items(*notification_range()),
         timestamp_ms,
         rules.notification_retention_ms,
         rules.max_notification_batches_trimmed_per_entry,

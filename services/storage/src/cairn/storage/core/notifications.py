@@ -10,6 +10,8 @@ deterministic too.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.storage.core import wire
 from cairn.storage.core.meta import (
@@ -81,17 +83,23 @@ def stored_batches(reader: KvReader, after_offset: int, limit: int) -> list[tupl
 
 
 def expired_batches(
-    reader: KvReader, now_ms: int, retention_ms: int, limit: int
+    batches: Iterable[tuple[bytes, bytes]], now_ms: int, retention_ms: int, limit: int
 ) -> list[tuple[bytes, int]]:
-    """(key, offset) of up to `limit` oldest batches older than the retention."""
+    """(key, offset) of up to `limit` oldest batches older than the retention, from
+    the stored batches in key (offset) order."""
     expired = []
-    for key, value in reader.scan(Column.META, NOTIFICATION_PREFIX, NOTIFICATIONS_END):
+    for key, value in batches:
         if pb.NotificationBatch.FromString(value).timestamp >= now_ms - retention_ms:
             break
         expired.append((key, notification_offset_of(key)))
         if len(expired) >= limit:
             break
     return expired
+
+
+def notification_range() -> tuple[bytes, bytes]:
+    """The internal-state key range that holds notification batches."""
+    return NOTIFICATION_PREFIX, NOTIFICATIONS_END
 
 
 def trim_marker(offset: int) -> tuple[bytes, bytes]:

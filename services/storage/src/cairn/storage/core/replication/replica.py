@@ -124,16 +124,24 @@ class ReplicaCore:
         the leader's. Never below the commit offset: committed entries are in every
         later leader's log."""
         shared = last_shared_offset(self.log, leader_log)
+        # Entries of our current term came from the leader we follow, which never
+        # rewrites its own entries: a late Truncate carrying an older copy of its
+        # log must not drop them (we may have acknowledged them already).
+        own = self._last_offset_of_current_term()
         if shared is None:
             # Nothing to compare (one of the logs was trimmed past the other): keep
             # what is committed; the leader sends a snapshot if it cannot continue.
-            return min(self.commit_offset, self.log.last_offset)
+            return max(min(self.commit_offset, self.log.last_offset), own)
         if shared < self.commit_offset:
             raise ReplicationInvariantError(
                 f"shard {self.shard_id}: committed entries up to {self.commit_offset} "
                 f"disagree with the leader's log after {shared}"
             )
-        return shared
+        return max(shared, own)
+
+    def _last_offset_of_current_term(self) -> int:
+        head = self.log.head
+        return head.offset if head.term == self.term else NO_OFFSET
 
     def check_entries(self, term: int, first_offset: int) -> None:
         """Entries of a Replicate stream: from our leader, continuing our log."""

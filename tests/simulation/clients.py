@@ -1,0 +1,120 @@
+"""Clients: write requests for the leader, and a simple oracle of what they do.
+
+Requests are real `pb.WriteRequest`s over a few hierarchical keys: plain and
+conditional puts (expected version -1, a version seen in an answer, or a stale
+one) and deletes, some conditional. A write is *acknowledged* when the leader
+of its term applied it; its answer is recorded with it.
+
+`Oracle` is deliberately simple: a dict from key to (version, value), replaying
+committed entries by the documented rules (a record's version is the offset of
+the entry that last wrote it). Checkers compare replicas and answers against it.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from cairn.proto import oxia_client_pb2 as pb
+from cairn.storage.core.entries import CLIENT_WRITE, decode_entry
+
+KEYS = ("/k/0", "/k/1", "/k/2", "/k/3", "/a", "/a/b", "/a/b/c")
+
+
+@dataclass(frozen=True, slots=True)
+class AckedWrite:
+    term: int
+    offset: int
+    payload: bytes
+    response: bytes  # the serialized WriteResponse the leader answered with
+    request_id: int
+    leader: str
+
+
+@dataclass
+class Clients:
+    rng: random.Random
+    # Versions seen in answers: what a client would send as expected_version_id.
+    seen_versions: dict[str, int] = field(default_factory=dict)
+    next_request_id: int = 0
+
+    def next_request(self) -> tuple[int, pb.WriteRequest]:
+        rng = self.rng
+        request = pb.WriteRequest()
+        roll = rng.random()
+        if roll < 0.65:
+            for _ in range(rng.randint(1, 2)):
+                put = request.puts.add(key=rng.choice(KEYS), value=rng.randbytes(rng.randint(0, 8)))
+                self._maybe_expect(put)
+        elif roll < 0.9:
+            delete = request.deletes.add(key=rng.choice(KEYS))
+            if rng.random() < 0.3:
+                delete.expected_version_id = self._some_version(delete.key)
+        else:
+            put = request.puts.add(key=rng.choice(KEYS), value=rng.randbytes(4))
+            self._maybe_expect(put)
+            request.deletes.add(key=rng.choice(KEYS))
+        self.next_request_id += 1
+        return self.next_request_id, request
+
+    def acknowledged(self, write: AckedWrite) -> None:
+        request = pb.WriteRequest.FromString(write.payload[1:])
+        response = pb.WriteResponse.FromString(write.response)
+        for put, answer in zip(request.puts, response.puts, strict=True):
+            if answer.status == pb.OK:
+                self.seen_versions[put.key] = answer.version.version_id
+
+    def _maybe_expect(self, put: pb.PutRequest) -> None:
+        roll = self.rng.random()
+        if roll < 0.15:
+            put.expected_version_id = -1
+        elif roll < 0.45:
+            put.expected_version_id = self._some_version(put.key)
+
+    def _some_version(self, key: str) -> int:
+        seen = self.seen_versions.get(key)
+        if seen is None or self.rng.random() < 0.25:
+            return self.rng.randint(0, 50)  # most likely stale
+        return seen
+
+
+@dataclass
+class Oracle:
+    """Puts and deletes by the book, one committed entry after another."""
+
+    records: dict[str, tuple[int, bytes]] = field(default_factory=dict)
+    applied_offset: int = -1
+
+    def apply(self, offset: int, payload: bytes) -> tuple[list[int], list[int]] | None:
+        """Apply the entry at `offset`; returns the statuses of its puts and of its
+        deletes (None for entries that are not client writes)."""
+        assert offset == self.applied_offset + 1, (offset, self.applied_offset)
+        self.applied_offset = offset
+        kind, body = decode_entry(payload)
+        if kind != CLIENT_WRITE:
+            return None
+        assert isinstance(body, pb.WriteRequest)
+        put_statuses = [self._put(put, offset) for put in body.puts]
+        delete_statuses = [self._delete(delete) for delete in body.deletes]
+        assert not body.delete_ranges
+        return put_statuses, delete_statuses
+
+    def _put(self, put: pb.PutRequest, offset: int) -> int:
+        existing = self.records.get(put.key)
+        if put.HasField("expected_version_id"):
+            expected = put.expected_version_id
+            if expected == -1 and existing is not None:
+                return pb.UNEXPECTED_VERSION_ID
+            if expected != -1 and (existing is None or existing[0] != expected):
+                return pb.UNEXPECTED_VERSION_ID
+        self.records[put.key] = (offset, put.value)
+        return pb.OK
+
+    def _delete(self, delete: pb.DeleteRequest) -> int:
+        existing = self.records.get(delete.key)
+        if existing is None:
+            return pb.KEY_NOT_FOUND
+        if delete.HasField("expected_version_id") and existing[0] != delete.expected_version_id:
+            return pb.UNEXPECTED_VERSION_ID
+        del self.records[delete.key]
+        return pb.OK

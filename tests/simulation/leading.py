@@ -1,0 +1,245 @@
+"""The leader's runtime around the real LeaderCore: its term-start entry, one
+stream session per follower (Truncate, then entries or a snapshot), client
+writes, and answers once applied.
+
+Each follower's stream: Truncate opens a session; the answer starts streaming
+(or a snapshot); any sign that the stream is gone (StreamBroken, no answer for
+`stream_timeout_steps`, our log trimmed past what the follower needs) ends it
+with `on_disconnected` and opens a new one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from cairn.proto import storage_internal_pb2 as internal_pb
+from cairn.storage.core.entries import TERM_START, encode_client_write, encode_entry
+from cairn.storage.core.replication.leader import FollowerPhase, LeaderCore
+from cairn.storage.core.replication.replica import Member
+from cairn.storage.core.replication.terms import NO_OFFSET, EntryId
+from simulation import messages as m
+from simulation.clients import AckedWrite
+from simulation.observer import LeaderLog
+
+if TYPE_CHECKING:
+    from simulation.replica import SimReplica
+
+
+@dataclass(slots=True)
+class Session:
+    session: int
+    opened_step: int
+    last_heard_step: int
+    last_sent_step: int = -1
+    commit_sent: int = NO_OFFSET
+
+
+@dataclass(slots=True)
+class PendingWrite:
+    request_id: int
+
+
+class LeaderRuntime:
+    def __init__(
+        self, replica: SimReplica, term: int, followers: Iterable[Member], term_start: EntryId
+    ) -> None:
+        self.replica = replica
+        self.term = term
+        self.sessions: dict[str, Session] = {}
+        # Every session this leadership opened: acks of an earlier stream of this
+        # term still count (durable entries of this term are never lost).
+        self.own_sessions: set[int] = set()
+        # offset -> the client write waiting for its answer
+        self.pending: dict[int, PendingWrite] = {}
+        env, log, core = replica.env, replica.log, replica.live_core()
+        env.observer.took_office(
+            LeaderLog(
+                term,
+                replica.name,
+                replica.incarnation,
+                env.now,
+                log.base,
+                tuple(log.entries),
+                replica.kv.applied_offset,
+            )
+        )
+        body = internal_pb.TermStartEntry(leader=replica.member.internal_address)
+        self._append(encode_entry(TERM_START, body.SerializeToString()))
+        assert log.last_offset == term_start.offset
+        self.core = LeaderCore(
+            term,
+            replica.member,
+            followers,
+            commit_offset=core.commit_offset,
+            term_start_offset=term_start.offset if env.rules.term_start_rule else NO_OFFSET,
+            max_in_flight_entries=env.rules.max_in_flight_entries,
+        )
+        self.core.on_local_durable(log.synced_offset)
+        for member in list(self.core.followers):
+            self._connect(member)
+
+    # -- clients -----------------------------------------------------------------------
+
+    def client_write(self, request_id: int, request: bytes) -> None:
+        if len(self.pending) >= self.replica.env.rules.max_pending_writes:
+            self.replica.env.count("writes refused (backpressure)")
+            return
+        offset = self._append(encode_client_write(request))
+        self.pending[offset] = PendingWrite(request_id)
+
+    def applied(self, entry: m.LogEntry, result: Any) -> None:
+        waiting = self.pending.pop(entry.offset, None)
+        if waiting is None:
+            return
+        assert entry.term == self.term
+        write = AckedWrite(
+            self.term, entry.offset, entry.payload, result, waiting.request_id, self.replica.name
+        )
+        self.replica.env.observer.acknowledged(write)
+        self.replica.env.count("writes acknowledged")
+
+    def _append(self, payload: bytes) -> int:
+        replica = self.replica
+        offset = replica.log.last_offset + 1
+        replica.log.append(m.LogEntry(self.term, offset, replica.env.now_ms, payload))
+        replica.live_core().log.append(self.term, offset)
+        return offset
+
+    # -- ensemble ----------------------------------------------------------------------
+
+    def add_follower(self, member: Member) -> None:
+        if member.internal_address not in self.core.followers:
+            self.core.add_follower(member)
+            self._connect(member.internal_address)
+
+    def remove_follower(self, name: str) -> None:
+        self.core.remove_follower(name)
+        self.sessions.pop(name, None)
+
+    # -- streams -----------------------------------------------------------------------
+
+    def _connect(self, name: str) -> None:
+        env = self.replica.env
+        session = Session(env.net.new_session(), env.now, env.now)
+        self.sessions[name] = session
+        self.own_sessions.add(session.session)
+        history = self.replica.live_core().log
+        env.send(
+            self.replica.name,
+            name,
+            m.Truncate(session.session, self.term, self.core.me, history.starts, history.head),
+        )
+
+    def _reconnect(self, name: str, why: str, count: str) -> None:
+        self.replica.env.log(f"{self.replica.name} restarts the stream to {name}: {why}", count)
+        self.core.on_disconnected(name)
+        self._connect(name)
+
+    def _session(self, src: str, session: int) -> Session | None:
+        current = self.sessions.get(src)
+        if current is None or current.session != session:
+            return None
+        current.last_heard_step = self.replica.env.now
+        return current
+
+    def receive(self, src: str, body: m.Body) -> None:
+        if isinstance(body, m.ReplicateResponse):
+            if body.session in self.own_sessions:
+                self._session(src, body.session)
+                self.core.on_ack(src, body.durable_offset)
+        elif isinstance(body, m.TruncateResponse):
+            if self._session(src, body.session) is not None:
+                self._truncated(src, body)
+        elif isinstance(body, m.SnapshotResponse):
+            session = self._session(src, body.session)
+            if session is not None and self.core.progress(src).phase is FollowerPhase.SNAPSHOT:
+                self.core.on_snapshot_installed(src, body.head)
+        elif isinstance(body, m.StreamBroken):
+            if self._session(src, body.session) is not None:
+                self._reconnect(src, body.reason, "streams ended by the follower")
+        elif isinstance(body, m.ClientWrite):
+            self.client_write(body.request_id, body.request)
+        elif isinstance(body, m.AddFollower | m.RemoveFollower):
+            self._ensemble_change(src, body)
+        elif isinstance(body, m.GetStatus) and body.term == self.term:
+            quorum = self.core.quorum
+            voters = tuple((name, quorum.acked.get(name, NO_OFFSET)) for name in quorum.voters)
+            status = m.StatusResponse(self.term, body.request_id, self.core.commit_offset, voters)
+            self.replica.env.send(self.replica.name, src, status)
+
+    def _ensemble_change(self, src: str, body: m.AddFollower | m.RemoveFollower) -> None:
+        env = self.replica.env
+        if body.term != self.term:
+            env.send(self.replica.name, src, m.Refused(body.term, "ensemble change", "term"))
+            return
+        if isinstance(body, m.AddFollower):
+            self.add_follower(body.follower)
+            name = body.follower.internal_address
+        else:
+            self.remove_follower(body.follower)
+            name = body.follower
+        env.log(f"{self.replica.name} ensemble now {sorted(self.core.followers)}")
+        env.send(self.replica.name, src, m.EnsembleChangeResponse(self.term, name))
+
+    def _truncated(self, src: str, answer: m.TruncateResponse) -> None:
+        if self.core.progress(src).phase is not FollowerPhase.CONNECTING:
+            return
+        log = self.replica.log
+        first_available = log.last_offset + 1 if not log.entries else log.first_offset
+        phase = self.core.on_truncated(src, answer.head, first_available)
+        if phase is FollowerPhase.SNAPSHOT:
+            self.replica.env.count("snapshots sent")
+            self._send_snapshot(src)
+
+    def _send_snapshot(self, name: str) -> None:
+        replica = self.replica
+        applied = replica.kv.applied_offset
+        term = replica.log.term_at(applied)
+        assert term is not None, (applied, replica.log.base)
+        replica.env.send(
+            replica.name,
+            name,
+            m.SendSnapshot(
+                self.sessions[name].session,
+                self.term,
+                self.core.me,
+                EntryId(term, applied),
+                replica.kv.dump(),
+            ),
+        )
+
+    # -- each step ---------------------------------------------------------------------
+
+    def pump(self) -> None:
+        replica, env = self.replica, self.replica.env
+        self.core.on_local_durable(replica.log.synced_offset)
+        for name in list(self.core.followers):
+            session = self.sessions[name]
+            if env.now - session.last_heard_step > env.rules.stream_timeout_steps:
+                self._reconnect(name, "no answer", "streams timed out")
+                continue
+            if self.core.progress(name).phase is FollowerPhase.STREAMING:
+                self._stream(name, session)
+
+    def _stream(self, name: str, session: Session) -> None:
+        replica, env = self.replica, self.replica.env
+        log = replica.log
+        entries: tuple[m.LogEntry, ...] = ()
+        to_send = self.core.to_send(name, log.last_offset)
+        if to_send is not None:
+            first, last = to_send
+            if first < log.first_offset:
+                self._reconnect(
+                    name, f"our log was trimmed past {first}", "streams ended by a trim"
+                )
+                return
+            entries = tuple(log.slice(first, last))
+            self.core.on_sent(name, last)
+        commit = self.core.commit_offset
+        due = env.now - session.last_sent_step >= env.rules.heartbeat_steps
+        if entries or commit > session.commit_sent or due:
+            env.send(replica.name, name, m.Replicate(session.session, self.term, entries, commit))
+            session.commit_sent = commit
+            session.last_sent_step = env.now

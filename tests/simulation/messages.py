@@ -1,0 +1,194 @@
+"""The simulated wire: frozen dataclasses mirroring proto/cairn/proto/replication.proto.
+
+Two additions to the proto, both about streams:
+- `session`: a replication stream's id. A gRPC stream is one ordered channel that
+  ends once; here each Truncate opens a session, and every message of the stream
+  (entries, acks, snapshot) names it, so a message of an ended stream is ignored
+  as gRPC would never deliver it. Session ids only grow (one counter for the
+  whole simulation).
+- `StreamBroken`: the follower ending a stream (entries that do not continue its
+  log), which gRPC reports to the leader as the stream's error status.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cairn.storage.core.replication.replica import Member
+from cairn.storage.core.replication.terms import EntryId, TermStart
+from cairn.storage.kv.store import Column
+
+# ---- controller -> storage ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NewTerm:
+    term: int
+
+
+@dataclass(frozen=True, slots=True)
+class NewTermResponse:
+    term: int
+    head: EntryId
+    commit_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class BecomeLeader:
+    term: int
+    followers: tuple[Member, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BecomeLeaderResponse:
+    term: int
+    term_start: EntryId
+
+
+@dataclass(frozen=True, slots=True)
+class AddFollower:
+    term: int
+    follower: Member
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveFollower:
+    term: int
+    follower: str
+
+
+@dataclass(frozen=True, slots=True)
+class EnsembleChangeResponse:
+    term: int
+    follower: str
+
+
+@dataclass(frozen=True, slots=True)
+class GetStatus:
+    term: int
+    request_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class StatusResponse:
+    """A leader's ShardStatus, the parts the controller needs before an ensemble
+    change: its commit offset, and for each voting member (the leader too) the
+    highest offset it acknowledged as durable in this term. The proto's
+    FollowerStatus has `acked_offset` and `voting`; the leader's own durable
+    offset is not in ShardStatus yet (`head` may be unsynced)."""
+
+    term: int
+    request_id: int
+    commit_offset: int
+    voters: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A coordination call failed (INVALID_TERM and the like)."""
+
+    term: int
+    request: str
+    reason: str
+
+
+# ---- leader -> follower -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    term: int
+    offset: int
+    timestamp_ms: int
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Truncate:
+    session: int
+    term: int
+    leader: Member
+    leader_terms: tuple[TermStart, ...]
+    leader_head: EntryId
+
+
+@dataclass(frozen=True, slots=True)
+class TruncateResponse:
+    session: int
+    head: EntryId
+    commit_offset: int
+    first_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Replicate:
+    session: int
+    term: int
+    entries: tuple[LogEntry, ...]
+    commit_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicateResponse:
+    session: int
+    durable_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class StreamBroken:
+    session: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class SendSnapshot:
+    """All chunks of one SendSnapshot stream at once (chunking is snapshot.py's
+    business; here the install is atomic either way)."""
+
+    session: int
+    term: int
+    leader: Member
+    last_included: EntryId
+    records: tuple[tuple[Column, bytes, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotResponse:
+    session: int
+    head: EntryId
+
+
+# ---- client -> leader ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ClientWrite:
+    request_id: int
+    request: bytes  # a serialized pb.WriteRequest
+
+
+Body = (
+    NewTerm
+    | NewTermResponse
+    | BecomeLeader
+    | BecomeLeaderResponse
+    | AddFollower
+    | RemoveFollower
+    | EnsembleChangeResponse
+    | GetStatus
+    | StatusResponse
+    | Refused
+    | Truncate
+    | TruncateResponse
+    | Replicate
+    | ReplicateResponse
+    | StreamBroken
+    | SendSnapshot
+    | SnapshotResponse
+    | ClientWrite
+)
+
+# gRPC unary coordination calls are at most once: the controller never retries one
+# transparently, so these are never duplicated (a stale AddFollower delivered after
+# its RemoveFollower would silently re-grow the leader's ensemble).
+AT_MOST_ONCE = (NewTerm, BecomeLeader, AddFollower, RemoveFollower)

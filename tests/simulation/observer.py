@@ -1,0 +1,67 @@
+"""What happened, as the checkers need to know it: committed entries, acknowledged
+writes, leaders and the logs they took office with, states by applied offset.
+
+The observer only records; checkers.py judges. Every record is small or shared
+(log entries are immutable and shared with the replicas' logs)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cairn.storage.core.replication.terms import EntryId
+from simulation.clients import AckedWrite
+from simulation.messages import LogEntry
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderLog:
+    """A leader's log when it took office (before its term-start entry)."""
+
+    term: int
+    name: str
+    incarnation: int
+    step: int
+    base: EntryId
+    entries: tuple[LogEntry, ...]
+    applied_offset: int
+
+    def entry(self, offset: int) -> LogEntry | None:
+        if not self.entries:
+            return None
+        index = offset - self.entries[0].offset
+        return self.entries[index] if 0 <= index < len(self.entries) else None
+
+
+@dataclass
+class Observer:
+    # offset -> the entry first seen committed there, and by whom.
+    committed: dict[int, tuple[LogEntry, str]] = field(default_factory=dict)
+    # Two different entries seen committed at one offset.
+    conflicts: list[str] = field(default_factory=list)
+    acked: list[AckedWrite] = field(default_factory=list)
+    # term -> every leadership taken in it (one, unless something is wrong).
+    leaders: dict[int, list[LeaderLog]] = field(default_factory=dict)
+    leaders_in_order: list[LeaderLog] = field(default_factory=list)
+    # applied offset -> (digest of the KV, who had it and when)
+    digests: dict[int, tuple[int, str]] = field(default_factory=dict)
+
+    def saw_committed(self, entry: LogEntry, who: str) -> None:
+        known = self.committed.get(entry.offset)
+        if known is None:
+            self.committed[entry.offset] = (entry, who)
+        elif known[0] != entry and len(self.conflicts) < 10:
+            self.conflicts.append(
+                f"offset {entry.offset}: {who} holds committed {_describe(entry)}, "
+                f"{known[1]} held {_describe(known[0])}"
+            )
+
+    def acknowledged(self, write: AckedWrite) -> None:
+        self.acked.append(write)
+
+    def took_office(self, leader: LeaderLog) -> None:
+        self.leaders.setdefault(leader.term, []).append(leader)
+        self.leaders_in_order.append(leader)
+
+
+def _describe(entry: LogEntry) -> str:
+    return f"(term {entry.term}, {len(entry.payload)} bytes, ts {entry.timestamp_ms})"

@@ -1,0 +1,317 @@
+"""A simulated storage replica of the shard: the real ReplicaCore driven by the
+rules the runtime follows, over a simulated WAL and KV.
+
+The rules (each one is what keeps an invariant in checkers.py true):
+- Persist, then answer: a term the core says changed (fence, follow) is durable
+  before the reply; so are truncation and snapshot installs.
+- NewTerm syncs the WAL before answering its head, and so does Truncate (see
+  RuntimeRules): the controller elects on that head, the leader counts it as an
+  acknowledgement.
+- Acknowledgements and commit offsets only ever cover durable (synced) entries:
+  a follower acks `synced_offset` and applies up to
+  `learn_commit(leader_commit, synced)`; a leader applies up to
+  min(commit offset, its own synced offset).
+- Entries are applied in groups, each written to the KV with its commit offset
+  in one batch; the KV's commit offset is the applied offset.
+- A restart comes back FENCED at the persisted term, with the synced log and the
+  KV (commit offset = applied offset), and follows no stream until a leader's
+  Truncate.
+- A follower acts on one stream at a time: the newest Truncate it accepted.
+  Entries that do not continue its log end the stream (StreamBroken).
+- A log is trimmed only before an offset the KV has applied.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cairn.common.errors import InvalidTerm
+from cairn.storage.core.replication.replica import Member, ReplicaCore, Role
+from cairn.storage.core.replication.terms import NO_OFFSET, TermHistory
+from simulation import messages as m
+from simulation.context import Env
+from simulation.leading import LeaderRuntime
+from simulation.network import Envelope
+from simulation.storage import DigestKv, SimLog, apply_entries
+
+
+def member_of(name: str) -> Member:
+    """A node's member identity: its name is its internal address."""
+    return Member(public_address=f"{name}:6648", internal_address=name)
+
+
+@dataclass(slots=True)
+class FollowedStream:
+    term: int
+    session: int
+    leader: str
+    broken: bool = False
+    snapshot_installed: bool = False
+
+
+class SimReplica:
+    def __init__(self, name: str, env: Env) -> None:
+        self.name = name
+        self.member = member_of(name)
+        self.env = env
+        # Durable state.
+        self.persisted_term = 0
+        self.log = SimLog()
+        self.kv = DigestKv()
+        # Volatile state (gone on a crash).
+        self.incarnation = 0
+        self.core: ReplicaCore | None = None
+        self.leading: LeaderRuntime | None = None
+        self.stream: FollowedStream | None = None
+        self.leader_commit_seen = NO_OFFSET
+        # Set to crash once the message being handled is done (the reply is out):
+        # the window between answering and acting on the answer.
+        self.crash_requested = False
+        self.start()
+
+    # -- life cycle --------------------------------------------------------------------
+
+    @property
+    def up(self) -> bool:
+        return self.core is not None
+
+    def start(self) -> None:
+        self.incarnation += 1
+        self.core = ReplicaCore(
+            shard_id=0,
+            term=self.persisted_term,
+            log=self.log.history(),
+            commit_offset=self.kv.applied_offset,
+        )
+        self.leading = None
+        self.stream = None
+        self.leader_commit_seen = NO_OFFSET
+        self.crash_requested = False
+        self.env.net.up(self.name, self.incarnation)
+
+    def crash(self) -> None:
+        if self.log.synced_offset < self.log.last_offset:
+            self.env.count("crashes losing an unsynced tail")
+        self.log.crash()
+        self.core = None
+        self.leading = None
+        self.stream = None
+        self.env.net.down(self.name)
+
+    def sync(self) -> None:
+        core = self.live_core()
+        before = self.log.synced_offset
+        self.log.sync()
+        stream = self.stream
+        if stream is not None and not stream.broken and core.role is Role.FOLLOWER:
+            core.learn_commit(self.leader_commit_seen, self.log.synced_offset)
+            if self.log.synced_offset > before:
+                self._ack(stream)
+
+    def trim(self, before_offset: int) -> None:
+        """Forget log entries before `before_offset` (at most the applied offset)."""
+        assert before_offset <= self.kv.applied_offset
+        if not self.log.first_offset < before_offset <= self.log.last_offset:
+            return
+        self.log.trim_before(before_offset)
+        self.live_core().log.trim_before(before_offset)
+
+    @property
+    def commit_offset(self) -> int:
+        """The highest offset this replica knows committed."""
+        core = self.live_core()
+        if self.leading is not None:
+            return max(core.commit_offset, self.leading.core.commit_offset)
+        return core.commit_offset
+
+    # -- each step ---------------------------------------------------------------------
+
+    def pump(self) -> None:
+        """What the runtime does on its own: apply what is committed and durable;
+        as leader, stream to followers and notice dead streams."""
+        core = self.live_core()
+        if self.leading is not None:
+            self.leading.pump()
+            core.commit_offset = max(core.commit_offset, self.leading.core.commit_offset)
+        self._apply(min(core.commit_offset, self.log.synced_offset))
+
+    def _apply(self, target: int) -> None:
+        rng = self.env.rng
+        while self.kv.applied_offset < target:
+            first = self.kv.applied_offset + 1
+            last = min(target, first + rng.randint(1, self.env.rules.max_apply_group) - 1)
+            entries = self.log.slice(first, last)
+            assert entries and entries[0].offset == first and entries[-1].offset == last
+            results = apply_entries(self.kv, entries, self.env.shard_rules)
+            for entry, result in results:
+                self.env.observer.saw_committed(entry, self.name)
+                if self.leading is not None:
+                    self.leading.applied(entry, result)
+
+    # -- messages ----------------------------------------------------------------------
+
+    def receive(self, envelope: Envelope) -> None:
+        body, src = envelope.body, envelope.src
+        if isinstance(body, m.NewTerm):
+            self._new_term(src, body)
+        elif isinstance(body, m.BecomeLeader):
+            self._become_leader(src, body)
+        elif isinstance(body, m.Truncate):
+            self._truncate(src, body)
+        elif isinstance(body, m.Replicate):
+            self._replicate(src, body)
+        elif isinstance(body, m.SendSnapshot):
+            self._install_snapshot(src, body)
+        elif self.leading is not None:
+            self.leading.receive(src, body)
+        elif isinstance(body, m.AddFollower | m.RemoveFollower):
+            self.env.send(self.name, src, m.Refused(body.term, "ensemble change", "not leader"))
+
+    # -- coordination ------------------------------------------------------------------
+
+    def _new_term(self, src: str, request: m.NewTerm) -> None:
+        core = self.live_core()
+        try:
+            changed = core.fence(request.term)
+        except InvalidTerm as error:
+            self.env.send(self.name, src, m.Refused(request.term, "NewTerm", str(error)))
+            return
+        if changed:
+            self.persisted_term = request.term
+        self._stop_leading("fenced")
+        self.stream = None
+        if self.env.rules.sync_before_new_term_answer:
+            self.log.sync()
+        self.env.log(f"{self.name} fenced at {request.term}, head {core.head}")
+        self.env.send(
+            self.name, src, m.NewTermResponse(request.term, core.head, core.commit_offset)
+        )
+        self._maybe_crash_after_answering("crashes after answering NewTerm")
+
+    def _become_leader(self, src: str, request: m.BecomeLeader) -> None:
+        core = self.live_core()
+        try:
+            term_start = core.become_leader(request.term, self.member)
+        except InvalidTerm as error:
+            self.env.send(self.name, src, m.Refused(request.term, "BecomeLeader", str(error)))
+            return
+        self.leading = LeaderRuntime(self, request.term, request.followers, term_start)
+        self.env.log(f"{self.name} leads term {request.term} from {term_start}")
+        self.env.send(self.name, src, m.BecomeLeaderResponse(request.term, term_start))
+
+    def _stop_leading(self, why: str) -> None:
+        if self.leading is not None:
+            self.env.log(f"{self.name} stops leading term {self.leading.term}: {why}")
+            self.leading = None
+
+    # -- follower side -----------------------------------------------------------------
+
+    def _truncate(self, src: str, request: m.Truncate) -> None:
+        core = self.live_core()
+        stream = self.stream
+        if (
+            self.env.rules.ignore_stale_truncates
+            and stream is not None
+            and (stream.term, stream.leader) == (request.term, src)
+            and request.session <= stream.session
+        ):
+            self.env.count("stale truncates ignored")
+            return  # a late or repeated Truncate of a stream already replaced
+        try:
+            changed = core.follow(request.term, request.leader)
+        except InvalidTerm as error:
+            self.env.send(self.name, src, m.StreamBroken(request.session, str(error)))
+            return
+        if changed:
+            self.persisted_term = request.term
+        self._stop_leading("follows another leader")
+        if request.leader_terms:
+            leader_log = TermHistory(request.leader_terms, request.leader_head.offset)
+        else:
+            leader_log = TermHistory(base=request.leader_head)
+        keep = core.truncation_point(leader_log)
+        if keep < self.log.last_offset:
+            self.env.log(
+                f"{self.name} truncates after {keep} (log ends {self.log.last_offset})",
+                "logs truncated",
+            )
+            self.log.truncate_after(keep)
+            core.log.truncate_after(keep)
+        if self.env.rules.sync_before_truncate_answer:
+            self.log.sync()
+        self.stream = FollowedStream(request.term, request.session, src)
+        self.leader_commit_seen = NO_OFFSET
+        self.env.send(
+            self.name,
+            src,
+            m.TruncateResponse(
+                request.session, core.head, core.commit_offset, core.log.first_offset
+            ),
+        )
+        self._maybe_crash_after_answering("crashes after answering Truncate")
+
+    def _maybe_crash_after_answering(self, what: str) -> None:
+        if self.env.buggify(what, self.env.rules.crash_after_answer_probability):
+            self.crash_requested = True
+
+    def _current_stream(self, src: str, session: int) -> FollowedStream | None:
+        stream = self.stream
+        if stream is None or stream.broken or stream.session != session or stream.leader != src:
+            return None
+        return stream
+
+    def _replicate(self, src: str, request: m.Replicate) -> None:
+        core = self.live_core()
+        stream = self._current_stream(src, request.session)
+        if stream is None:
+            self.env.count("messages of ended streams ignored")
+            return
+        try:
+            if request.entries:
+                core.check_entries(request.term, request.entries[0].offset)
+            else:
+                core.check_entries(request.term, core.log.last_offset + 1)
+        except InvalidTerm as error:
+            self.env.count("entries not continuing the log")
+            stream.broken = True
+            self.env.send(self.name, src, m.StreamBroken(request.session, str(error)))
+            return
+        for entry in request.entries:
+            self.log.append(entry)
+            core.log.append(entry.term, entry.offset)
+        self.leader_commit_seen = max(self.leader_commit_seen, request.commit_offset)
+        core.learn_commit(self.leader_commit_seen, self._durable())
+        self._ack(stream)
+
+    def _ack(self, stream: FollowedStream) -> None:
+        self.env.send(
+            self.name, stream.leader, m.ReplicateResponse(stream.session, self._durable())
+        )
+
+    def _durable(self) -> int:
+        if self.env.rules.ack_only_durable:
+            return self.log.synced_offset
+        return self.log.last_offset
+
+    def _install_snapshot(self, src: str, request: m.SendSnapshot) -> None:
+        core = self.live_core()
+        stream = self._current_stream(src, request.session)
+        if stream is None or stream.snapshot_installed:
+            return
+        if core.role is not Role.FOLLOWER or core.term != request.term:
+            return
+        base = request.last_included
+        # The leader sends one only when our log ends before its first entry.
+        assert base.offset > self.log.last_offset, (base, self.log.last_offset)
+        self.kv = DigestKv.from_dump(request.records)
+        assert self.kv.applied_offset == base.offset, (self.kv.applied_offset, base)
+        self.log.reset(base)
+        core.log.reset(base)
+        core.commit_offset = max(core.commit_offset, base.offset)
+        stream.snapshot_installed = True
+        self.env.log(f"{self.name} installed a snapshot at {base}", "snapshots installed")
+        self.env.send(self.name, src, m.SnapshotResponse(request.session, base))
+
+    def live_core(self) -> ReplicaCore:
+        assert self.core is not None, f"{self.name} is down"
+        return self.core

@@ -1,0 +1,155 @@
+"""Scripted histories (scenario.py): ones random search reaches too rarely. Each
+runs twice: with the runtime's rules (the checkers stay quiet) and with one rule
+broken (a checker, or the core's own invariant check, fires).
+
+- Raft's figure 8, in this protocol's terms: an entry of an old term that a new
+  leader brought to a majority is not safe until an entry of the new term is on
+  a majority too, because a replica holding a newer-term entry at that offset can
+  still be elected. QuorumTracker's term-start rule prevents it.
+- Truncate must answer a durable head: the leader counts it as an acknowledgement.
+- NewTerm must answer a durable head: the controller elects on it, and the
+  replica may lose power between answering and BecomeLeader.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from cairn.storage.core.replication.replica import ReplicationInvariantError
+from simulation.checkers import Violation, check_liveness, converged
+from simulation.context import RuntimeRules
+from simulation.scenario import Script
+
+MEMBERS = ("r0", "r1", "r2", "r3", "r4")
+
+
+def figure_8(rules: RuntimeRules) -> Script:
+    # One entry per message, so a follower can hold an old-term entry without the
+    # new term's first entry.
+    script = Script(5, dataclasses.replace(rules, max_in_flight_entries=1))
+    r0, r4 = script.replica("r0"), script.replica("r4")
+    assert script.elect("r0") == "r0"
+    first = script.write("r0")
+    script.run_until(lambda: all(script.replica(n).kv.applied_offset >= first for n in MEMBERS))
+
+    # Term 1: r0 logs an entry that reaches only r1, then crashes.
+    script.cut_off("r2", "r3", "r4")
+    old = script.write("r0")
+    script.run_until(lambda: script.replica("r1").log.synced_offset >= old)
+    script.crash("r0")
+    script.heal()
+
+    # Term 2: r2, r3 and r4 elect r4, whose first entry (at `old`) reaches no one.
+    script.cut_off("r1")
+    script.coordinator.preferred = "r4"
+    script.coordinator.start_election("scripted")
+    script.run_until(lambda: r4.leading is not None)
+    assert r4.log.head.offset == old
+    script.heal()
+    script.cut_off("r4")
+
+    # Term 3: r0 is back and leads; it brings its term-1 entry at `old` to r2 and r3.
+    script.restart("r0")
+    script.coordinator.preferred = "r0"
+    script.coordinator.start_election("scripted")
+    script.run_until(lambda: r0.leading is not None and r0.leading.core.commit_offset >= old)
+
+    # r0 and r1 are cut off: r2, r3 and r4 elect the highest head among them.
+    script.heal()
+    script.cut_off("r0", "r1")
+    script.coordinator.preferred = None
+    script.coordinator.start_election("scripted")
+    script.run_until(lambda: script.coordinator.leader is not None)
+    script.steps(10)
+    return script
+
+
+def test_figure_8_is_safe_with_the_term_start_rule() -> None:
+    script = figure_8(RuntimeRules())
+    script.heal()
+    world = script.world
+    world.coordinator.start_election("scripted")
+    script.run_until(lambda: converged(world), max_steps=200)
+    check_liveness(world)
+
+
+def test_figure_8_without_the_term_start_rule_loses_a_committed_entry() -> None:
+    with pytest.raises((Violation, ReplicationInvariantError), match="committed"):
+        figure_8(dataclasses.replace(RuntimeRules(), term_start_rule=False))
+
+
+def a_follower_answers_truncate_then_loses_power(rules: RuntimeRules) -> Script:
+    """r1 holds an entry it has not synced when r0 restarts its stream: r0 counts
+    r1's answer to Truncate as an acknowledgement, commits and answers the client;
+    then r0 and r1 lose power."""
+    script = Script(3, rules)
+    r0, r1 = script.replica("r0"), script.replica("r1")
+    assert script.elect("r0") == "r0"
+    first = script.write("r0")
+    script.run_until(lambda: r1.kv.applied_offset >= first)
+    script.cut_off("r2")
+    script.world.held_syncs.add("r1")
+    entry = script.write("r0")
+    script.run_until(lambda: r1.log.last_offset >= entry)
+    assert r1.log.synced_offset < entry
+    # r1 goes quiet long enough for r0 to take the stream as broken and start over.
+    script.cut_off("r1")
+    script.steps(rules.stream_timeout_steps + 2)
+    script.heal()
+    script.cut_off("r2")
+    script.run_until(lambda: r0.kv.applied_offset >= entry)
+    assert script.world.observer.acked[-1].offset == entry
+    script.crash("r0")
+    script.crash("r1")
+    script.heal()
+    script.restart("r1")
+    script.world.held_syncs.clear()
+    script.elect()
+    script.steps(10)
+    return script
+
+
+def test_truncate_answers_a_durable_head() -> None:
+    a_follower_answers_truncate_then_loses_power(RuntimeRules())
+
+
+def test_truncate_answering_an_unsynced_head_loses_an_acknowledged_write() -> None:
+    rules = dataclasses.replace(RuntimeRules(), sync_before_truncate_answer=False)
+    with pytest.raises(Violation, match=r"\(b\) the write acknowledged"):
+        a_follower_answers_truncate_then_loses_power(rules)
+
+
+def an_elected_replica_loses_power_before_leading(rules: RuntimeRules) -> Script:
+    """r0 commits an entry on r0 and r1; r2 holds it unsynced. r0 is cut off; the
+    controller elects r2, which loses power between answering NewTerm and
+    BecomeLeader."""
+    script = Script(3, rules)
+    r1, r2 = script.replica("r1"), script.replica("r2")
+    assert script.elect("r0") == "r0"
+    script.world.held_syncs.add("r2")
+    entry = script.write("r0")
+    script.run_until(lambda: bool(script.world.observer.acked) and r2.log.last_offset >= entry)
+    script.cut_off("r0")
+    script.coordinator.preferred = "r2"
+    script.coordinator.start_election("scripted")
+    term = script.coordinator.highest_term
+    script.run_until(lambda: r2.core is not None and r2.core.term == term)
+    script.crash("r2")
+    script.restart("r2")
+    script.world.held_syncs.clear()
+    script.run_until(lambda: script.coordinator.leader is not None)
+    script.steps(10)
+    assert r1.up
+    return script
+
+
+def test_new_term_answers_a_durable_head() -> None:
+    an_elected_replica_loses_power_before_leading(RuntimeRules())
+
+
+def test_new_term_answering_an_unsynced_head_loses_an_acknowledged_write() -> None:
+    rules = dataclasses.replace(RuntimeRules(), sync_before_new_term_answer=False)
+    with pytest.raises((Violation, ReplicationInvariantError), match=r"acknowledged|committed"):
+        an_elected_replica_loses_power_before_leading(rules)

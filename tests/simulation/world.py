@@ -1,0 +1,292 @@
+"""The driver: one shard, its replicas, the controller, clients, the network and
+faults, all under one `random.Random(seed)`.
+
+One step, in this order: deliver the messages due now; inject faults (partitions,
+crashes, restarts, trims, a controller crash); clients send; replicas whose log
+has an unsynced tail may sync; the controller acts; every replica pumps (applies,
+streams); the checkers run. `run_seed` runs a faulty phase of `steps` steps, then
+stops the faults, heals the network, restarts every member, holds a final
+election and runs until the shard converges (bounded), and checks liveness.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from cairn.storage.core.replication.replica import Role
+from simulation import messages as m
+from simulation.checkers import CheckerState, check_liveness, check_step, converged
+from simulation.clients import Clients
+from simulation.context import Env, RuntimeRules
+from simulation.coordinator import NAME as CONTROLLER
+from simulation.coordinator import Coordinator, CoordinatorSettings
+from simulation.network import Envelope, Network, NetworkFaults
+from simulation.observer import Observer
+from simulation.replica import SimReplica
+from simulation.storage import shard_rules
+
+CLIENT = "client"
+TRACE_TAIL_LINES = 40
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    replicas: int = 3
+    steps: int = 1000
+    rules: RuntimeRules = field(default_factory=RuntimeRules)
+    faults: NetworkFaults = field(default_factory=NetworkFaults)
+    coordinator_class: type[Coordinator] = Coordinator
+    client_write_probability: float = 0.4
+    sync_probability: float = 0.3
+    crash_probability: float = 0.006
+    # A correlated crash (a rack losing power): a majority of the replicas at once,
+    # each losing its unsynced tail.
+    power_loss_probability: float = 0.002
+    restart_probability: float = 0.06
+    trim_probability: float = 0.01
+    partition_probability: float = 0.006
+    max_partition_steps: int = 60
+    max_partitions: int = 2
+    controller_crash_probability: float = 0.002
+    random_election_probability: float = 0.004
+    ensemble_change_probability: float = 0.006
+    # Entries' timestamps advance 10 ms a step: 1 s of retention is 100 steps, so
+    # notification trimming (every 256th entry) does happen.
+    notification_retention_ms: int = 1000
+    max_quiet_steps: int = 3000
+
+
+class SimulationFailure(AssertionError):
+    pass
+
+
+class World:
+    def __init__(self, seed: int, config: SimConfig) -> None:
+        self.seed = seed
+        self.config = config
+        rng = random.Random(seed)
+        self.env = Env(
+            rng,
+            Network(rng, config.faults),
+            Observer(),
+            config.rules,
+            shard_rules(config.notification_retention_ms),
+        )
+        self.observer = self.env.observer
+        self.replicas: dict[str, SimReplica] = {}
+        names = [self._new_replica() for _ in range(config.replicas)]
+        settings = CoordinatorSettings(
+            min_size=max(3, config.replicas - 1),
+            max_size=config.replicas + 1,
+            random_election_probability=config.random_election_probability,
+            ensemble_change_probability=config.ensemble_change_probability,
+        )
+        self.coordinator = config.coordinator_class(
+            self.env, names, settings, self._new_replica, self._is_leading
+        )
+        self.clients = Clients(rng)
+        self.checks = CheckerState()
+        self.faults = True
+        # Replicas whose WAL syncs only when the runtime syncs explicitly (scripts).
+        self.held_syncs: set[str] = set()
+        self.acks_seen = 0
+        self.env.net.up(CLIENT, 1)
+
+    # -- queries -----------------------------------------------------------------------
+
+    def live_replicas(self) -> list[SimReplica]:
+        return [replica for replica in self.replicas.values() if replica.up]
+
+    def current_leader(self) -> SimReplica | None:
+        leader = self.coordinator.leader
+        if leader is None or not self._is_leading(leader[1], leader[0]):
+            return None
+        return self.replicas[leader[1]]
+
+    def _is_leading(self, name: str, term: int) -> bool:
+        """The controller's failure detection: health reports reach it, and say
+        that the replica leads `term`."""
+        replica = self.replicas[name]
+        core = replica.core
+        return (
+            core is not None
+            and not self.env.net.cut(name, CONTROLLER)
+            and core.role is Role.LEADER
+            and core.term == term
+        )
+
+    def describe(self) -> str:
+        lines = [f"ensemble {self.coordinator.ensemble}, leader {self.coordinator.leader}"]
+        for replica in self.replicas.values():
+            core = replica.core
+            state = "down" if core is None else f"{core.role.name} term {core.term}"
+            lines.append(
+                f"  {replica.name}: {state}, log {replica.log.base}..{replica.log.head} "
+                f"synced {replica.log.synced_offset}, applied {replica.kv.applied_offset}, "
+                f"commit {replica.commit_offset if core is not None else '-'}"
+            )
+        return "\n".join(lines)
+
+    # -- running -----------------------------------------------------------------------
+
+    def run(self) -> None:
+        """The faulty phase, then the quiet one, then the liveness check."""
+        for _ in range(self.config.steps):
+            self._guarded(self.step)
+        self._guarded(self.quiesce)
+        self._guarded(lambda: check_liveness(self))
+
+    def _guarded(self, action: Callable[[], None]) -> None:
+        try:
+            action()
+        except Exception as error:
+            tail = "\n".join(list(self.env.trace)[-TRACE_TAIL_LINES:])
+            raise SimulationFailure(
+                f"seed {self.seed} ({self.config.replicas} replicas) failed at step "
+                f"{self.env.now}: {type(error).__name__}: {error}\n"
+                f"state:\n{self.describe()}\ntrace tail:\n{tail}"
+            ) from error
+
+    def step(self) -> None:
+        env = self.env
+        env.now += 1
+        for envelope in env.net.due(env.now):
+            self._deliver(envelope)
+        if self.faults:
+            self._inject_faults()
+        if self.faults and env.rng.random() < self.config.client_write_probability:
+            self._client_write()
+        for replica in self.live_replicas():
+            if replica.name in self.held_syncs:
+                continue
+            if replica.log.last_offset > replica.log.synced_offset and (
+                not self.faults or env.rng.random() < self.config.sync_probability
+            ):
+                replica.sync()
+        self.coordinator.tick(self.faults)
+        for replica in self.live_replicas():
+            replica.pump()
+        for write in self.observer.acked[self.acks_seen :]:
+            self.clients.acknowledged(write)
+        self.acks_seen = len(self.observer.acked)
+        check_step(self)
+
+    def quiesce(self) -> None:
+        env = self.env
+        env.log("faults stop, the network heals")
+        self.faults = False
+        env.net.faults = NetworkFaults.none()
+        env.net.heal()
+        for name in self.coordinator.ensemble:
+            if not self.replicas[name].up:
+                self.replicas[name].start()
+        self.coordinator.start_election("final")
+        for _ in range(self.config.max_quiet_steps):
+            self.step()
+            if converged(self):
+                return
+
+    def _deliver(self, envelope: Envelope) -> None:
+        body = envelope.body
+        if not isinstance(body, m.ReplicateResponse):
+            self.env.log(f"{envelope.src} -> {envelope.dst}: {_brief(body)}")
+        if envelope.dst == CONTROLLER:
+            self.coordinator.receive(envelope)
+            return
+        replica = self.replicas[envelope.dst]
+        replica.receive(envelope)
+        if replica.crash_requested and self.faults:
+            self.env.log(f"{replica.name} crashes right after answering", "crashes")
+            replica.crash()
+
+    # -- faults and clients ------------------------------------------------------------
+
+    def _inject_faults(self) -> None:
+        env, config, rng = self.env, self.config, self.env.rng
+        net = env.net
+        net.heal(env.now)
+        if len(net.partitions) < config.max_partitions and rng.random() < (
+            config.partition_probability
+        ):
+            nodes = [*self.replicas, CONTROLLER]
+            cut_off = frozenset(rng.sample(nodes, rng.randint(1, max(1, len(nodes) // 2))))
+            net.partition(cut_off, env.now + rng.randint(5, config.max_partition_steps))
+            env.log(f"partition: {sorted(cut_off)} cut off", "partitions")
+        live = self.live_replicas()
+        if live and rng.random() < config.crash_probability:
+            victim = rng.choice(live)
+            env.log(f"{victim.name} crashes (synced {victim.log.synced_offset})", "crashes")
+            victim.crash()
+        elif live and rng.random() < config.power_loss_probability:
+            victims = rng.sample(live, min(len(live), len(self.replicas) // 2 + 1))
+            env.log(f"power loss: {sorted(v.name for v in victims)} crash", "power losses")
+            for victim in victims:
+                victim.crash()
+        for replica in self.replicas.values():
+            if not replica.up and rng.random() < config.restart_probability:
+                replica.start()
+                env.log(f"{replica.name} restarts at term {replica.persisted_term}", "restarts")
+        if rng.random() < config.trim_probability:
+            self._trim(rng.choice(list(self.replicas.values())))
+        if rng.random() < config.controller_crash_probability:
+            self.coordinator.crash()
+
+    def _trim(self, replica: SimReplica) -> None:
+        log, applied = replica.log, replica.kv.applied_offset
+        if not replica.up or not log.entries or applied <= log.first_offset:
+            return
+        offset = self.env.rng.randint(log.first_offset + 1, min(applied, log.last_offset))
+        self.env.log(f"{replica.name} trims its log before {offset}", "trims")
+        replica.trim(offset)
+
+    def _client_write(self) -> None:
+        leader = self.coordinator.leader
+        rng = self.env.rng
+        if leader is not None and rng.random() < 0.95:
+            target = leader[1]
+        else:
+            target = rng.choice(list(self.replicas))
+        request_id, request = self.clients.next_request()
+        self.env.send(CLIENT, target, m.ClientWrite(request_id, request.SerializeToString()))
+
+    def _new_replica(self) -> str:
+        name = f"r{len(self.replicas)}"
+        self.replicas[name] = SimReplica(name, self.env)
+        return name
+
+
+def _brief(body: m.Body) -> str:
+    if isinstance(body, m.Replicate):
+        offsets = f"{body.entries[0].offset}..{body.entries[-1].offset}" if body.entries else "-"
+        return f"Replicate(s{body.session} t{body.term} {offsets} commit {body.commit_offset})"
+    if isinstance(body, m.SendSnapshot):
+        return f"SendSnapshot(s{body.session} t{body.term} {body.last_included})"
+    if isinstance(body, m.Truncate):
+        return f"Truncate(s{body.session} t{body.term} head {body.leader_head})"
+    if isinstance(body, m.ClientWrite):
+        return f"ClientWrite({body.request_id})"
+    return repr(body)
+
+
+def run_seed(seed: int, config: SimConfig) -> World:
+    world = World(seed, config)
+    world.run()
+    return world
+
+
+# Fault profiles the tests run. "steady": the defaults, with most steps making
+# progress; "churn": more crashes and power losses, slower syncs (so crashes hit
+# unsynced tails), and frequent elections and ensemble changes.
+PROFILES: dict[str, SimConfig] = {
+    "steady": SimConfig(),
+    "churn": SimConfig(
+        sync_probability=0.1,
+        crash_probability=0.01,
+        power_loss_probability=0.01,
+        restart_probability=0.1,
+        random_election_probability=0.01,
+        ensemble_change_probability=0.05,
+    ),
+}
