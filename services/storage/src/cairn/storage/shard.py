@@ -108,6 +108,8 @@ log = logging.getLogger(__name__)
 SESSION_CHECK_INTERVAL_S = 0.25
 # How often a shard compares its WAL size with the retention.
 WAL_RETENTION_CHECK_INTERVAL_S = 1.0
+# WAL trimming for every shard of the process, beside (never behind) their fsyncs.
+_MAINTENANCE_EXECUTOR = ThreadPoolExecutor(2, thread_name_prefix="wal-trim")
 
 
 def wall_clock_ms() -> int:
@@ -822,9 +824,10 @@ class ShardReplica:
                 if target is None:
                     continue
                 async with self._storage_lock:
-                    # On the sync thread: serialised with fsyncs, never blocking the loop.
+                    # Off the loop and off the sync thread: deleting files and syncing
+                    # the directory must not hold up group commit.
                     first = await self._loop.run_in_executor(
-                        self._sync_executor, self._trim_wal, target
+                        _MAINTENANCE_EXECUTOR, self._trim_wal, target
                     )
                     self.core.log.trim_before(first)
             except Exception as error:  # keep serving; the next round retries

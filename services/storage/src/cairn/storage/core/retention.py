@@ -40,7 +40,9 @@ def trim_target(
     target = NO_OFFSET
     if retention.max_bytes is not None and size_bytes > retention.max_bytes:
         target = ceiling
-    if retention.max_age_ms is not None:
+    if retention.max_age_ms is not None and timestamp_at(first_offset) < now_ms - (
+        retention.max_age_ms
+    ):
         cutoff_ms = now_ms - retention.max_age_ms
         target = max(
             target,

@@ -51,13 +51,16 @@ class Wal:
     durable when they return.
 
     Threading contract: ``append``/``append_many`` and every other method run on one thread
-    (the event loop), except ``sync``, which may run on another thread at the same time as
-    appends (group commit: the loop keeps appending while an executor thread fdatasyncs).
-    ``_lock`` guards the segment list and the append position and is only held briefly;
-    ``_sync_lock`` is held by ``sync`` for the whole fdatasync and by anything that closes
-    or deletes a file descriptor (segment rollover, truncate, trim, reset, close), so an fd
-    is never closed under a running fdatasync. Appends that do not roll over take only
-    ``_lock`` and so never wait for an fdatasync. Lock order: ``_sync_lock`` then ``_lock``.
+    (the event loop), except ``sync`` and ``trim_before``, which may run on another thread
+    at the same time as appends (group commit: the loop keeps appending while an executor
+    thread fdatasyncs). ``_lock`` guards the segment list and the append position and is
+    only ever held briefly, never across a disk flush: appends take only ``_lock``, so the
+    loop never waits for an fdatasync. Rolling over to a new segment creates its file
+    without syncing anything; the sealed segment (still open) and the directory entry of
+    the new one are made durable by the next ``sync``, before it reports them. ``_sync_lock``
+    is held by ``sync`` for its whole duration and by anything that closes or deletes a
+    file descriptor other than rollover (truncate, trim, reset, close), so an fd is never
+    closed under a running fdatasync. Lock order: ``_sync_lock`` then ``_lock``.
 
     After an fdatasync or write failure that leaves the log's state uncertain, the Wal
     refuses further writes (WalError); reopen it to recover from what is on disk.
@@ -73,6 +76,11 @@ class Wal:
         self._synced_offset = -1
         self._closed = False
         self._failure: str | None = None
+        # Sealed by rollover but not yet fdatasync'd (their fds stay open until then),
+        # and whether the directory has entries (new segments) not yet fsync'd.
+        self._unsynced_sealed: list[Segment] = []
+        self._directory_changes = 0
+        self._directory_changes_synced = 0
 
     @classmethod
     def open(cls, directory: Path, options: WalOptions = _DEFAULT_OPTIONS) -> Wal:
@@ -197,25 +205,17 @@ class Wal:
             self._last_term = last_term
 
     def _roll(self, base_offset: int) -> None:
-        """Seal the active segment (if any) and start a new one at ``base_offset``."""
-        # _sync_lock: wait for a running sync to finish with the old fd before closing it.
-        with self._sync_lock:
-            old = self._segments[-1] if self._segments else None
-            if old is not None:
-                # Sealed segments are always durable, so sync() only ever needs the active fd.
-                self._fdatasync(old)
+        """Seal the active segment (if any) and start a new one at ``base_offset``.
+
+        Nothing is synced here (this runs on the appending thread): the next ``sync``
+        flushes the sealed segment and the directory before it reports their entries."""
+        with self._lock:
             new = Segment.create(self._directory, base_offset)
-            try:
-                fsync_directory(self._directory)
-            except BaseException:
-                new.delete()
-                raise
-            with self._lock:
-                self._segments.append(new)
-                if old is not None:
-                    self._synced_offset = max(self._synced_offset, old.last_offset)
+            old = self._segments[-1] if self._segments else None
+            self._segments.append(new)
             if old is not None:
-                old.close()
+                self._unsynced_sealed.append(old)
+            self._directory_changes += 1
 
     def sync(self) -> int:
         """Make every entry appended before this call durable; return synced_offset.
@@ -229,11 +229,37 @@ class Wal:
                 if not self._segments or covered_offset <= self._synced_offset:
                     return self._synced_offset
                 active = self._segments[-1]
-            # Appends carry on during this fdatasync; they are covered by the next sync.
+            # Appends carry on during these flushes; they are covered by the next sync.
+            # The active segment first: a rollover meanwhile seals it, and flushing the
+            # sealed segments closes them.
             self._fdatasync(active)
+            self._flush_rollovers()
             with self._lock:
                 self._synced_offset = max(self._synced_offset, covered_offset)
                 return self._synced_offset
+
+    def _flush_rollovers(self) -> None:
+        """fdatasync the segments sealed since the last sync (then close them) and
+        fsync the directory if segments were created. Caller holds ``_sync_lock``."""
+        with self._lock:
+            sealed = list(self._unsynced_sealed)
+            directory_changes = self._directory_changes
+        for segment in sealed:
+            self._fdatasync(segment)
+        if directory_changes != self._directory_changes_synced:
+            self._fsync_directory()
+        with self._lock:
+            for segment in sealed:
+                self._unsynced_sealed.remove(segment)
+                segment.close()
+            self._directory_changes_synced = directory_changes
+
+    def _fsync_directory(self) -> None:
+        try:
+            fsync_directory(self._directory)
+        except OSError as exc:
+            self._failure = f"fsync of {self._directory} failed: {exc}"
+            raise WalError(self._failure) from exc
 
     def _fdatasync(self, segment: Segment) -> None:
         try:
@@ -261,6 +287,9 @@ class Wal:
                     f"cannot truncate after {offset}: the log starts at {start_offset}"
                 )
             offset = start_offset - 1
+        with self._sync_lock:
+            # Everything that stays must be durable when this returns.
+            self._flush_rollovers()
         with self._sync_lock, self._lock:
             keep = bisect.bisect_right(self._segments, offset + 1, key=_base_offset) - 1
             # Newest first, so a crash part way leaves a prefix of the log (still a valid log).
@@ -273,7 +302,7 @@ class Wal:
             target = self._segments[keep]
             target.open_for_append()
             target.truncate(offset + 1 - target.base_offset)
-            # Everything left is durable: sealed segments were synced when sealed and the
+            # Everything left is durable: sealed segments were flushed above and the
             # truncate synced the rest.
             self._synced_offset = self.last_offset
             last = self.last_entry()
@@ -282,7 +311,9 @@ class Wal:
     def trim_before(self, offset: int) -> int:
         """Delete whole segments whose entries are all < ``offset`` (never the active one).
 
-        Returns the new first_offset.
+        Returns the new first_offset. May run on another thread than appends: the
+        segments are detached under the locks, and their files deleted (and the
+        directory synced) after, so appends and syncs never wait for that.
         """
         self._check_writable()
         with self._sync_lock, self._lock:
@@ -292,17 +323,22 @@ class Wal:
                 and self._segments[removable + 1].base_offset <= offset
             ):
                 removable += 1
-            # Oldest first, so a crash part way leaves a suffix of the log (still chained).
-            for segment in self._segments[:removable]:
-                segment.delete()
+            removed = self._segments[:removable]
             del self._segments[:removable]
-            if removable:
-                fsync_directory(self._directory)
+            for segment in removed:
+                if segment in self._unsynced_sealed:
+                    self._unsynced_sealed.remove(segment)
             if self.first_offset < 0:
                 # The active segment was empty, so nothing is left: last_term is that of an
                 # empty log (as it will be after a reopen).
                 self._last_term = -1
-        return self.first_offset
+            first_offset = self.first_offset
+        # Oldest first, so a crash part way leaves a suffix of the log (still chained).
+        for segment in removed:
+            segment.delete()
+        if removed:
+            fsync_directory(self._directory)
+        return first_offset
 
     def reset(self, next_offset: int) -> None:
         """Drop every entry; the next append must have offset ``next_offset``.
@@ -317,6 +353,7 @@ class Wal:
             for segment in reversed(self._segments):
                 segment.delete()
             self._segments = []
+            self._unsynced_sealed.clear()
             # Persist the deletions before creating the new start: otherwise a crash could
             # keep the new file and some old ones, which do not chain.
             fsync_directory(self._directory)
