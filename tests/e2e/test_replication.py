@@ -21,9 +21,12 @@ from pathlib import Path
 import grpc
 import oxia
 import pytest
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import oxia_client_pb2_grpc as pb_grpc
+from cairn.proto import replication_pb2 as rpb
 from cairn.storage.core.meta import LOG_BASE_KEY, TERM_KEY
 from cairn.storage.kv import Column, RocksKv
 from support.driver import Driver
@@ -340,5 +343,63 @@ def test_sessions_notifications_and_sequences_carry_over_a_failover(
             assert read_all(new.address, ["/eph/kept"])["/eph/kept"].status == pb.OK
             stub.CloseSession(pb.CloseSessionRequest(shard=SHARD, session_id=kept))
             assert read_all(new.address, ["/eph/kept"])["/eph/kept"].status == pb.KEY_NOT_FOUND
+    finally:
+        driver.close()
+
+
+def test_followers_and_fenced_replicas_redirect_clients_to_the_leader(
+    cluster: Callable[..., list[NodeProcess]],
+) -> None:
+    """Reads and writes sent to a follower fail with NODE_IS_NOT_LEADER and the
+    leader's address in the ErrorInfo metadata (what Oxia clients redirect by);
+    a replica fenced by a newer term refuses the old leader's entries."""
+    nodes = cluster(3)
+    driver = Driver()
+    try:
+        leader = driver.elect(SHARD, nodes)
+        driver.push_map(nodes)
+        follower = next(node for node in nodes if node is not leader)
+        with grpc.insecure_channel(follower.address) as channel:
+            stub = pb_grpc.OxiaClientStub(channel)
+            for call in (
+                lambda: list(
+                    stub.Read(pb.ReadRequest(shard=SHARD, gets=[pb.GetRequest(key="/a")]))
+                ),
+                lambda: stub.Write(
+                    pb.WriteRequest(shard=SHARD, puts=[pb.PutRequest(key="/a", value=b"v")])
+                ),
+            ):
+                with pytest.raises(grpc.RpcError) as raised:
+                    call()
+                error = raised.value
+                assert isinstance(error, grpc.Call)
+                assert error.code() == grpc.StatusCode.UNAVAILABLE
+                status = rpc_status.from_call(error)
+                assert status is not None
+                info = error_details_pb2.ErrorInfo()
+                assert status.details[0].Unpack(info)
+                assert info.reason == "NODE_IS_NOT_LEADER"
+                assert info.metadata["leader"] == leader.address
+        # Fencing: a follower fenced at a newer term refuses the old leader's entries
+        # (an older term is refused too); with one follower fenced the leader still
+        # commits with the other, with both fenced it cannot commit at all.
+        stale_term = driver.shards[SHARD].term
+        fenced, other = [node for node in nodes if node is not leader]
+        driver.stub(fenced).NewTerm(rpb.NewTermRequest(shard=SHARD, term=stale_term + 1), timeout=5)
+        with pytest.raises(grpc.RpcError) as refused:
+            driver.stub(fenced).NewTerm(rpb.NewTermRequest(shard=SHARD, term=stale_term), timeout=5)
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION  # type: ignore[attr-defined]
+        with grpc.insecure_channel(leader.address) as channel:
+            stub = pb_grpc.OxiaClientStub(channel)
+            put = pb.WriteRequest(shard=SHARD, puts=[pb.PutRequest(key="/after", value=b"1")])
+            offset = stub.Write(put, timeout=10).puts[0].version.version_id
+            assert driver.status(fenced, SHARD).head.offset < offset
+            assert driver.status(other, SHARD).head.offset >= offset
+            driver.stub(other).NewTerm(
+                rpb.NewTermRequest(shard=SHARD, term=stale_term + 1), timeout=5
+            )
+            with pytest.raises(grpc.RpcError) as unanswered:
+                stub.Write(put, timeout=2)
+            assert unanswered.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED  # type: ignore[attr-defined]
     finally:
         driver.close()
