@@ -234,7 +234,7 @@ class ShardReplica:
         self._streams_ending = False
         # Held by every change of role, term or log other than appends (fencing,
         # leading, truncating, installing a snapshot, trimming), so that none of them
-        # sees another half done; appends check that it is free.
+        # sees another half done. Replicated appends check `_log_busy` instead.
         self._storage_lock = asyncio.Lock()
         self._snapshot_receiving = False
         # Set while the log is cut or replaced: replicated appends must wait for a
@@ -281,8 +281,9 @@ class ShardReplica:
         stored_term = decode_i64(kv.get(Column.META, TERM_KEY), NO_TERM)
         term = max(stored_term, history.last_term, 0)
         self.core = ReplicaCore(self.shard_id, term, history, self.applied_offset)
-        self._last_timestamp_ms = max(
-            (wal.get(wal.last_offset).timestamp_ms if wal.first_offset != NO_OFFSET else 0), 0
+        # New entries never get an earlier timestamp than the log's last one.
+        self._last_timestamp_ms = (
+            wal.get(wal.last_offset).timestamp_ms if wal.first_offset != NO_OFFSET else 0
         )
 
     def _start_tasks(self) -> None:
