@@ -1,11 +1,12 @@
 """Replication with real processes: three storage pods (`cairn-storage node`) and a
 test driver that plays the controller through the coordination API.
 
-Writers put unique keys (our own gRPC calls) while the leader is killed with
-SIGKILL at random moments; each time the driver fences the survivors, elects the
-highest head and restarts the dead pod on its old ports, where it rejoins as a
-follower. At the end every acknowledged write is on the last leader with its
-value and version, and every replica's KV compares equal, byte for byte.
+Writers put unique keys (our own gRPC calls, and the unmodified `oxia` PyPI
+client in a process of its own) while the leader is killed with SIGKILL at random
+moments; each time the driver fences the survivors, elects the highest head and
+restarts the dead pod on its old ports, where it rejoins as a follower. At the end
+every acknowledged write is on the last leader with its value and version, and
+every replica's KV compares equal, byte for byte.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import random
 import shutil
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -119,6 +122,67 @@ class Writers:
             time.sleep(0.02)
 
 
+# The PyPI client (0.2.1) reads the shard map once and its close() hangs once the
+# map stream ended, so this writer runs in its own process (killed at the end) and
+# builds a new client, through any pod that answers, whenever a put fails.
+OXIA_WRITER_SCRIPT = """
+import itertools, sys, time, oxia
+addresses = sys.argv[1:]
+counter = itertools.count()
+for attempt in itertools.count():
+    try:
+        client = oxia.Client(addresses[attempt % len(addresses)])
+    except Exception as error:
+        print("ERR", type(error).__name__, flush=True)
+        time.sleep(0.1)
+        continue
+    try:
+        while True:
+            key = f"/oxia/load/{next(counter):06d}"
+            value = key.encode()
+            print("TRY", key, flush=True)
+            _, version = client.put(key, value)
+            print("ACK", key, version.version_id(), flush=True)
+    except Exception as error:
+        print("ERR", type(error).__name__, flush=True)
+        time.sleep(0.1)
+"""
+
+
+class OxiaWriter:
+    """The oxia writer process; its acknowledged puts are read from its output."""
+
+    def __init__(self, nodes: list[NodeProcess]) -> None:
+        self.lines: list[str] = []
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", OXIA_WRITER_SCRIPT, *(node.address for node in nodes)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        self._pump = threading.Thread(target=self._read, daemon=True)
+        self._pump.start()
+
+    def _read(self) -> None:
+        assert self._process.stdout is not None
+        with self._process.stdout as output:
+            for line in output:
+                self.lines.append(line.strip())
+
+    def acked(self) -> dict[str, tuple[bytes, int]]:
+        found = {}
+        for line in list(self.lines):
+            if line.startswith("ACK "):
+                _, key, version = line.split()
+                found[key] = (key.encode(), int(version))
+        return found
+
+    def stop(self) -> None:
+        self._process.kill()
+        self._process.wait(timeout=30)
+        self._pump.join(timeout=30)
+
+
 def read_all(address: str, keys: list[str]) -> dict[str, pb.GetResponse]:
     with grpc.insecure_channel(address) as channel:
         stub = pb_grpc.OxiaClientStub(channel)
@@ -187,6 +251,7 @@ def test_leader_killed_at_random_moments_loses_no_acknowledged_write(
             _, value, got = client.get("/oxia/first")
             assert (value, got.version_id()) == (b"one", version.version_id())
         kills = 5
+        oxia_writer = OxiaWriter(nodes)
         with Writers(driver) as writers:
             writers.wait_for_more(200)
             for _ in range(kills):
@@ -201,10 +266,18 @@ def test_leader_killed_at_random_moments_loses_no_acknowledged_write(
                 driver.shards[SHARD].elections.append(time.monotonic() - started)
                 victim.start()  # same ports: the ensemble knows it by them
             writers.wait_for_more(200)
+        oxia_writer.stop()
         leader = driver.shards[SHARD].leader
         assert leader is not None
         assert writers.count() > 1000
         assert_acknowledged_present(leader.address, writers.acked)
+        oxia_acked = oxia_writer.acked()
+        assert len(oxia_acked) > 100, oxia_writer.lines[-20:]
+        # It felt the failovers and went on writing through a new client.
+        lines = oxia_writer.lines
+        failed_at = next(i for i, line in enumerate(lines) if line.startswith("ERR"))
+        assert any(line.startswith("ACK") for line in lines[failed_at:])
+        assert_acknowledged_present(leader.address, oxia_acked)
         with oxia.Client(leader.address) as client:
             _, value, got = client.get("/oxia/first")
             assert (value, got.version_id()) == (b"one", version.version_id())
