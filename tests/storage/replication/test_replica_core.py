@@ -149,3 +149,16 @@ def test_a_late_truncate_of_the_same_leader_keeps_the_entries_of_its_term() -> N
     replica.follow(2, A)
     stale_leader_log = log_of([1, 1, 2])
     assert replica.truncation_point(stale_leader_log) == 4
+
+
+def test_ensemble_changes_and_deletions_check_the_term() -> None:
+    replica = ReplicaCore(0, term=3, log=log_of([1, 3]))
+    with pytest.raises(InvalidTerm, match="not leader of term 3"):
+        replica.check_leading(3)
+    replica.become_leader(3, A)
+    replica.check_leading(3)
+    with pytest.raises(InvalidTerm):
+        replica.check_leading(2)
+    replica.check_not_older(3)
+    with pytest.raises(InvalidTerm):
+        replica.check_not_older(2)

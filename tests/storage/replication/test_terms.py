@@ -110,3 +110,9 @@ def test_divergent_suffix_of_an_old_term_is_found() -> None:
     follower = history([1] * 8)
     leader = history([1] * 5 + [2, 2])
     assert last_shared_offset(follower, leader) == 4
+
+
+def test_first_readable_offset_is_the_first_entry_or_the_one_after_the_base() -> None:
+    assert TermHistory().first_readable_offset == 0
+    assert history([1, 1, 2], trimmed=1).first_readable_offset == 1
+    assert TermHistory(base=EntryId(4, 41)).first_readable_offset == 42

@@ -902,8 +902,7 @@ class ShardReplica:
         self._publish_progress()
         leader = self._leader
         if leader is not None:
-            leader.local_durable(durable)
-            self.commit_advanced()
+            leader.local_durable(durable)  # calls commit_advanced() if it moved
         elif self.core.role is Role.FOLLOWER:
             self._learn_commit()
         # A leader's followers may have committed entries before its own fsync

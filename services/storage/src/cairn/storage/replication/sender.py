@@ -100,9 +100,9 @@ class FollowerSender:
         )
         self.connected = True
         follower_head = entry_id_of(answer.head)
-        log_now = shard.log
-        first_available = log_now.last_offset + 1 if log_now.is_empty() else log_now.first_offset
-        phase = leader.core.on_truncated(self.address, follower_head, first_available)
+        phase = leader.core.on_truncated(
+            self.address, follower_head, shard.log.first_readable_offset
+        )
         if phase is FollowerPhase.SNAPSHOT:
             installed = await self._send_snapshot()
             leader.core.on_snapshot_installed(self.address, installed)

@@ -26,14 +26,15 @@ def spec_message(spec: ShardSpec) -> rpb.ShardSpec:
     )
 
 
-def spec_of(message: rpb.ShardSpec) -> ShardSpec:
+def key_order_of(sorting: int) -> KeyOrder:
     """Unknown sorting means the default, hierarchical (as for Oxia clients)."""
-    order = (
-        KeyOrder.NATURAL
-        if message.key_sorting == pb.KEY_SORTING_NATURAL
-        else (KeyOrder.HIERARCHICAL)
+    return KeyOrder.NATURAL if sorting == pb.KEY_SORTING_NATURAL else KeyOrder.HIERARCHICAL
+
+
+def spec_of(message: rpb.ShardSpec) -> ShardSpec:
+    return ShardSpec(
+        message.namespace, key_order_of(message.key_sorting), not message.notifications_disabled
     )
-    return ShardSpec(message.namespace, order, not message.notifications_disabled)
 
 
 def node_message(member: Member) -> rpb.Node:

@@ -7,17 +7,16 @@ from typing import Protocol
 
 import grpc
 
-from cairn.common.errors import CairnError, InvalidRequest, InvalidTerm
+from cairn.common.errors import CairnError, InvalidRequest
 from cairn.common.hashing import HashRange
-from cairn.common.keyorder import KeyOrder
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import replication_pb2 as rpb
 from cairn.storage.config import ShardSpec
-from cairn.storage.core.replication.replica import Member, Role
+from cairn.storage.core.replication.replica import Member
 from cairn.storage.directory import NamespaceLayout, ShardDirectory, ShardPlacement
 from cairn.storage.replication.leader import ReplicatingLeader
 from cairn.storage.replication.peers import PeerChannels
-from cairn.storage.replication.wire import entry_id_message, member_of, spec_of
+from cairn.storage.replication.wire import entry_id_message, key_order_of, member_of, spec_of
 from cairn.storage.rpc.status import abort
 from cairn.storage.shard import ShardReplica
 
@@ -37,11 +36,7 @@ class ReplicaHost(Protocol):
 def layouts_of(assignments: pb.ShardAssignments) -> list[NamespaceLayout]:
     layouts = []
     for name, namespace in assignments.namespaces.items():
-        order = (
-            KeyOrder.NATURAL
-            if namespace.key_sorting == pb.KEY_SORTING_NATURAL
-            else KeyOrder.HIERARCHICAL
-        )
+        order = key_order_of(namespace.key_sorting)
         placements = []
         for assignment in namespace.assignments:
             hash_range = assignment.int32_hash_range
@@ -116,12 +111,8 @@ class CoordinationService:
 
     def _leading(self, shard_id: int, term: int) -> ReplicatingLeader:
         replica = self.host.directory.replica(shard_id)
+        replica.core.check_leading(term)
         leader = replica.leader_role
-        if replica.role is not Role.LEADER or replica.term != term or leader is None:
-            raise InvalidTerm(
-                f"shard {shard_id} is {replica.role.name.lower()} in term {replica.term}, "
-                f"not leader of term {term}"
-            )
         assert isinstance(leader, ReplicatingLeader)
         return leader
 
@@ -141,11 +132,7 @@ class CoordinationService:
         self, request: rpb.DeleteShardRequest, context: grpc.aio.ServicerContext
     ) -> rpb.DeleteShardResponse:
         try:
-            replica = self.host.directory.replica(request.shard)
-            if request.term < replica.term:
-                raise InvalidTerm(
-                    f"shard {request.shard}: term {request.term} is older than {replica.term}"
-                )
+            self.host.directory.replica(request.shard).core.check_not_older(request.term)
             await self.host.delete_replica(request.shard)
         except CairnError as error:
             await abort(context, error)

@@ -87,6 +87,20 @@ class ReplicaCore:
         self.leader = None
         return changed
 
+    def check_not_older(self, term: int) -> None:
+        """A controller call of `term` (DeleteShard) may act only if no newer term
+        has begun here."""
+        if term < self.term:
+            raise InvalidTerm(f"shard {self.shard_id}: term {term} is older than {self.term}")
+
+    def check_leading(self, term: int) -> None:
+        """Ensemble changes go to the leader of the current term only."""
+        if self.role is not Role.LEADER or term != self.term:
+            raise InvalidTerm(
+                f"shard {self.shard_id} is {self.role.name.lower()} in term {self.term}, "
+                f"not leader of term {term}"
+            )
+
     def become_leader(self, term: int, me: Member) -> EntryId:
         """BecomeLeader: returns the id of the first entry of the term, which the
         caller logs before any client write (see QuorumTracker.term_start_offset)."""

@@ -78,6 +78,12 @@ class TermHistory:
         return self._starts[0].first_offset if self._starts else NO_OFFSET
 
     @property
+    def first_readable_offset(self) -> int:
+        """The first offset this log can provide: its first entry, or the one after
+        its head when it holds none (after a snapshot)."""
+        return self._last_offset + 1 if not self._starts else self._starts[0].first_offset
+
+    @property
     def last_offset(self) -> int:
         """Offset of the head (the last entry held, else the base)."""
         return self._last_offset
