@@ -14,8 +14,6 @@ from __future__ import annotations
 import random
 import shutil
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -33,6 +31,7 @@ from cairn.proto import replication_pb2 as rpb
 from cairn.storage.core.meta import LOG_BASE_KEY, TERM_KEY
 from cairn.storage.kv import Column, RocksKv
 from support.driver import Driver
+from support.oxia_writer import OxiaWriter
 from support.processes import NodeProcess
 
 pytestmark = pytest.mark.e2e
@@ -122,67 +121,6 @@ class Writers:
             time.sleep(0.02)
 
 
-# The PyPI client (0.2.1) reads the shard map once and its close() hangs once the
-# map stream ended, so this writer runs in its own process (killed at the end) and
-# builds a new client, through any pod that answers, whenever a put fails.
-OXIA_WRITER_SCRIPT = """
-import itertools, sys, time, oxia
-addresses = sys.argv[1:]
-counter = itertools.count()
-for attempt in itertools.count():
-    try:
-        client = oxia.Client(addresses[attempt % len(addresses)])
-    except Exception as error:
-        print("ERR", type(error).__name__, flush=True)
-        time.sleep(0.1)
-        continue
-    try:
-        while True:
-            key = f"/oxia/load/{next(counter):06d}"
-            value = key.encode()
-            print("TRY", key, flush=True)
-            _, version = client.put(key, value)
-            print("ACK", key, version.version_id(), flush=True)
-    except Exception as error:
-        print("ERR", type(error).__name__, flush=True)
-        time.sleep(0.1)
-"""
-
-
-class OxiaWriter:
-    """The oxia writer process; its acknowledged puts are read from its output."""
-
-    def __init__(self, nodes: list[NodeProcess]) -> None:
-        self.lines: list[str] = []
-        self._process = subprocess.Popen(
-            [sys.executable, "-c", OXIA_WRITER_SCRIPT, *(node.address for node in nodes)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        self._pump = threading.Thread(target=self._read, daemon=True)
-        self._pump.start()
-
-    def _read(self) -> None:
-        assert self._process.stdout is not None
-        with self._process.stdout as output:
-            for line in output:
-                self.lines.append(line.strip())
-
-    def acked(self) -> dict[str, tuple[bytes, int]]:
-        found = {}
-        for line in list(self.lines):
-            if line.startswith("ACK "):
-                _, key, version = line.split()
-                found[key] = (key.encode(), int(version))
-        return found
-
-    def stop(self) -> None:
-        self._process.kill()
-        self._process.wait(timeout=30)
-        self._pump.join(timeout=30)
-
-
 def read_all(address: str, keys: list[str]) -> dict[str, pb.GetResponse]:
     with grpc.insecure_channel(address) as channel:
         stub = pb_grpc.OxiaClientStub(channel)
@@ -251,7 +189,7 @@ def test_leader_killed_at_random_moments_loses_no_acknowledged_write(
             _, value, got = client.get("/oxia/first")
             assert (value, got.version_id()) == (b"one", version.version_id())
         kills = 5
-        oxia_writer = OxiaWriter(nodes)
+        oxia_writer = OxiaWriter([node.address for node in nodes])
         with Writers(driver) as writers:
             writers.wait_for_more(200)
             for _ in range(kills):
@@ -474,5 +412,75 @@ def test_followers_and_fenced_replicas_redirect_clients_to_the_leader(
             with pytest.raises(grpc.RpcError) as unanswered:
                 stub.Write(put, timeout=2)
             assert unanswered.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED  # type: ignore[attr-defined]
+    finally:
+        driver.close()
+
+
+def test_a_hung_leader_that_resumes_after_a_new_term_commits_nothing_more(
+    cluster: Callable[..., list[NodeProcess]],
+) -> None:
+    """A leader hangs (SIGSTOP); its followers are fenced and one of them leads a
+    newer term, writing far past the old leader's head. When the old leader
+    resumes, nothing the followers report about the new term may count as an
+    acknowledgement of its own entries at the same offsets: it commits nothing
+    beyond what they held when fenced, and answers no write as done (a write it
+    did answer would be lost: the new leader's log holds other entries there)."""
+    nodes = cluster(3)
+    driver = Driver()
+    try:
+        old = driver.elect(SHARD, nodes)
+        new, other = [node for node in nodes if node is not old]
+        with Writers(driver, count=4) as writers:
+            writers.wait_for_more(200)
+        assert old.process is not None
+        old.process.send_signal(signal.SIGSTOP)
+        try:
+            term = driver.shards[SHARD].term + 1
+            spec = rpb.ShardSpec(namespace="default")
+            fenced_heads = [
+                driver.stub(node)
+                .NewTerm(rpb.NewTermRequest(shard=SHARD, term=term, spec=spec), timeout=5)
+                .head.offset
+                for node in (new, other)
+            ]
+            driver.stub(new).BecomeLeader(
+                rpb.BecomeLeaderRequest(
+                    shard=SHARD,
+                    term=term,
+                    leader=rpb.Node(
+                        public_address=new.address, internal_address=new.internal_address
+                    ),
+                    followers=[
+                        rpb.Node(
+                            public_address=other.address, internal_address=other.internal_address
+                        )
+                    ],
+                ),
+                timeout=5,
+            )
+            with grpc.insecure_channel(new.address) as channel:
+                stub = pb_grpc.OxiaClientStub(channel)
+                for index in range(300):
+                    request = pb.WriteRequest(
+                        shard=SHARD, puts=[pb.PutRequest(key=f"/new/{index}", value=b"n")]
+                    )
+                    assert stub.Write(request, timeout=10).puts[0].status == pb.OK
+        finally:
+            old.process.send_signal(signal.SIGCONT)
+        answered = 0
+        with grpc.insecure_channel(old.address) as channel:
+            stub = pb_grpc.OxiaClientStub(channel)
+            for index in range(10):
+                request = pb.WriteRequest(
+                    shard=SHARD, puts=[pb.PutRequest(key=f"/stale/{index}", value=b"s")]
+                )
+                try:
+                    stub.Write(request, timeout=0.5)
+                    answered += 1
+                except grpc.RpcError:
+                    pass
+        status = driver.status(old, SHARD)
+        assert answered == 0, f"the old leader answered {answered} writes it could not commit"
+        assert status.commit_offset <= max(fenced_heads), (status.commit_offset, fenced_heads)
     finally:
         driver.close()

@@ -162,10 +162,12 @@ class ShardStatus(_message.Message):
     def __init__(self, shard: _Optional[int] = ..., spec: _Optional[_Union[ShardSpec, _Mapping]] = ..., role: _Optional[_Union[ReplicaRole, str]] = ..., term: _Optional[int] = ..., head: _Optional[_Union[EntryId, _Mapping]] = ..., commit_offset: _Optional[int] = ..., first_offset: _Optional[int] = ..., leader: _Optional[_Union[Node, _Mapping]] = ..., followers: _Optional[_Iterable[_Union[FollowerStatus, _Mapping]]] = ..., durable_offset: _Optional[int] = ..., applied_offset: _Optional[int] = ...) -> None: ...
 
 class GetStatusResponse(_message.Message):
-    __slots__ = ("shards",)
+    __slots__ = ("shards", "node")
     SHARDS_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
     shards: _containers.RepeatedCompositeFieldContainer[ShardStatus]
-    def __init__(self, shards: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ...) -> None: ...
+    node: Node
+    def __init__(self, shards: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., node: _Optional[_Union[Node, _Mapping]] = ...) -> None: ...
 
 class DeleteShardRequest(_message.Message):
     __slots__ = ("shard", "term")
@@ -240,12 +242,14 @@ class ReplicateRequest(_message.Message):
     def __init__(self, shard: _Optional[int] = ..., term: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[LogEntry, _Mapping]]] = ..., commit_offset: _Optional[int] = ...) -> None: ...
 
 class ReplicateResponse(_message.Message):
-    __slots__ = ("durable_offset", "applied_offset")
+    __slots__ = ("durable_offset", "applied_offset", "term")
     DURABLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     APPLIED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
     durable_offset: int
     applied_offset: int
-    def __init__(self, durable_offset: _Optional[int] = ..., applied_offset: _Optional[int] = ...) -> None: ...
+    term: int
+    def __init__(self, durable_offset: _Optional[int] = ..., applied_offset: _Optional[int] = ..., term: _Optional[int] = ...) -> None: ...
 
 class SnapshotHeader(_message.Message):
     __slots__ = ("shard", "term", "leader", "last_included")

@@ -1,7 +1,8 @@
 """A storage pod in a cluster: hosts the shard replicas the controller assigns it.
 
 Two gRPC servers: the client API (Oxia-compatible) on the public port, the
-coordination and replication APIs on the internal port. A replica is created by
+coordination and replication APIs on the internal port; both serve the standard
+gRPC health service (the controller watches it on the internal port). A replica is created by
 the controller's first NewTerm for it (which carries the shard's spec, stored in
 `shards/<id>/shard.json`) and removed by DeleteShard. After a restart every
 stored replica comes back fenced, to be given a role again by the controller.
@@ -17,15 +18,16 @@ from pathlib import Path
 import grpc
 
 from cairn.common.errors import ShardNotFound
+from cairn.common.files import write_atomically
 from cairn.common.keyorder import KeyOrder
 from cairn.storage.config import NodeConfig, ShardSpec
 from cairn.storage.core.replication.replica import Member
 from cairn.storage.directory import ShardDirectory
-from cairn.storage.files import write_atomically
 from cairn.storage.replication.peers import PeerChannels
 from cairn.storage.rpc import new_server
 from cairn.storage.rpc.client_api import ClientService, generic_handlers
 from cairn.storage.rpc.coordination import CoordinationService, coordination_handlers
+from cairn.storage.rpc.health import HealthService, add_health_service
 from cairn.storage.rpc.replication import ReplicationService, replication_handlers
 from cairn.storage.shard import ShardReplica
 from cairn.storage.standalone import advertised_address
@@ -64,6 +66,7 @@ class NodeServer:
         self.directory = ShardDirectory()
         self.peers = PeerChannels()
         self.me = Member("", "")
+        self.health = HealthService()
         self._servers: list[grpc.aio.Server] = []
 
     @property
@@ -96,9 +99,13 @@ class NodeServer:
                 replication_handlers(ReplicationService(self.directory)),
             ]
         )
+        for server in (public, internal):
+            add_health_service(self.health, server)
         await public.start()
         await internal.start()
         self._servers = [public, internal]
+        # Only once both ports answer: a watcher seeing SERVING may use either.
+        self.health.set_serving()
         return self.me
 
     def _open(self, shard_id: int, spec: ShardSpec) -> ShardReplica:
@@ -145,6 +152,9 @@ class NodeServer:
     # -- lifecycle -------------------------------------------------------------------
 
     async def stop(self, grace_s: float = 5.0) -> None:
+        # First, while the servers still answer: watchers (the controller) learn of
+        # the stop from NOT_SERVING instead of mistaking it for a crash.
+        self.health.enter_graceful_stop()
         await self.directory.close()
         for replica in self.directory.replicas():
             replica.end_streams()

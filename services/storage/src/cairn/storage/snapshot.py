@@ -57,13 +57,12 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from cairn.common.files import fsync_directory, temp_path, write_atomically
 from cairn.proto import replication_pb2
 from cairn.storage.core.meta import COMMIT_OFFSET_KEY, LOG_BASE_KEY, decode_i64, encode_entry_id
 from cairn.storage.core.replication.terms import EntryId
-from cairn.storage.files import temp_path, write_atomically
 from cairn.storage.kv import Change, Column, KvReader, RocksKv
 from cairn.storage.wal import Wal
-from cairn.storage.wal.segment import fsync_directory
 
 KV_DIR_NAME = "kv"
 WAL_DIR_NAME = "wal"

@@ -24,15 +24,16 @@ from typing import Any
 
 import grpc
 
+from cairn.common.files import write_atomically
 from cairn.common.hashing import split_hash_space
 from cairn.common.keyorder import KeyOrder
 from cairn.storage.config import DEFAULT_NAMESPACE, NamespaceConfig, ShardSpec, StandaloneConfig
 from cairn.storage.core.replication.replica import Member
 from cairn.storage.directory import NamespaceLayout, ShardDirectory, ShardPlacement
-from cairn.storage.files import write_atomically
 from cairn.storage.replication.leader import lead_alone
 from cairn.storage.rpc import new_server
 from cairn.storage.rpc.client_api import ClientService, generic_handlers
+from cairn.storage.rpc.health import HealthService, add_health_service
 from cairn.storage.shard import ShardReplica
 
 log = logging.getLogger(__name__)
@@ -184,6 +185,7 @@ class StandaloneServer:
         self.config = config
         self.directory = ShardDirectory(config.namespaces[0].name)
         self._server: grpc.aio.Server | None = None
+        self.health = HealthService()
         self.address = ""
 
     async def start(self) -> str:
@@ -229,13 +231,17 @@ class StandaloneServer:
                 "on" if stored.notifications_enabled else "off",
             )
         server.add_generic_rpc_handlers(generic_handlers(ClientService(self.directory, limits)))
+        add_health_service(self.health, server)
         await server.start()
         self._server = server
+        self.health.set_serving()
         return self.address
 
     async def stop(self, grace_s: float = 5.0) -> None:
-        # End the open-ended streams (assignments, notifications) first, so the grace
-        # period only waits for real requests in flight.
+        # NOT_SERVING while the server still answers, so that watchers see the stop.
+        self.health.enter_graceful_stop()
+        # End the open-ended streams (assignments, notifications, health watches)
+        # first, so the grace period only waits for real requests in flight.
         await self.directory.close()
         for replica in self.directory.replicas():
             replica.end_streams()

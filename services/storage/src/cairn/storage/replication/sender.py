@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from cairn.common.errors import InvalidTerm
 from cairn.proto import replication_pb2 as rpb
 from cairn.proto import replication_pb2_grpc as rpb_grpc
 from cairn.storage.core.replication.leader import FollowerPhase
@@ -204,6 +205,12 @@ class FollowerSender:
         try:
             while (answer := await call.read()) is not grpc.aio.EOF:
                 assert isinstance(answer, rpb.ReplicateResponse)
+                if answer.term != self.leader.term:
+                    # Progress of another term proves nothing about our entries.
+                    raise InvalidTerm(
+                        f"follower {self.address} answered for term {answer.term}, "
+                        f"not {self.leader.term}"
+                    )
                 applied = answer.applied_offset
                 while self._unapplied and self._unapplied[0][0] <= applied:
                     self._unapplied_bytes -= self._unapplied.popleft()[1]

@@ -16,7 +16,13 @@ from cairn.storage.core.replication.replica import Member
 from cairn.storage.directory import NamespaceLayout, ShardDirectory, ShardPlacement
 from cairn.storage.replication.leader import ReplicatingLeader
 from cairn.storage.replication.peers import PeerChannels
-from cairn.storage.replication.wire import entry_id_message, key_order_of, member_of, spec_of
+from cairn.storage.replication.wire import (
+    entry_id_message,
+    key_order_of,
+    member_of,
+    node_message,
+    spec_of,
+)
 from cairn.storage.rpc.status import abort
 from cairn.storage.shard import ShardReplica
 
@@ -126,7 +132,9 @@ class CoordinationService:
                 replicas = sorted(self.host.directory.replicas(), key=lambda r: r.shard_id)
         except CairnError as error:
             await abort(context, error)
-        return rpb.GetStatusResponse(shards=[replica.status() for replica in replicas])
+        return rpb.GetStatusResponse(
+            shards=[replica.status() for replica in replicas], node=node_message(self.host.me)
+        )
 
     async def delete_shard(
         self, request: rpb.DeleteShardRequest, context: grpc.aio.ServicerContext

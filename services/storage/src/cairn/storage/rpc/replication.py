@@ -11,8 +11,9 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from cairn.common.errors import CairnError, InvalidRequest
+from cairn.common.errors import CairnError, InvalidRequest, InvalidTerm
 from cairn.proto import replication_pb2 as rpb
+from cairn.storage.core.replication.replica import Role
 from cairn.storage.directory import ShardDirectory
 from cairn.storage.replication.wire import (
     entry_id_message,
@@ -72,6 +73,7 @@ class ReplicationService:
                 )
                 request = await anext(requests, None)
 
+        stream_term = first.term
         taker = asyncio.get_running_loop().create_task(take_entries())
         durable, applied = -2, -2
         try:
@@ -84,8 +86,21 @@ class ReplicationService:
                         # Only the applied offset moved: the leader needs it for its
                         # window, not for commits; let a few such steps travel together.
                         await asyncio.sleep(APPLIED_LINGER_S)
+                    # Offsets count as acknowledgements of this stream's term only.
+                    # Once fenced (or leading) at a newer term, our log at those
+                    # offsets may hold another leader's entries: end the stream.
+                    if replica.core.term != stream_term or replica.core.role is not Role.FOLLOWER:
+                        await abort(
+                            context,
+                            InvalidTerm(
+                                f"shard {first.shard} is {replica.core.role.name.lower()} in "
+                                f"term {replica.core.term}; the stream of term {stream_term} ends"
+                            ),
+                        )
                     durable, applied = replica.durable_offset, replica.applied_offset
-                    yield rpb.ReplicateResponse(durable_offset=durable, applied_offset=applied)
+                    yield rpb.ReplicateResponse(
+                        durable_offset=durable, applied_offset=applied, term=stream_term
+                    )
                     if replica.closing:
                         return  # shutting down: the leader reconnects elsewhere or later
                 if taker in done:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from cairn.common.files import fsync_directory
 from cairn.storage.wal.record import (
     U32_MAX,
     U64_MAX,
@@ -18,7 +19,7 @@ from cairn.storage.wal.record import (
     check_entry,
     encode_into,
 )
-from cairn.storage.wal.segment import Segment, fsync_directory, parse_segment_file_name
+from cairn.storage.wal.segment import Segment, parse_segment_file_name
 
 _MiB = 1024 * 1024
 

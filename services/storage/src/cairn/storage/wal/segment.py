@@ -43,15 +43,6 @@ def parse_segment_file_name(name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def fsync_directory(directory: Path) -> None:
-    """Make creations/deletions of entries in ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class Segment:
     __slots__ = ("_fd", "base_offset", "path", "positions", "size_bytes")
 

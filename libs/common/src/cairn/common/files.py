@@ -1,13 +1,20 @@
-"""Small durable-file helpers shared by the storage pod's metadata files."""
+"""Small durable-file helpers shared by every component's metadata files."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from cairn.storage.wal.segment import fsync_directory
-
 TEMP_SUFFIX = ".tmp"
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make creations/deletions of entries in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def temp_path(path: Path) -> Path:

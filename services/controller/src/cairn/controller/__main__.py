@@ -1,0 +1,160 @@
+"""`cairn-controller`: reconcile a Cairn cluster.
+
+    cairn-controller --state-dir ./state                  (file store, the default)
+    cairn-controller --state kubernetes --cluster cairn    (CairnCluster resource)
+
+Serves the admin API and the heartbeat endpoint on --port (default 6650); prints
+`cairn-controller listening on http://HOST:PORT` once it does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from cairn.controller.api import create_app
+from cairn.controller.model import default_spec
+from cairn.controller.observer import DetectionSettings
+from cairn.controller.planner import PlannerSettings
+from cairn.controller.runtime import Controller, RuntimeSettings
+from cairn.controller.state.file_store import FileLeaderLock, FileStateStore
+from cairn.controller.state.store import LeaderLock, StateStore
+
+LISTENING = "cairn-controller listening on"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cairn-controller", description=__doc__.split("\n")[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=6650, help="admin/heartbeat HTTP; 0 = any")
+    parser.add_argument("--state", choices=["file", "kubernetes"], default="file")
+    parser.add_argument("--state-dir", type=Path, help="file store directory")
+    parser.add_argument("--cluster", default="cairn", help="CairnCluster name (kubernetes)")
+    parser.add_argument(
+        "--kube-namespace",
+        default=os.environ.get("POD_NAMESPACE", "default"),
+        help="Kubernetes namespace of the CairnCluster and the Lease",
+    )
+    parser.add_argument("--identity", default=socket.gethostname(), help="Lease holder identity")
+    parser.add_argument(
+        "--pod-selector",
+        default="app.kubernetes.io/component=storage",
+        help="label selector of the storage pods (Kubernetes: pod events)",
+    )
+    first = parser.add_argument_group("first start (the stored spec wins afterwards)")
+    first.add_argument("--shards", type=int, default=3, help="shards of the default namespace")
+    first.add_argument("--replication-factor", type=int, default=3)
+    first.add_argument("--storage-pods", type=int, default=3)
+    timing = parser.add_argument_group("failure detection and damping")
+    timing.add_argument("--heartbeat-timeout-ms", type=int, default=2_000)
+    timing.add_argument("--status-interval-ms", type=int, default=1_000)
+    timing.add_argument("--replace-after-ms", type=int, default=30_000)
+    timing.add_argument("--rebalance-after-ms", type=int, default=10_000)
+    timing.add_argument("--startup-grace-ms", type=int, default=3_000)
+    parser.add_argument("--log-level", default="INFO")
+    return parser
+
+
+def _stores(args: argparse.Namespace) -> tuple[StateStore, LeaderLock, Any]:
+    """The state store, the leader lock, and (on Kubernetes) the API client."""
+    if args.state == "file":
+        if args.state_dir is None:
+            raise SystemExit("--state-dir is required with --state file")
+        return FileStateStore(args.state_dir, args.cluster), FileLeaderLock(args.state_dir), None
+    from kubernetes import client, config
+
+    from cairn.controller.state.kube_store import KubernetesLeaderLock, KubernetesStateStore
+
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        config.load_kube_config()  # type: ignore[no-untyped-call]
+    api = client.ApiClient()
+    store = KubernetesStateStore(api, args.kube_namespace, args.cluster)
+    lock = KubernetesLeaderLock(
+        api, args.kube_namespace, f"{args.cluster}-controller", args.identity
+    )
+    return store, lock, api
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    store, lock, api = _stores(args)
+    settings = RuntimeSettings(
+        detection=DetectionSettings(
+            heartbeat_timeout_ms=args.heartbeat_timeout_ms,
+            status_interval_ms=args.status_interval_ms,
+        ),
+        planner=PlannerSettings(
+            replace_after_ms=args.replace_after_ms, rebalance_after_ms=args.rebalance_after_ms
+        ),
+        startup_grace_ms=args.startup_grace_ms,
+    )
+    spec = default_spec(args.shards, args.replication_factor, args.storage_pods)
+    controller = Controller(store, lock, spec, settings)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((args.host, args.port))
+    host, port = sock.getsockname()[:2]
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(controller), log_level="warning", lifespan="off")
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    http = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        if http.done():
+            http.result()
+        await asyncio.sleep(0.01)
+    print(f"{LISTENING} http://{host}:{port}", flush=True)
+    pods = None
+    if api is not None:
+        from cairn.controller.kube_pods import PodWatcher
+
+        pods = PodWatcher(api, args.kube_namespace, args.pod_selector, controller.observer.on_pod)
+        pods.start(asyncio.get_running_loop())
+    reconcile = asyncio.create_task(controller.run())
+    stopped = asyncio.create_task(stop.wait())
+    try:
+        done, _ = await asyncio.wait({reconcile, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        if reconcile in done and reconcile.exception() is not None:
+            logging.getLogger(__name__).error("controller stopped", exc_info=reconcile.exception())
+    finally:
+        reconcile.cancel()
+        await asyncio.gather(reconcile, return_exceptions=True)
+        server.should_exit = True
+        await http
+        if pods is not None:
+            pods.stop()
+        await controller.close()
+        stopped.cancel()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # pragma: no cover - uvloop is a dependency
+        pass
+    asyncio.run(_serve(args))
+
+
+if __name__ == "__main__":
+    main()

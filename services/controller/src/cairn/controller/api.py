@@ -1,0 +1,299 @@
+"""The controller's HTTP API: heartbeats from the health sidecars, and the
+admin API that operators, the gateway and the CLI use (OpenAPI at /docs).
+
+Views:   GET /v1/cluster, /v1/namespaces, /v1/shards, /v1/nodes, /v1/elections
+Actions: PUT  /v1/namespaces/{name}/replication-factor  {"replicationFactor": n}
+         PUT  /v1/storage-pods                          {"replicas": n}
+         POST /v1/shards/{id}/leader                    {"node": "storage-1"}
+         PUT / DELETE /v1/nodes/{name}/drain
+Changes of desired state (replication factor, pod count, drains) are written to
+the cluster spec (on Kubernetes: the custom resource's spec, so kubectl and this
+API always agree); a leader move is a request recorded in the status.
+Errors are RFC 9457 problem documents.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from cairn.common.heartbeat import HeartbeatError, parse_heartbeat
+from cairn.controller.model import (
+    MAX_REPLICATION_FACTOR,
+    MAX_STORAGE_PODS,
+    ClusterSpec,
+    ClusterStatus,
+    LeaderMove,
+    SpecError,
+    node_ordinal,
+    spec_document,
+)
+from cairn.controller.runtime import Controller
+
+MAX_HEARTBEAT_BYTES = 4 * 1024 * 1024
+
+
+class Problem(Exception):
+    def __init__(self, status: int, title: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.title = title
+        self.detail = detail
+
+
+class ReplicationFactorChange(BaseModel):
+    replicationFactor: int = Field(ge=1, le=MAX_REPLICATION_FACTOR)
+
+
+class PodCountChange(BaseModel):
+    replicas: int = Field(ge=1, le=MAX_STORAGE_PODS)
+
+
+class LeaderMoveRequest(BaseModel):
+    node: str
+
+
+def create_app(controller: Controller) -> FastAPI:
+    app = FastAPI(
+        title="Cairn controller",
+        description="Cluster views and operations, and the health sidecars' heartbeats.",
+        version="1",
+    )
+
+    @app.exception_handler(Problem)
+    async def problem(_: Request, error: Problem) -> JSONResponse:
+        return JSONResponse(
+            {
+                "type": "about:blank",
+                "title": error.title,
+                "status": error.status,
+                "detail": error.detail,
+            },
+            status_code=error.status,
+            media_type="application/problem+json",
+        )
+
+    def keeper() -> Any:
+        if controller.keeper is None or not controller.leading.is_set():
+            raise Problem(503, "Not leading", "this controller does not hold the lock (yet)")
+        return controller.keeper
+
+    # -- probes and heartbeats ---------------------------------------------------------
+
+    @app.get("/livez")
+    async def livez() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> dict[str, str]:
+        keeper()
+        return {"status": "leading"}
+
+    @app.post("/v1/heartbeats")
+    async def heartbeat(request: Request) -> dict[str, bool]:
+        body = await request.body()
+        if len(body) > MAX_HEARTBEAT_BYTES:
+            raise Problem(413, "Heartbeat too large", f"{len(body)} bytes")
+        try:
+            beat = parse_heartbeat(json.loads(body))
+            controller.observer.on_heartbeat(beat)
+        except (HeartbeatError, ValueError) as error:
+            raise Problem(400, "Bad heartbeat", str(error)) from None
+        return {"accepted": True}
+
+    # -- views ---------------------------------------------------------------------------
+
+    @app.get("/v1/cluster")
+    async def cluster() -> dict[str, Any]:
+        state = keeper().state
+        status: ClusterStatus = state.status
+        return {
+            "generation": state.generation,
+            "observedGeneration": status.observed_generation,
+            "spec": spec_document(state.spec),
+            "shards": len(status.shards),
+            "steadyShards": sum(1 for s in status.shards if s.state.value == "steady"),
+            "nodes": len(status.nodes),
+            "healthyNodes": sum(1 for n in status.nodes if n.health.value == "healthy"),
+            "assignmentsVersion": status.assignments_version,
+        }
+
+    @app.get("/v1/namespaces")
+    async def namespaces() -> list[dict[str, Any]]:
+        state = keeper().state
+        return [
+            {
+                **namespace_document,
+                "shards": [
+                    s.shard
+                    for s in state.status.shards
+                    if s.namespace == namespace_document["name"]
+                ],
+            }
+            for namespace_document in spec_document(state.spec)["namespaces"]
+        ]
+
+    @app.get("/v1/shards")
+    async def shards() -> list[dict[str, Any]]:
+        state = keeper().state
+        observed = controller.observer.view()
+        answer = []
+        for record in state.status.shards:
+            report = observed.report(record.leader, record.shard)
+            followers = []
+            if report is not None and report.term == record.term:
+                names = {v.internal_address: v.name for v in observed.nodes.values()}
+                followers = [
+                    {
+                        "node": names.get(f.internal_address, f.internal_address),
+                        "ackedOffset": f.acked_offset,
+                        "lag": max(0, report.head_offset - f.acked_offset),
+                        "voting": f.voting,
+                        "state": f.state,
+                    }
+                    for f in report.followers
+                ]
+            answer.append(
+                {
+                    "namespace": record.namespace,
+                    "id": record.shard,
+                    "term": record.term,
+                    "state": record.state.value,
+                    "leader": record.leader,
+                    "ensemble": list(record.ensemble),
+                    "leaving": list(record.leaving),
+                    "hashRange": [record.hash_range.min_inclusive, record.hash_range.max_inclusive],
+                    "headOffset": report.head_offset if report else None,
+                    "commitOffset": report.commit_offset if report else None,
+                    "followers": followers,
+                }
+            )
+        return answer
+
+    @app.get("/v1/nodes")
+    async def nodes() -> list[dict[str, Any]]:
+        state = keeper().state
+        observed = controller.observer.view()
+        answer = []
+        names = sorted({n.name for n in state.status.nodes} | set(observed.nodes))
+        for name in names:
+            view = observed.nodes.get(name)
+            record = state.status.node(name)
+            try:
+                wanted = state.spec.wants_node(name)
+            except SpecError:
+                wanted = False
+            answer.append(
+                {
+                    "name": name,
+                    "publicAddress": view.public_address
+                    if view
+                    else record.public_address
+                    if record
+                    else "",
+                    "internalAddress": view.internal_address
+                    if view
+                    else record.internal_address
+                    if record
+                    else "",
+                    "labels": dict(view.labels if view else record.labels if record else {}),
+                    "alive": bool(view and view.alive),
+                    "wanted": wanted,
+                    "draining": name in state.spec.drain,
+                    "replicas": sum(1 for s in state.status.shards if name in s.voters),
+                    "leaders": sum(1 for s in state.status.shards if s.leader == name),
+                }
+            )
+        return answer
+
+    @app.get("/v1/elections")
+    async def elections() -> list[dict[str, Any]]:
+        state = keeper().state
+        return [
+            {
+                "namespace": e.namespace,
+                "shard": e.shard,
+                "term": e.term,
+                "leader": e.leader,
+                "reason": e.reason,
+                "startedMs": e.started_ms,
+                "durationMs": e.duration_ms,
+            }
+            for e in reversed(state.status.elections)
+        ]
+
+    # -- actions ---------------------------------------------------------------------------
+
+    async def change_spec(change: Any) -> dict[str, Any]:
+        try:
+            state = await keeper().update_spec(change)
+        except SpecError as error:
+            raise Problem(422, "Invalid change", str(error)) from None
+        controller.wake.set()
+        return {"generation": state.generation, "spec": spec_document(state.spec)}
+
+    @app.put("/v1/namespaces/{name}/replication-factor")
+    async def set_replication_factor(name: str, body: ReplicationFactorChange) -> dict[str, Any]:
+        def change(spec: ClusterSpec) -> ClusterSpec:
+            namespace = spec.namespace(name)
+            if namespace is None:
+                raise Problem(404, "No such namespace", f"namespace {name!r} does not exist")
+            updated = replace(namespace, replication_factor=body.replicationFactor)
+            return replace(
+                spec,
+                namespaces=tuple(updated if ns.name == name else ns for ns in spec.namespaces),
+            )
+
+        return await change_spec(change)
+
+    @app.put("/v1/storage-pods")
+    async def set_storage_pods(body: PodCountChange) -> dict[str, Any]:
+        return await change_spec(lambda spec: replace(spec, storage_pods=body.replicas))
+
+    def check_node(name: str) -> None:
+        try:
+            node_ordinal(name)
+        except SpecError as error:
+            raise Problem(404, "No such node", str(error)) from None
+
+    @app.put("/v1/nodes/{name}/drain")
+    async def drain(name: str) -> dict[str, Any]:
+        check_node(name)
+        return await change_spec(
+            lambda spec: spec if name in spec.drain else replace(spec, drain=(*spec.drain, name))
+        )
+
+    @app.delete("/v1/nodes/{name}/drain")
+    async def undrain(name: str) -> dict[str, Any]:
+        check_node(name)
+        return await change_spec(
+            lambda spec: replace(spec, drain=tuple(n for n in spec.drain if n != name))
+        )
+
+    @app.post("/v1/shards/{shard}/leader", status_code=202)
+    async def move_leader(shard: int, body: LeaderMoveRequest) -> dict[str, Any]:
+        handle = keeper()
+        record = handle.state.status.shard(shard)
+        if record is None:
+            raise Problem(404, "No such shard", f"shard {shard} does not exist")
+        if body.node not in record.ensemble:
+            raise Problem(
+                409,
+                "Not a member",
+                f"{body.node} is not in shard {shard}'s ensemble {list(record.ensemble)}",
+            )
+
+        def change(status: ClusterStatus) -> ClusterStatus:
+            moves = tuple(m for m in status.leader_moves if m.shard != shard)
+            return replace(status, leader_moves=(*moves, LeaderMove(shard, body.node)))
+
+        await handle.update_status(change)
+        controller.wake.set()
+        return {"shard": shard, "node": body.node, "accepted": True}
+
+    return app

@@ -1,0 +1,480 @@
+"""Carries out the planner's actions against the storage pods.
+
+Every step is recorded in the cluster state *before* the pods are told, so a
+controller killed at any point leaves a status from which the planner resumes:
+
+    election:  term+1, ELECTION  ->  NewTerm to every member  ->  leader chosen
+               (recorded)  ->  BecomeLeader  ->  STEADY (and the shard map)
+    add:       member listed  ->  NewTerm (creates its replica)  ->  AddFollower
+    remove:    member moved to `leaving`  ->  RemoveFollower  ->  `leaving` cleared
+
+A retried election always uses a new term; an interrupted change is finished by
+FinishEnsembleChange, which only repeats idempotent calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+import grpc
+
+from cairn.controller.actions import (
+    Action,
+    ChangeEnsemble,
+    ConfirmLeader,
+    DeleteReplica,
+    DropLeaderMove,
+    Elect,
+    FinishEnsembleChange,
+    ObserveGeneration,
+    PlaceShards,
+    RecordNode,
+)
+from cairn.controller.election import choose_leader, majority
+from cairn.controller.keeper import StateKeeper
+from cairn.controller.model import (
+    ClusterState,
+    ClusterStatus,
+    ElectionRecord,
+    NamespaceSpec,
+    NodeRecord,
+    ShardRecord,
+    ShardState,
+)
+from cairn.controller.observer import Observer
+from cairn.controller.placement import leader_load
+from cairn.controller.pods import PodAddress, PodClient
+from cairn.proto import oxia_client_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+
+class ActionFailed(Exception):
+    """An action could not be completed now; the planner will ask again."""
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def assignments_of(state: ClusterState, last_leaders: dict[int, str]) -> pb.ShardAssignments:
+    """The shard map pods hand to clients: every shard of every namespace with
+    its leader's public address (the last known one during an election)."""
+    status = state.status
+    addresses = {node.name: node.public_address for node in status.nodes}
+    assignments = pb.ShardAssignments()
+    for namespace in state.spec.namespaces:
+        records = sorted(
+            (r for r in status.shards if r.namespace == namespace.name),
+            key=lambda r: r.hash_range.min_inclusive,
+        )
+        if not records:
+            continue
+        target = assignments.namespaces[namespace.name]
+        target.shard_key_router = pb.XXHASH3
+        target.key_sorting = (
+            pb.KEY_SORTING_NATURAL
+            if namespace.key_order.value == "natural"
+            else pb.KEY_SORTING_HIERARCHICAL
+        )
+        for record in records:
+            leader = addresses.get(record.leader or "", "") or last_leaders.get(record.shard, "")
+            if leader:
+                last_leaders[record.shard] = leader
+            entry = target.assignments.add(shard=record.shard, leader=leader)
+            entry.int32_hash_range.min_hash_inclusive = record.hash_range.min_inclusive
+            entry.int32_hash_range.max_hash_inclusive = record.hash_range.max_inclusive
+    return assignments
+
+
+class Executor:
+    def __init__(
+        self,
+        keeper: StateKeeper,
+        pods: PodClient,
+        observer: Observer,
+        wall_ms: Callable[[], int] = wall_clock_ms,
+        straggler_grace_s: float = 0.1,
+    ) -> None:
+        self.straggler_grace_s = straggler_grace_s
+        self.keeper = keeper
+        self.pods = pods
+        self.observer = observer
+        self.wall_ms = wall_ms
+        self._last_leaders: dict[int, str] = {}
+        self._pushes: dict[str, asyncio.Task[None]] = {}
+        self._push_again: set[str] = set()
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def _address(self, name: str) -> PodAddress:
+        view = self.observer.view().nodes.get(name)
+        if view is not None:
+            return PodAddress(view.public_address, view.internal_address)
+        record = self.keeper.state.status.node(name)
+        if record is None:
+            raise ActionFailed(f"no address known for node {name}")
+        return PodAddress(record.public_address, record.internal_address)
+
+    def _record(self, shard: int) -> ShardRecord:
+        record = self.keeper.state.status.shard(shard)
+        if record is None:
+            raise ActionFailed(f"shard {shard} is not in the cluster state")
+        return record
+
+    def _namespace(self, record: ShardRecord) -> NamespaceSpec:
+        namespace = self.keeper.state.spec.namespace(record.namespace)
+        if namespace is None:
+            raise ActionFailed(f"namespace {record.namespace!r} is no longer in the spec")
+        return namespace
+
+    async def _set_shard(self, shard: int, **changes: object) -> ShardRecord:
+        def change(status: ClusterStatus) -> ClusterStatus:
+            record = status.shard(shard)
+            if record is None:
+                raise ActionFailed(f"shard {shard} vanished from the cluster state")
+            return status.with_shard(replace(record, **changes))  # type: ignore[arg-type]
+
+        state = await self.keeper.update_status(change)
+        return self._record_of(state, shard)
+
+    @staticmethod
+    def _record_of(state: ClusterState, shard: int) -> ShardRecord:
+        record = state.status.shard(shard)
+        assert record is not None
+        return record
+
+    def push_assignments(self, names: Sequence[str] | None = None) -> None:
+        """Send the shard map to these nodes (default: every live one), in the
+        background: one push in flight per node, and a newer map queued behind it
+        (a hung pod holds up only its own push)."""
+        views = self.observer.view().nodes
+        for name in names if names is not None else list(views):
+            view = views.get(name)
+            if view is None or not view.alive or not view.internal_address:
+                continue
+            address = view.internal_address
+            if address in self._pushes:
+                self._push_again.add(address)
+            else:
+                self._pushes[address] = asyncio.create_task(self._push(address))
+
+    async def _push(self, address: str) -> None:
+        try:
+            while True:
+                self._push_again.discard(address)
+                state = self.keeper.state
+                assignments = assignments_of(state, self._last_leaders)
+                try:
+                    await self.pods.push_assignments(
+                        address, assignments, state.status.assignments_version
+                    )
+                except grpc.aio.AioRpcError as error:
+                    log.debug("shard map push to %s failed: %s", address, _brief(error))
+                if address not in self._push_again:
+                    return
+        finally:
+            self._pushes.pop(address, None)
+
+    async def close(self) -> None:
+        pushes = list(self._pushes.values())
+        for task in pushes:
+            task.cancel()
+        await asyncio.gather(*pushes, return_exceptions=True)
+
+    # -- dispatch ----------------------------------------------------------------------
+
+    async def run(self, action: Action) -> None:
+        match action:
+            case RecordNode():
+                await self._record_node(action)
+            case PlaceShards():
+                await self._place(action)
+            case Elect():
+                await self._elect(action)
+            case ConfirmLeader():
+                await self._confirm(action)
+            case ChangeEnsemble():
+                await self._change(action)
+            case FinishEnsembleChange():
+                await self._finish(action)
+            case DeleteReplica():
+                await self._delete(action)
+            case DropLeaderMove():
+                await self._drop_move(action)
+            case ObserveGeneration():
+                await self.keeper.update_status(
+                    lambda s: replace(s, observed_generation=action.generation)
+                )
+
+    # -- nodes and namespaces --------------------------------------------------------
+
+    async def _record_node(self, action: RecordNode) -> None:
+        record = NodeRecord(
+            action.name,
+            action.public_address,
+            action.internal_address,
+            dict(action.labels),
+            action.health,
+        )
+        await self.keeper.update_status(lambda s: s.with_node(record))
+
+    async def _place(self, action: PlaceShards) -> None:
+        def change(status: ClusterStatus) -> ClusterStatus:
+            if any(r.namespace == action.namespace for r in status.shards):
+                return status  # placed already
+            for record in action.shards:
+                status = status.with_shard(record)
+            next_id = max(r.shard for r in action.shards) + 1
+            return replace(status, next_shard_id=max(status.next_shard_id, next_id))
+
+        await self.keeper.update_status(change)
+        log.info(
+            "namespace %s: placed %d shards: %s",
+            action.namespace,
+            len(action.shards),
+            ", ".join(f"{r.shard}={'/'.join(r.ensemble)}" for r in action.shards),
+        )
+
+    # -- elections ---------------------------------------------------------------------
+
+    async def _elect(self, action: Elect) -> None:
+        started_ms = self.wall_ms()
+        record = self._record(action.shard)
+        namespace = self._namespace(record)
+        term = record.term + 1
+        # The new term is on record before any member hears of it: a restarted
+        # controller never reuses it.
+        record = await self._set_shard(
+            action.shard, term=term, state=ShardState.ELECTION, leader=None
+        )
+        voters = record.voters
+        heads = await self._fence(record, term, namespace)
+        leaders = leader_load(self.keeper.state.status.shards)
+        views = self.observer.view().nodes
+        alive = {name for name in voters if name in views and views[name].alive}
+        leader = choose_leader(heads, voters, leaders, action.preferred, alive)
+        if leader is None:
+            raise ActionFailed(
+                f"shard {record.shard}: no safe live leader for term {term}: heads {heads}, "
+                f"live members {sorted(alive)}"
+            )
+        ensemble = record.ensemble if leader in record.ensemble else (*record.ensemble, leader)
+        record = await self._set_shard(record.shard, leader=leader, ensemble=ensemble)
+        followers = [self._address(name) for name in ensemble if name != leader]
+        try:
+            await self.pods.become_leader(self._address(leader), record.shard, term, followers)
+        except grpc.aio.AioRpcError as error:
+            raise ActionFailed(
+                f"shard {record.shard}: BecomeLeader({term}) on {leader}: {_brief(error)}"
+            ) from None
+        duration_ms = self.wall_ms() - started_ms
+        election = ElectionRecord(
+            namespace=record.namespace,
+            shard=record.shard,
+            term=term,
+            leader=leader,
+            reason=action.reason,
+            started_ms=started_ms,
+            duration_ms=duration_ms,
+        )
+        await self._steady(record.shard, election, action)
+        log.info(
+            "shard %d: %s leads term %d (reason: %s; heads %s; %d ms)",
+            record.shard,
+            leader,
+            term,
+            action.reason,
+            {name: f"{t}:{o}" for name, (t, o) in sorted(heads.items())},
+            duration_ms,
+        )
+        if action.preferred is not None and leader != action.preferred:
+            log.info(
+                "shard %d: could not move the leader to %s now (its log is behind)",
+                record.shard,
+                action.preferred,
+            )
+        self.push_assignments()
+        await self.observer.refresh(voters)
+
+    async def _fence(
+        self, record: ShardRecord, term: int, namespace: NamespaceSpec
+    ) -> dict[str, tuple[int, int]]:
+        """NewTerm to every voter at once; their heads. Once a majority has
+        answered, stragglers (a hung pod answers only when its RPC times out) get
+        `straggler_grace_s` more, then the election goes on without them."""
+        calls = {
+            asyncio.ensure_future(
+                self.pods.new_term(self._address(name).internal, record.shard, term, namespace)
+            ): name
+            for name in record.voters
+        }
+        heads: dict[str, tuple[int, int]] = {}
+        pending = set(calls)
+        deadline: float | None = None
+        loop = asyncio.get_running_loop()
+        try:
+            while pending:
+                timeout = None if deadline is None else max(0.0, deadline - loop.time())
+                done, pending = await asyncio.wait(
+                    pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
+                if not done:
+                    break  # the grace ran out
+                for call in done:
+                    name = calls[call]
+                    error = call.exception()
+                    if error is None:
+                        heads[name] = call.result()
+                    else:
+                        log.info(
+                            "shard %d: %s did not answer NewTerm(%d): %s",
+                            record.shard,
+                            name,
+                            term,
+                            _brief(error),
+                        )
+                if deadline is None and len(heads) >= majority(len(record.voters)):
+                    deadline = loop.time() + self.straggler_grace_s
+        finally:
+            for call in pending:
+                call.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        return heads
+
+    async def _steady(
+        self, shard: int, election: ElectionRecord | None, action: Elect | None = None
+    ) -> None:
+        def change(status: ClusterStatus) -> ClusterStatus:
+            record = status.shard(shard)
+            if record is None:
+                raise ActionFailed(f"shard {shard} vanished from the cluster state")
+            status = status.with_shard(replace(record, state=ShardState.STEADY, leaving=()))
+            status = replace(status, assignments_version=status.assignments_version + 1)
+            if action is not None and action.preferred is not None:
+                status = replace(
+                    status,
+                    leader_moves=tuple(m for m in status.leader_moves if m.shard != shard),
+                )
+            return status.with_election(election) if election is not None else status
+
+        await self.keeper.update_status(change)
+
+    async def _confirm(self, action: ConfirmLeader) -> None:
+        record = self._record(action.shard)
+        await self._steady(action.shard, None)
+        log.info(
+            "shard %d: confirmed %s as leader of term %d", record.shard, record.leader, record.term
+        )
+        self.push_assignments()
+
+    # -- ensemble changes ----------------------------------------------------------------
+
+    def _leader_address(self, record: ShardRecord) -> str:
+        if record.leader is None or record.state is not ShardState.STEADY:
+            raise ActionFailed(f"shard {record.shard} has no steady leader")
+        return self._address(record.leader).internal
+
+    async def _add_member(self, record: ShardRecord, name: str, namespace: NamespaceSpec) -> None:
+        address = self._address(name)
+        try:
+            await self.pods.new_term(address.internal, record.shard, record.term, namespace)
+        except grpc.aio.AioRpcError as error:
+            # Already following this term's leader: nothing to fence.
+            if error.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                raise ActionFailed(
+                    f"shard {record.shard}: NewTerm on {name}: {_brief(error)}"
+                ) from None
+        await self.pods.add_follower(
+            self._leader_address(record), record.shard, record.term, address
+        )
+
+    async def _change(self, action: ChangeEnsemble) -> None:
+        record = self._record(action.shard)
+        namespace = self._namespace(record)
+        leader_address = self._leader_address(record)
+        if action.add is not None:
+            if action.add not in record.ensemble:
+                record = await self._set_shard(
+                    record.shard, ensemble=(*record.ensemble, action.add)
+                )
+            await self._add_member(record, action.add, namespace)
+            touched = [action.add]
+        else:
+            assert action.remove is not None
+            if action.remove == record.leader:
+                raise ActionFailed(f"shard {record.shard}: the leader is not removed directly")
+            record = await self._set_shard(
+                record.shard,
+                ensemble=tuple(n for n in record.ensemble if n != action.remove),
+                leaving=(*record.leaving, action.remove),
+            )
+            await self.pods.remove_follower(
+                leader_address, record.shard, record.term, self._address(action.remove).internal
+            )
+            await self._set_shard(
+                record.shard, leaving=tuple(n for n in record.leaving if n != action.remove)
+            )
+            touched = [action.remove]
+        log.info(
+            "shard %d: %s %s (%s)",
+            record.shard,
+            "added" if action.add else "removed",
+            action.add or action.remove,
+            action.reason,
+        )
+        await self.observer.refresh([*touched, record.leader or ""])
+
+    async def _finish(self, action: FinishEnsembleChange) -> None:
+        record = self._record(action.shard)
+        namespace = self._namespace(record)
+        leader_address = self._leader_address(record)
+        report = await self.pods.replica_status(leader_address, record.shard)
+        followers = {f.internal_address for f in report.followers}
+        views = self.observer.view().nodes
+        for name in record.ensemble:
+            if name == record.leader:
+                continue
+            view = views.get(name)
+            missing_here = (
+                view is not None
+                and view.alive
+                and view.replicas is not None
+                and record.shard not in view.replicas
+            )
+            if self._address(name).internal not in followers or missing_here:
+                await self._add_member(record, name, namespace)
+                log.info("shard %d: (re)added member %s", record.shard, name)
+        for name in record.leaving:
+            await self.pods.remove_follower(
+                leader_address, record.shard, record.term, self._address(name).internal
+            )
+        if record.leaving:
+            await self._set_shard(record.shard, leaving=())
+            log.info("shard %d: finished removing %s", record.shard, ", ".join(record.leaving))
+        await self.observer.refresh(list(record.voters))
+
+    async def _delete(self, action: DeleteReplica) -> None:
+        await self.pods.delete_shard(self._address(action.node).internal, action.shard, action.term)
+        log.info("shard %d: deleted the replica left on %s", action.shard, action.node)
+        await self.observer.refresh([action.node])
+
+    async def _drop_move(self, action: DropLeaderMove) -> None:
+        def change(status: ClusterStatus) -> ClusterStatus:
+            moves = tuple(m for m in status.leader_moves if m.shard != action.shard)
+            return replace(status, leader_moves=moves)
+
+        await self.keeper.update_status(change)
+        log.info(
+            "shard %d: leader move to %s dropped: %s", action.shard, action.node, action.reason
+        )
+
+
+def _brief(error: BaseException) -> str:
+    if isinstance(error, grpc.aio.AioRpcError):
+        return f"{error.code().name}: {error.details()}"
+    return repr(error)

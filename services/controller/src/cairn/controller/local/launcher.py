@@ -1,0 +1,415 @@
+"""A whole Cairn cluster as plain processes on this machine: the controller
+(file store), storage pods each with its health sidecar. The embedded default:
+no Kubernetes, no containers.
+
+Everything lives under one directory:
+
+    <dir>/ports.json            ports chosen on the first start, reused after
+    <dir>/state/cluster.json    the cluster state (spec + status)
+    <dir>/pods/storage-N/       each storage pod's data
+    <dir>/logs/*.log            one log per process
+    <dir>/processes.json        the running processes' pids (for tooling/tests)
+
+The launcher plays the part Kubernetes plays in production: it keeps
+`spec.storage.replicas` pods running (a StatefulSet), restarts a process that
+exits with a growing delay (CrashLoopBackOff), and releases a pod beyond the
+pod count only once the controller has moved every shard off it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from cairn.common.files import write_atomically
+from cairn.controller.model import (
+    ClusterSpec,
+    ClusterStatus,
+    node_ordinal,
+    parse_spec,
+    parse_status,
+)
+from cairn.controller.state.file_store import STATE_FILE
+
+log = logging.getLogger(__name__)
+POD_PREFIX = "storage"
+RESTART_DELAY_MIN_S = 0.5
+RESTART_DELAY_MAX_S = 30.0
+# A process up this long has its restart delay reset.
+STABLE_AFTER_S = 30.0
+STOP_GRACE_S = 10.0
+START_TIMEOUT_S = 60.0
+SUPERVISE_INTERVAL_S = 0.25
+
+
+# The conventional ports (storage 6648/6649, controller 6650, sidecar 8081),
+# shifted by 100 per pod, are used when free: the first pod then serves clients
+# on 6648 like a lone Oxia server would.
+CONTROLLER_PORT = 6650
+POD_PORTS = (6648, 6649, 8081)
+POD_PORT_STRIDE = 100
+
+
+def free_port(host: str, preferred: int = 0) -> int:
+    """`preferred` if it can be bound now, else any free port."""
+    for candidate in (preferred, 0) if preferred else (0,):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, candidate))
+            except OSError:
+                continue
+            port: int = sock.getsockname()[1]
+            return port
+    raise OSError(f"no free port on {host}")
+
+
+@dataclass
+class PodPorts:
+    public: int
+    internal: int
+    health: int
+
+
+@dataclass
+class Ports:
+    controller: int
+    pods: dict[str, PodPorts] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path) -> Ports | None:
+        try:
+            document = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        return cls(
+            int(document["controller"]),
+            {name: PodPorts(**ports) for name, ports in document["pods"].items()},
+        )
+
+    def save(self, path: Path) -> None:
+        document = {
+            "controller": self.controller,
+            "pods": {name: vars(ports) for name, ports in sorted(self.pods.items())},
+        }
+        write_atomically(path, json.dumps(document, indent=2) + "\n")
+
+
+@dataclass
+class Child:
+    """One supervised process."""
+
+    name: str
+    command: list[str]
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    restart_delay_s: float = RESTART_DELAY_MIN_S
+    restart_at: float = 0.0
+    restarts: int = 0
+    _log: IO[bytes] | None = None
+
+    def start(self) -> None:
+        self._log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            self.command,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            start_new_session=True,  # Ctrl-C reaches the launcher, which stops us in order
+        )
+        self.started_at = time.monotonic()
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    def exited(self) -> int | None:
+        return self.process.poll() if self.process is not None else None
+
+    def schedule_restart(self) -> None:
+        if time.monotonic() - self.started_at >= STABLE_AFTER_S:
+            self.restart_delay_s = RESTART_DELAY_MIN_S
+        self.restart_at = time.monotonic() + self.restart_delay_s
+        self.restart_delay_s = min(RESTART_DELAY_MAX_S, self.restart_delay_s * 2)
+        self.process = None
+        self._close_log()
+
+    def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        process = self.process
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGCONT)  # a stopped process cannot handle SIGTERM
+            process.terminate()
+            try:
+                process.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self.process = None
+        self._close_log()
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+def _wait_for_line(log_path: Path, prefix: str, child: Child, timeout_s: float) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if log_path.exists():
+            for line in log_path.read_text(encoding="utf-8", errors="replace").splitlines():
+                if line.startswith(prefix):
+                    return line[len(prefix) :].strip()
+        if child.exited() is not None:
+            raise RuntimeError(f"{child.name} exited at start; see {log_path}")
+        time.sleep(0.05)
+    raise TimeoutError(f"{child.name} did not start within {timeout_s:.0f} s; see {log_path}")
+
+
+class LocalCluster:
+    def __init__(
+        self,
+        directory: Path,
+        pods: int = 3,
+        shards: int = 3,
+        replication_factor: int = 3,
+        host: str = "127.0.0.1",
+        controller_args: Sequence[str] = (),
+        pod_args: Sequence[str] = (),
+        sidecar_args: Sequence[str] = (),
+        restart: bool = True,
+        preferred_ports: bool = True,
+    ) -> None:
+        self.preferred_ports = preferred_ports
+        self.directory = directory.resolve()
+        self.initial_pods = pods
+        self.shards = shards
+        self.replication_factor = replication_factor
+        self.host = host
+        self.controller_args = list(controller_args)
+        self.pod_args = list(pod_args)
+        self.sidecar_args = list(sidecar_args)
+        self.restart = restart
+        self.ports = Ports(0)
+        self.controller: Child | None = None
+        self.pods: dict[str, tuple[Child, Child]] = {}
+        self._stopping = False
+
+    # -- layout ------------------------------------------------------------------------
+
+    @property
+    def state_dir(self) -> Path:
+        return self.directory / "state"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.directory / "logs"
+
+    @property
+    def controller_url(self) -> str:
+        return f"http://{self.host}:{self.ports.controller}"
+
+    def public_address(self, name: str) -> str:
+        return f"{self.host}:{self.ports.pods[name].public}"
+
+    def _pod_ports(self, name: str) -> PodPorts:
+        ports = self.ports.pods.get(name)
+        if ports is None:
+            shift = POD_PORT_STRIDE * node_ordinal(name)
+            public, internal, health = (port + shift for port in POD_PORTS)
+            ports = PodPorts(
+                free_port(self.host, public if self.preferred_ports else 0),
+                free_port(self.host, internal if self.preferred_ports else 0),
+                free_port(self.host, health if self.preferred_ports else 0),
+            )
+            self.ports.pods[name] = ports
+            self.ports.save(self.directory / "ports.json")
+        return ports
+
+    def read_state(self) -> tuple[ClusterSpec, ClusterStatus] | None:
+        try:
+            document = json.loads((self.state_dir / STATE_FILE).read_text(encoding="utf-8"))
+            return parse_spec(document["spec"]), parse_status(document.get("status") or {})
+        except (FileNotFoundError, ValueError, KeyError):
+            return None
+
+    # -- starting ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.logs_dir.mkdir(exist_ok=True)
+        ports = Ports.load(self.directory / "ports.json")
+        if ports is None:
+            ports = Ports(free_port(self.host, CONTROLLER_PORT if self.preferred_ports else 0))
+            self.ports = ports
+            ports.save(self.directory / "ports.json")
+        self.ports = ports
+        self.controller = Child(
+            "controller",
+            [
+                sys.executable,
+                "-m",
+                "cairn.controller",
+                "--host",
+                self.host,
+                "--port",
+                str(ports.controller),
+                "--state-dir",
+                str(self.state_dir),
+                "--shards",
+                str(self.shards),
+                "--replication-factor",
+                str(self.replication_factor),
+                "--storage-pods",
+                str(self.initial_pods),
+                *self.controller_args,
+            ],
+            self.logs_dir / "controller.log",
+        )
+        self._truncate_log(self.controller)
+        self.controller.start()
+        _wait_for_line(
+            self.controller.log_path,
+            "cairn-controller listening on",
+            self.controller,
+            START_TIMEOUT_S,
+        )
+        state = self.read_state()
+        count = state[0].storage_pods if state is not None else self.initial_pods
+        for ordinal in range(count):
+            self._start_pod(f"{POD_PREFIX}-{ordinal}")
+        self._write_processes()
+
+    def _truncate_log(self, child: Child) -> None:
+        # Each run starts its logs afresh, keeping the previous run's beside them.
+        if child.log_path.exists():
+            child.log_path.replace(child.log_path.with_suffix(".previous.log"))
+
+    def _start_pod(self, name: str) -> None:
+        ports = self._pod_ports(name)
+        data_dir = self.directory / "pods" / name
+        data_dir.mkdir(parents=True, exist_ok=True)
+        pod = Child(
+            name,
+            [
+                sys.executable,
+                "-m",
+                "cairn.storage",
+                "node",
+                "--host",
+                self.host,
+                "--port",
+                str(ports.public),
+                "--internal-port",
+                str(ports.internal),
+                "--data-dir",
+                str(data_dir),
+                *self.pod_args,
+            ],
+            self.logs_dir / f"{name}.log",
+        )
+        sidecar = Child(
+            f"{name}-health",
+            [
+                sys.executable,
+                "-m",
+                "cairn.health",
+                "--node-name",
+                name,
+                "--storage-internal",
+                f"{self.host}:{ports.internal}",
+                "--controller",
+                self.controller_url,
+                "--host",
+                self.host,
+                "--port",
+                str(ports.health),
+                *self.sidecar_args,
+            ],
+            self.logs_dir / f"{name}-health.log",
+        )
+        for child in (pod, sidecar):
+            self._truncate_log(child)
+        pod.start()
+        _wait_for_line(pod.log_path, "cairn-storage listening on", pod, START_TIMEOUT_S)
+        sidecar.start()
+        self.pods[name] = (pod, sidecar)
+        log.info("started %s (client %s)", name, self.public_address(name))
+
+    def _write_processes(self) -> None:
+        document = {
+            "controller": self.controller.pid if self.controller else None,
+            "pods": {
+                name: {"storage": pod.pid, "health": sidecar.pid}
+                for name, (pod, sidecar) in sorted(self.pods.items())
+            },
+        }
+        write_atomically(self.directory / "processes.json", json.dumps(document, indent=2) + "\n")
+
+    # -- supervising -------------------------------------------------------------------
+
+    def supervise_once(self) -> None:
+        """Restart what exited, start pods the spec added, release pods the spec
+        removed once they hold no shards."""
+        changed = False
+        children = [self.controller] if self.controller else []
+        children += [child for pair in self.pods.values() for child in pair]
+        now = time.monotonic()
+        for child in children:
+            code = child.exited()
+            if child.process is not None and code is not None:
+                log.warning("%s exited with %s; restarting", child.name, code)
+                child.schedule_restart()
+            if child.process is None and self.restart and now >= child.restart_at:
+                child.start()
+                child.restarts += 1
+                changed = True
+        state = self.read_state()
+        if state is not None:
+            spec, status = state
+            for ordinal in range(spec.storage_pods):
+                name = f"{POD_PREFIX}-{ordinal}"
+                if name not in self.pods:
+                    self._start_pod(name)
+                    changed = True
+            for name in list(self.pods):
+                ordinal = int(name.rsplit("-", 1)[1])
+                holds = any(name in record.voters for record in status.shards)
+                if ordinal >= spec.storage_pods and not holds:
+                    log.info("releasing %s: beyond the pod count and holding no shards", name)
+                    pod, sidecar = self.pods.pop(name)
+                    sidecar.stop()
+                    pod.stop()
+                    changed = True
+        if changed:
+            self._write_processes()
+
+    def run_until_stopped(self) -> None:
+        while not self._stopping:
+            self.supervise_once()
+            time.sleep(SUPERVISE_INTERVAL_S)
+
+    def request_stop(self) -> None:
+        self._stopping = True
+
+    def stop(self) -> None:
+        """The controller first (it would take stopping pods for failures and
+        elect), then the sidecars, then the pods."""
+        self._stopping = True
+        if self.controller is not None:
+            self.controller.stop()
+        for _, sidecar in self.pods.values():
+            sidecar.stop()
+        for pod, _ in self.pods.values():
+            pod.stop()
+        (self.directory / "processes.json").unlink(missing_ok=True)

@@ -1,0 +1,46 @@
+"""What the controller currently sees of the storage pods: a value the planner
+reads, rebuilt by the observer (heartbeats, health watches, status polls)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from cairn.common.heartbeat import ReplicaReport
+
+
+@dataclass(frozen=True)
+class NodeView:
+    name: str
+    public_address: str
+    internal_address: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    alive: bool = False
+    # When the node last turned alive / unreachable (ms, the observer's clock).
+    alive_since_ms: int = 0
+    dead_since_ms: int = 0
+    # Its replicas as of the last successful status poll, by shard id; None if
+    # never polled since it last turned alive (unknown, not empty).
+    replicas: Mapping[int, ReplicaReport] | None = None
+
+
+@dataclass(frozen=True)
+class Observed:
+    now_ms: int
+    nodes: Mapping[str, NodeView] = field(default_factory=dict)
+
+    def alive(self, name: str | None) -> bool:
+        node = self.nodes.get(name) if name is not None else None
+        return node is not None and node.alive
+
+    def report(self, name: str | None, shard: int) -> ReplicaReport | None:
+        node = self.nodes.get(name) if name is not None else None
+        if node is None or not node.alive or node.replicas is None:
+            return None
+        return node.replicas.get(shard)
+
+    def name_of_address(self, internal_address: str) -> str | None:
+        for node in self.nodes.values():
+            if node.internal_address == internal_address:
+                return node.name
+        return None

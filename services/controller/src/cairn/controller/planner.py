@@ -1,0 +1,564 @@
+"""The reconciler's brain: `plan(spec, status, observed) -> actions`. Pure.
+
+The planner compares what operators want (spec), what the controller has
+recorded (status) and what it sees of the pods (observed), and returns the next
+steps, at most one per shard. The executor performs them, recording each in the
+status before acting; the planner is then asked again. A step never depends on
+memory outside its three inputs, so a controller restarted at any point plans
+the same way from the recorded status.
+
+Per shard, in order of urgency:
+
+1. an election that did not finish (NEW, ELECTION) is run again with a new
+   term, or confirmed if its leader took office;
+2. a leader that is unreachable, or lost its role (it restarted), is replaced
+   by an election, if a majority of the members can answer;
+3. an ensemble change that did not finish is finished;
+4. once the ensemble is settled (every member voting, a majority holding the
+   commit offset in this term): a long-dead follower is removed when a spare
+   exists, members on nodes being drained or released are replaced, the
+   ensemble grows or shrinks one member at a time to the replication factor,
+   a requested leader move is made;
+5. then, if nothing else is changing: members and leaders are balanced across
+   the nodes that have been up for a while (damping flapping nodes).
+
+Stale replicas (kept by a node that is no longer a member) are deleted; new
+namespaces are placed; node records follow what is observed.
+
+No plan leaves a shard without a majority: a removal is planned only while the
+remaining members include a voting majority holding the commit offset, and an
+election only with a majority of the members answering.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from cairn.common.hashing import split_hash_space
+from cairn.common.heartbeat import ReplicaReport
+from cairn.controller.actions import (
+    Action,
+    ChangeEnsemble,
+    ConfirmLeader,
+    DeleteReplica,
+    DropLeaderMove,
+    Elect,
+    FinishEnsembleChange,
+    ObserveGeneration,
+    PlaceShards,
+    RecordNode,
+    shard_of,
+)
+from cairn.controller.model import (
+    ClusterSpec,
+    ClusterStatus,
+    NamespaceSpec,
+    NodeHealth,
+    ShardRecord,
+    ShardState,
+)
+from cairn.controller.observed import Observed
+from cairn.controller.placement import (
+    Candidate,
+    conflicts,
+    leader_load,
+    member_load,
+    pick_member_to_remove,
+    pick_members,
+)
+
+LEADER = "leader"
+FOLLOWER = "follower"
+
+
+@dataclass(frozen=True)
+class PlannerSettings:
+    # A follower unreachable this long is replaced (when a spare node exists).
+    replace_after_ms: int = 30_000
+    # A node counts for rebalancing once it has been up this long.
+    rebalance_after_ms: int = 10_000
+    # Ensemble changes and leader moves under way at once, cluster-wide
+    # (failure handling is not limited).
+    max_concurrent_changes: int = 2
+
+
+def plan(
+    spec: ClusterSpec,
+    status: ClusterStatus,
+    generation: int,
+    observed: Observed,
+    settings: PlannerSettings | None = None,
+) -> list[Action]:
+    return _Planner(spec, status, observed, settings or PlannerSettings()).run(generation)
+
+
+def majority(count: int) -> int:
+    return count // 2 + 1
+
+
+class _Planner:
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        status: ClusterStatus,
+        observed: Observed,
+        settings: PlannerSettings,
+    ) -> None:
+        self.spec = spec
+        self.status = status
+        self.observed = observed
+        self.settings = settings
+        self.load = member_load(status.shards)
+        self.changes_left = settings.max_concurrent_changes - sum(
+            1 for record in status.shards if record.leaving
+        )
+
+    # -- the whole plan --------------------------------------------------------------
+
+    def run(self, generation: int) -> list[Action]:
+        actions: list[Action] = list(self._node_records())
+        actions.extend(self._placements())
+        busy: set[int] = set()
+        for record in self.status.shards:
+            action = self._shard_action(record)
+            if action is not None:
+                actions.append(action)
+                busy.add(record.shard)
+        if not busy and self._all_settled():
+            actions.extend(self._rebalance())
+        # A shard acted on now may be adding the very node whose old replica
+        # would be deleted (the actions run concurrently): wait a round.
+        busy.update(shard for action in actions if (shard := shard_of(action)) is not None)
+        actions.extend(self._stale_replicas(busy))
+        if generation != self.status.observed_generation:
+            actions.append(ObserveGeneration(generation))
+        return actions
+
+    # -- nodes -----------------------------------------------------------------------
+
+    def _node_records(self) -> Iterator[RecordNode]:
+        for view in sorted(self.observed.nodes.values(), key=lambda v: v.name):
+            health = NodeHealth.HEALTHY if view.alive else NodeHealth.UNHEALTHY
+            wanted = RecordNode(
+                view.name, view.public_address, view.internal_address, dict(view.labels), health
+            )
+            record = self.status.node(view.name)
+            if record is None or (
+                record.public_address,
+                record.internal_address,
+                dict(record.labels),
+                record.health,
+            ) != (wanted.public_address, wanted.internal_address, wanted.labels, health):
+                yield wanted
+
+    def _eligible(self, name: str) -> bool:
+        """May hold new members: wanted by the spec and alive."""
+        try:
+            return self.spec.wants_node(name) and self.observed.alive(name)
+        except ValueError:
+            return False
+
+    def _candidates(self) -> list[Candidate]:
+        return [
+            Candidate(view.name, dict(view.labels))
+            for view in sorted(self.observed.nodes.values(), key=lambda v: v.name)
+            if self._eligible(view.name)
+        ]
+
+    def _as_candidate(self, name: str) -> Candidate:
+        view = self.observed.nodes.get(name)
+        if view is not None:
+            return Candidate(name, dict(view.labels))
+        record = self.status.node(name)
+        return Candidate(name, dict(record.labels) if record is not None else {})
+
+    def _unwanted(self, name: str) -> bool:
+        try:
+            return not self.spec.wants_node(name)
+        except ValueError:
+            return True
+
+    def _long_dead(self, name: str) -> bool:
+        view = self.observed.nodes.get(name)
+        if view is None:
+            # Never seen by this controller: as good as dead once it has had
+            # time to report (observer clock starts at 0 on controller start).
+            return self.observed.now_ms >= self.settings.replace_after_ms
+        return (
+            not view.alive
+            and self.observed.now_ms - view.dead_since_ms >= self.settings.replace_after_ms
+        )
+
+    # -- new namespaces --------------------------------------------------------------
+
+    def _placements(self) -> Iterator[PlaceShards]:
+        placed = {record.namespace for record in self.status.shards}
+        next_id = self.status.next_shard_id
+        load = Counter(self.load)
+        for namespace in self.spec.namespaces:
+            if namespace.name in placed:
+                continue
+            records = self._place(namespace, next_id, load)
+            if records is None:
+                continue
+            next_id += len(records)
+            yield PlaceShards(namespace.name, records)
+
+    def _place(
+        self, namespace: NamespaceSpec, first_id: int, load: Counter[str]
+    ) -> tuple[ShardRecord, ...] | None:
+        candidates = self._candidates()
+        if len(candidates) < namespace.replication_factor:
+            return None  # wait for enough pods
+        records = []
+        for offset, hash_range in enumerate(split_hash_space(namespace.shards)):
+            members = pick_members(
+                candidates, [], namespace.replication_factor, load, self.spec.anti_affinity
+            )
+            for name in members:
+                load[name] += 1
+            records.append(
+                ShardRecord(
+                    namespace=namespace.name,
+                    shard=first_id + offset,
+                    hash_range=hash_range,
+                    term=0,
+                    state=ShardState.NEW,
+                    leader=None,
+                    ensemble=tuple(members),
+                )
+            )
+        return tuple(records)
+
+    # -- one shard -------------------------------------------------------------------
+
+    def _shard_action(self, record: ShardRecord) -> Action | None:
+        namespace = self.spec.namespace(record.namespace)
+        if record.state is not ShardState.STEADY:
+            return self._unfinished_election(record)
+        leader_report = self.observed.report(record.leader, record.shard)
+        if not self.observed.alive(record.leader):
+            return self._election(record, f"leader {record.leader} is unreachable")
+        if (
+            leader_report is not None
+            and leader_report.term == record.term
+            and leader_report.role != LEADER
+        ):
+            return self._election(
+                record, f"leader {record.leader} is {leader_report.role}, not leading"
+            )
+        if leader_report is None and self._lost_replica(record.leader, record.shard):
+            # Polled since it came back, and the replica is gone (a wiped disk):
+            # it will never report leading again.
+            return self._election(record, f"leader {record.leader} lost its replica")
+        if (
+            leader_report is None
+            or leader_report.term != record.term
+            or leader_report.role != LEADER
+        ):
+            return None  # not observed yet (or a stale observation): wait
+        if self._unfinished_change(record, leader_report):
+            return FinishEnsembleChange(record.shard)
+        if namespace is None or not self._settled(record, leader_report):
+            return None
+        return self._ensemble_change(record, namespace, leader_report)
+
+    def _election(
+        self, record: ShardRecord, reason: str, preferred: str | None = None
+    ) -> Elect | None:
+        voters = record.voters
+        answering = sum(1 for name in voters if self.observed.alive(name))
+        if answering < majority(len(voters)):
+            return None  # no majority can answer: nothing safe to do but wait
+        return Elect(record.shard, reason, preferred)
+
+    def _unfinished_election(self, record: ShardRecord) -> Action | None:
+        if record.leader is not None:
+            report = self.observed.report(record.leader, record.shard)
+            if report is not None and report.term == record.term and report.role == LEADER:
+                return ConfirmLeader(record.shard)
+        reason = "first election" if record.state is ShardState.NEW else "election interrupted"
+        return self._election(record, reason)
+
+    def _lost_replica(self, name: str | None, shard: int) -> bool:
+        """A live node polled since it turned alive that holds no replica of the shard."""
+        view = self.observed.nodes.get(name) if name is not None else None
+        return (
+            view is not None
+            and view.alive
+            and view.replicas is not None
+            and shard not in view.replicas
+        )
+
+    def _follower_addresses(self, report: ReplicaReport) -> set[str]:
+        return {follower.internal_address for follower in report.followers}
+
+    def _address(self, name: str) -> str | None:
+        view = self.observed.nodes.get(name)
+        if view is not None:
+            return view.internal_address
+        node = self.status.node(name)
+        return node.internal_address if node is not None else None
+
+    def _unfinished_change(self, record: ShardRecord, report: ReplicaReport) -> bool:
+        followers = self._follower_addresses(report)
+        if record.leaving:
+            return True
+        for name in record.ensemble:
+            if name == record.leader:
+                continue
+            # A member the leader lacks is added by FinishEnsembleChange, which
+            # can only reach it alive; a dead one waits (or is replaced).
+            if self._address(name) not in followers and self.observed.alive(name):
+                return True
+            # A member that came back without its replica (a wiped disk): the
+            # leader cannot catch it up until NewTerm creates the replica again.
+            if self._lost_replica(name, record.shard):
+                return True
+        return False
+
+    def _settled(self, record: ShardRecord, report: ReplicaReport) -> bool:
+        """May the ensemble change again: every member voting, and a majority
+        holding the commit offset durably in this term (the rule the
+        replication simulation checks ensemble changes against)."""
+        if report.head_term != record.term or report.durable_offset < report.commit_offset:
+            return False
+        members = [name for name in record.ensemble if name != record.leader]
+        by_address = {follower.internal_address: follower for follower in report.followers}
+        holding = 1
+        for name in members:
+            follower = by_address.get(self._address(name) or "")
+            if follower is None:
+                if self.observed.alive(name):
+                    return False
+                continue  # dead and never added: holds nothing, may be replaced
+            if not follower.voting and self.observed.alive(name):
+                return False
+            if follower.voting and follower.acked_offset >= report.commit_offset:
+                holding += 1
+        return holding >= majority(len(record.ensemble))
+
+    def _ensemble_change(
+        self, record: ShardRecord, namespace: NamespaceSpec, report: ReplicaReport
+    ) -> Action | None:
+        move = next((m for m in self.status.leader_moves if m.shard == record.shard), None)
+        if move is not None:
+            return self._leader_move(record, move.node)
+        if self.changes_left <= 0:
+            return None
+        size = len(record.ensemble)
+        rf = namespace.replication_factor
+        followers = [name for name in record.ensemble if name != record.leader]
+        dead = [name for name in followers if self._long_dead(name)]
+        unwanted = [name for name in followers if self._unwanted(name) and name not in dead]
+        spares = self._spares(record)
+        # A leader on a node being drained or released hands over first; with
+        # no live wanted follower to take over (an ensemble of one, say) it is
+        # replaced like an unwanted follower: its replacement is added first,
+        # then takes over, then the old leader is removed.
+        leader_unwanted = record.leader is not None and self._unwanted(record.leader)
+        if leader_unwanted and size > 1:
+            handover = self._handover(record)
+            if handover is not None:
+                return handover
+        if leader_unwanted and record.leader is not None:
+            unwanted = [*unwanted, record.leader]
+        # A dead member goes first (it adds nothing to the majority), a live
+        # unwanted one last (its replacement catches up while it still counts).
+        if dead and (spares or size > rf):
+            return self._remove(record, f"replace unreachable {dead[0]}", dead)
+        if size < rf and spares:
+            return self._add(record, spares, f"grow to replication factor {rf}", unwanted)
+        if unwanted and size <= rf and spares:
+            return self._add(
+                record, spares, f"replace {unwanted[0]} (drained or released)", unwanted
+            )
+        if size > rf:
+            return self._remove(record, f"shrink to replication factor {rf}", dead + unwanted)
+        return None
+
+    def _spares(self, record: ShardRecord) -> list[Candidate]:
+        return [c for c in self._candidates() if c.name not in record.voters]
+
+    def _add(
+        self,
+        record: ShardRecord,
+        spares: Sequence[Candidate],
+        reason: str,
+        replaced: Sequence[str] = (),
+    ) -> Action | None:
+        # Anti-affinity counts against the members that stay: a node replacing
+        # a drained member may share that member's zone (it takes its place).
+        members = [self._as_candidate(name) for name in record.ensemble if name not in replaced]
+        chosen = pick_members(spares, members, 1, self.load, self.spec.anti_affinity)
+        if not chosen:
+            return None
+        self.changes_left -= 1
+        self.load[chosen[0]] += 1
+        return ChangeEnsemble(record.shard, reason, add=chosen[0])
+
+    def _remove(self, record: ShardRecord, reason: str, prefer: Sequence[str]) -> Action | None:
+        members = [self._as_candidate(name) for name in record.ensemble]
+        victim = pick_member_to_remove(
+            members, record.leader, self.load, self.spec.anti_affinity, prefer
+        )
+        if victim is None:
+            return None
+        if not self._removal_keeps_majority(record, victim):
+            return None
+        self.changes_left -= 1
+        return ChangeEnsemble(record.shard, reason, remove=victim)
+
+    def _removal_keeps_majority(self, record: ShardRecord, victim: str) -> bool:
+        """After removing `victim`, can a majority of the rest still answer?"""
+        rest = [name for name in record.ensemble if name != victim]
+        alive = sum(1 for name in rest if self.observed.alive(name))
+        return bool(rest) and alive >= majority(len(rest))
+
+    def _handover(self, record: ShardRecord) -> Action | None:
+        targets = [
+            name for name in record.ensemble if name != record.leader and self._eligible(name)
+        ]
+        if not targets:
+            return None
+        leaders = leader_load(self.status.shards)
+        target = min(targets, key=lambda name: (leaders.get(name, 0), name))
+        election = self._election(record, f"hand leadership off {record.leader}", target)
+        if election is not None:
+            self.changes_left -= 1
+        return election
+
+    def _leader_move(self, record: ShardRecord, target: str) -> Action | None:
+        if target == record.leader:
+            return DropLeaderMove(record.shard, target, "already the leader")
+        if target not in record.ensemble or not self.observed.alive(target):
+            return DropLeaderMove(record.shard, target, f"{target} is not a live member")
+        return self._election(record, f"leader moved to {target} on request", preferred=target)
+
+    # -- balance ---------------------------------------------------------------------
+
+    def _all_settled(self) -> bool:
+        """Balancing waits until every shard is steady with its full ensemble and
+        every wanted node has been up for a while."""
+        now = self.observed.now_ms
+        for view in self.observed.nodes.values():
+            if not self._eligible(view.name):
+                continue
+            if now - view.alive_since_ms < self.settings.rebalance_after_ms:
+                return False
+        for record in self.status.shards:
+            namespace = self.spec.namespace(record.namespace)
+            if record.state is not ShardState.STEADY or record.leaving:
+                return False
+            if namespace is not None and len(record.ensemble) != namespace.replication_factor:
+                return False
+        return True
+
+    def _rebalance(self) -> Iterator[Action]:
+        if self.changes_left <= 0:
+            return
+        nodes = [c.name for c in self._candidates()]
+        if len(nodes) < 2:
+            return
+        members = {name: self.load.get(name, 0) for name in nodes}
+        # Busiest first, idlest first: the first pair two or more apart that some
+        # shard can move a member between; only if none can, the first where
+        # the busier node must hand a shard's leadership over first.
+        pairs = [
+            (most, least)
+            for most in sorted(nodes, key=lambda name: (-members[name], name))
+            for least in sorted(nodes, key=lambda name: (members[name], name))
+            if members[most] - members[least] > 1
+        ]
+        for handover in (False, True):
+            for most, least in pairs:
+                for record in self.status.shards:
+                    action = self._member_move(record, most, least, handover)
+                    if action is not None:
+                        self.changes_left -= 1
+                        yield action
+                        return
+        leaders = leader_load(self.status.shards)
+        counts = {name: leaders.get(name, 0) for name in nodes}
+        for most in sorted(nodes, key=lambda name: (-counts[name], name)):
+            for least in sorted(nodes, key=lambda name: (counts[name], name)):
+                if counts[most] - counts[least] <= 1:
+                    break
+                for record in self.status.shards:
+                    if record.leader == most and least in record.ensemble:
+                        reason = f"balance leaders: {most} -> {least}"
+                        election = self._election(record, reason, least)
+                        if election is not None:
+                            self.changes_left -= 1
+                            yield election
+                            return
+
+    def _member_move(
+        self, record: ShardRecord, most: str, least: str, handover: bool
+    ) -> Action | None:
+        """The first step of moving a member of the shard from `most` to `least`:
+        add `least` (the shrink that follows removes `most`), or, with
+        `handover` and if `most` leads the shard, hand its leadership to another
+        member first (the leader is never removed)."""
+        if most not in record.ensemble or least in record.voters or record.leader is None:
+            return None
+        if handover != (record.leader == most):
+            return None
+        leader = record.leader
+        if handover:
+            targets = [name for name in record.ensemble if name != most and self._eligible(name)]
+            if not targets:
+                return None
+            leaders = leader_load(self.status.shards)
+            leader = min(targets, key=lambda name: (leaders.get(name, 0), name))
+        if not self._member_move_fits(record, leader, most, least):
+            return None
+        if leader != record.leader:
+            return self._election(record, f"hand leadership off {most} to balance members", leader)
+        return ChangeEnsemble(record.shard, f"balance members: {most} -> {least}", add=least)
+
+    def _member_move_fits(self, record: ShardRecord, leader: str, most: str, least: str) -> bool:
+        """Would adding `least` to the shard (led by `leader`) make the shrink
+        that follows remove `most`, without more anti-affinity conflicts than
+        before? (Otherwise the shrink removes `least` again, or another member,
+        and balancing adds it back: it would never settle.)"""
+        members = [self._as_candidate(name) for name in record.ensemble]
+        grown = [*members, self._as_candidate(least)]
+        load = Counter(self.load)
+        load[least] += 1
+        prefer = [name for name in record.ensemble if self._long_dead(name) or self._unwanted(name)]
+        victim = pick_member_to_remove(grown, leader, load, self.spec.anti_affinity, prefer)
+        if victim != most:
+            return False
+        shrunk = [member for member in grown if member.name != most]
+        return self._conflicts(shrunk) <= self._conflicts(members)
+
+    def _conflicts(self, members: Sequence[Candidate]) -> int:
+        return sum(
+            conflicts(member, members[index + 1 :], self.spec.anti_affinity)
+            for index, member in enumerate(members)
+        )
+
+    # -- stale replicas ----------------------------------------------------------------
+
+    def _stale_replicas(self, busy: set[int]) -> Iterator[DeleteReplica]:
+        records = {
+            record.shard: record for record in self.status.shards if record.shard not in busy
+        }
+        for view in sorted(self.observed.nodes.values(), key=lambda v: v.name):
+            if not view.alive or view.replicas is None:
+                continue
+            for shard, report in sorted(view.replicas.items()):
+                record = records.get(shard)
+                if record is None:
+                    continue  # not ours to judge (another cluster's, or not yet recorded)
+                if view.name in record.voters or record.state is not ShardState.STEADY:
+                    continue
+                leader_report = self.observed.report(record.leader, shard)
+                if leader_report is not None and view.internal_address in self._follower_addresses(
+                    leader_report
+                ):
+                    continue  # the leader still sends to it: remove it there first
+                yield DeleteReplica(view.name, shard, max(record.term, report.term))

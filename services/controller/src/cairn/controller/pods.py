@@ -1,0 +1,181 @@
+"""The controller's calls into storage pods (the Coordination and gRPC Health
+services on their internal port). Thin: build a request, call with a deadline,
+convert the answer. Errors are grpc.aio.AioRpcError; callers decide."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from cairn.common.heartbeat import FollowerReport, ReplicaReport
+from cairn.common.keyorder import KeyOrder
+from cairn.controller.model import NamespaceSpec
+from cairn.proto import oxia_client_pb2 as pb
+from cairn.proto import replication_pb2 as rpb
+from cairn.proto import replication_pb2_grpc as rpb_grpc
+
+ROLE_NAMES = {
+    rpb.NOT_MEMBER: "not_member",
+    rpb.FENCED: "fenced",
+    rpb.FOLLOWER: "follower",
+    rpb.LEADER: "leader",
+}
+# Channels kept open at once (one per pod; far above any cluster we run).
+MAX_CHANNELS = 4096
+# A pod restarted on its address is dialled again within a second (gRPC's
+# default backoff grows to two minutes); keepalives notice a silent peer.
+CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+]
+
+
+@dataclass(frozen=True)
+class PodAddress:
+    public: str
+    internal: str
+
+    def message(self) -> rpb.Node:
+        return rpb.Node(public_address=self.public, internal_address=self.internal)
+
+
+def spec_message(namespace: NamespaceSpec) -> rpb.ShardSpec:
+    return rpb.ShardSpec(
+        namespace=namespace.name,
+        key_sorting=(
+            pb.KEY_SORTING_NATURAL
+            if namespace.key_order is KeyOrder.NATURAL
+            else pb.KEY_SORTING_HIERARCHICAL
+        ),
+        notifications_disabled=not namespace.notifications,
+    )
+
+
+def replica_report(status: rpb.ShardStatus) -> ReplicaReport:
+    return ReplicaReport(
+        shard=status.shard,
+        namespace=status.spec.namespace,
+        role=ROLE_NAMES.get(status.role, "not_member"),
+        term=status.term,
+        head_term=status.head.term,
+        head_offset=status.head.offset,
+        commit_offset=status.commit_offset,
+        durable_offset=status.durable_offset,
+        applied_offset=status.applied_offset,
+        leader_internal_address=status.leader.internal_address,
+        followers=tuple(
+            FollowerReport(
+                internal_address=f.node.internal_address,
+                acked_offset=f.acked_offset,
+                voting=f.voting,
+                state=f.state,
+            )
+            for f in status.followers
+        ),
+    )
+
+
+class PodClient:
+    def __init__(self, rpc_timeout_s: float = 5.0) -> None:
+        self.rpc_timeout_s = rpc_timeout_s
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def _channel(self, address: str) -> grpc.aio.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            if len(self._channels) >= MAX_CHANNELS:
+                raise RuntimeError(f"more than {MAX_CHANNELS} pod channels")
+            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            self._channels[address] = channel
+        return channel
+
+    def _coordination(self, address: str) -> rpb_grpc.CoordinationStub:
+        return rpb_grpc.CoordinationStub(self._channel(address))
+
+    async def new_term(
+        self, address: str, shard: int, term: int, namespace: NamespaceSpec
+    ) -> tuple[int, int]:
+        """Fence the replica (creating it if needed); its durable head."""
+        answer = await self._coordination(address).NewTerm(
+            rpb.NewTermRequest(shard=shard, term=term, spec=spec_message(namespace)),
+            timeout=self.rpc_timeout_s,
+        )
+        return answer.head.term, answer.head.offset
+
+    async def become_leader(
+        self, leader: PodAddress, shard: int, term: int, followers: Sequence[PodAddress]
+    ) -> None:
+        await self._coordination(leader.internal).BecomeLeader(
+            rpb.BecomeLeaderRequest(
+                shard=shard,
+                term=term,
+                leader=leader.message(),
+                followers=[follower.message() for follower in followers],
+            ),
+            timeout=self.rpc_timeout_s,
+        )
+
+    async def add_follower(
+        self, leader_address: str, shard: int, term: int, follower: PodAddress
+    ) -> None:
+        await self._coordination(leader_address).AddFollower(
+            rpb.AddFollowerRequest(shard=shard, term=term, follower=follower.message()),
+            timeout=self.rpc_timeout_s,
+        )
+
+    async def remove_follower(
+        self, leader_address: str, shard: int, term: int, follower_internal: str
+    ) -> None:
+        await self._coordination(leader_address).RemoveFollower(
+            rpb.RemoveFollowerRequest(
+                shard=shard, term=term, follower_internal_address=follower_internal
+            ),
+            timeout=self.rpc_timeout_s,
+        )
+
+    async def delete_shard(self, address: str, shard: int, term: int) -> None:
+        await self._coordination(address).DeleteShard(
+            rpb.DeleteShardRequest(shard=shard, term=term), timeout=self.rpc_timeout_s
+        )
+
+    async def status(self, address: str, timeout_s: float | None = None) -> list[ReplicaReport]:
+        answer = await self._coordination(address).GetStatus(
+            rpb.GetStatusRequest(), timeout=timeout_s or self.rpc_timeout_s
+        )
+        return [replica_report(shard) for shard in answer.shards]
+
+    async def replica_status(self, address: str, shard: int) -> ReplicaReport:
+        answer = await self._coordination(address).GetStatus(
+            rpb.GetStatusRequest(shard=shard), timeout=self.rpc_timeout_s
+        )
+        return replica_report(answer.shards[0])
+
+    async def push_assignments(
+        self, address: str, assignments: pb.ShardAssignments, version: int
+    ) -> None:
+        await self._coordination(address).PushAssignments(
+            rpb.PushAssignmentsRequest(assignments=assignments, version=version),
+            timeout=self.rpc_timeout_s,
+        )
+
+    async def watch_health(self, address: str) -> AsyncIterator[bool]:
+        """Whether the pod serves, at each change; ends (or raises) when the
+        connection breaks, which is how a crash shows at once."""
+        stub = health_pb2_grpc.HealthStub(self._channel(address))
+        call = stub.Watch(health_pb2.HealthCheckRequest(service=""))
+        try:
+            async for answer in call:
+                yield answer.status == health_pb2.HealthCheckResponse.SERVING
+        finally:
+            call.cancel()
+
+    async def close(self) -> None:
+        channels, self._channels = list(self._channels.values()), {}
+        await asyncio.gather(*(channel.close() for channel in channels), return_exceptions=True)

@@ -1,0 +1,1 @@
+"""Tests of the health sidecar and of the storage pod's gRPC health service."""
