@@ -51,6 +51,7 @@ class Harness:
     def __init__(self, cluster: LocalCluster) -> None:
         self.cluster = cluster
         self._bench: FailoverBench | None = None
+        self._writers: list[OxiaWriter] = []
         self._stop = threading.Event()
         self._supervisor = threading.Thread(target=self._supervise, daemon=True)
 
@@ -70,7 +71,17 @@ class Harness:
         self._supervisor.start()
         self.bench.wait_settled()
 
+    def oxia_writer(self) -> OxiaWriter:
+        """The oxia client writing through any pod (stopped at teardown at the latest)."""
+        writer = OxiaWriter(
+            [self.cluster.public_address(name) for name in sorted(self.cluster.pods)]
+        )
+        self._writers.append(writer)
+        return writer
+
     def stop(self) -> None:
+        for writer in self._writers:
+            writer.stop()
         if self._bench is not None:
             self._bench.close()
         self._stop.set()
@@ -161,8 +172,7 @@ def test_leader_crashes_fail_over_and_lose_no_acknowledged_write(
     writes again within the bound, the launcher restarts the pod, it rejoins and
     catches up; everything acknowledged (our probes and the oxia client) is there."""
     h = harness()
-    addresses = [h.cluster.public_address(name) for name in sorted(h.cluster.pods)]
-    oxia_writer = OxiaWriter(addresses)
+    oxia_writer = h.oxia_writer()
     try:
         h.bench.start_probes()
         for _ in range(2):
@@ -191,14 +201,22 @@ def test_a_hung_pod_is_detected_by_missed_heartbeats_and_replaced_as_leader(
     """SIGSTOP of a whole pod (storage and sidecar): no crash to see, only silence.
     Its shards fail over; when it continues it steps down and catches up."""
     h = harness()
-    h.bench.start_probes()
-    result = h.bench.one_run("hang")
-    assert result.failover_ms < FAILOVER_BOUND_MS, result
-    h.bench.wait_settled()
-    h.assert_one_leader_per_shard()
+    oxia_writer = h.oxia_writer()
+    try:
+        h.bench.start_probes()
+        time.sleep(1.0)
+        result = h.bench.one_run("hang")
+        assert result.failover_ms < FAILOVER_BOUND_MS, result
+        h.bench.wait_settled()
+        h.assert_one_leader_per_shard()
+        time.sleep(1.0)
+    finally:
+        oxia_writer.stop()
     for probe in h.bench.probes.values():
         probe.stop()
     assert h.bench.verify() > 100
+    oxia_acked = oxia_writer.acked()
+    assert h.bench.read_back(oxia_acked, oxia_key_hash) == len(oxia_acked)
     reasons = [e["reason"] for e in h.admin().get("/v1/elections").json()]
     assert any(result.pod in reason and "unreachable" in reason for reason in reasons), reasons
 
@@ -238,6 +256,7 @@ def test_replication_factor_goes_3_to_1_to_3_on_a_live_namespace(
     harness: Callable[..., Harness],
 ) -> None:
     h = harness()
+    oxia_writer = h.oxia_writer()
     h.bench.start_probes()
     for factor in (1, 3):
         answer = h.admin().put(
@@ -253,9 +272,13 @@ def test_replication_factor_goes_3_to_1_to_3_on_a_live_namespace(
         h.assert_one_leader_per_shard()
     # The members removed at 1 had their replicas deleted, the ones added at 3 got
     # the data: every acknowledged write reads back through every leader.
+    oxia_writer.stop()
     for probe in h.bench.probes.values():
         probe.stop()
     assert h.bench.verify() > 100
+    oxia_acked = oxia_writer.acked()
+    assert len(oxia_acked) > 20, oxia_writer.lines[-20:]
+    assert h.bench.read_back(oxia_acked, oxia_key_hash) == len(oxia_acked)
     bad = h.admin().put("/v1/namespaces/default/replication-factor", json={"replicationFactor": 0})
     assert bad.status_code == 422
     assert (
@@ -329,6 +352,29 @@ def test_a_pod_that_returns_wiped_is_rebuilt(harness: Callable[..., Harness]) ->
     h.assert_one_leader_per_shard()
     statuses = h.pod_statuses()
     assert len(statuses[victim]) == len(h.shards()), statuses[victim]
+    for probe in h.bench.probes.values():
+        probe.stop()
+    assert h.bench.verify() > 100
+
+
+def test_a_leader_moves_on_request_while_writes_flow(harness: Callable[..., Harness]) -> None:
+    h = harness()
+    h.bench.start_probes()
+    time.sleep(1.0)
+    shard = h.shards()[0]
+    target = next(name for name in shard["ensemble"] if name != shard["leader"])
+    answer = h.admin().post(f"/v1/shards/{shard['id']}/leader", json={"node": target})
+    assert answer.status_code == 202, answer.text
+    _wait(
+        lambda: next(s for s in h.shards() if s["id"] == shard["id"])["leader"] == target,
+        f"shard {shard['id']} led by {target}",
+        timeout_s=60.0,
+    )
+    h.bench.wait_settled()
+    h.assert_one_leader_per_shard()
+    outsider = h.admin().post(f"/v1/shards/{shard['id']}/leader", json={"node": "storage-9"})
+    assert outsider.status_code == 409
+    assert h.admin().post("/v1/shards/999/leader", json={"node": target}).status_code == 404
     for probe in h.bench.probes.values():
         probe.stop()
     assert h.bench.verify() > 100

@@ -62,6 +62,8 @@ class OxiaWriter:
         return found
 
     def stop(self) -> None:
-        self._process.kill()
+        """Idempotent."""
+        if self._process.poll() is None:
+            self._process.kill()
         self._process.wait(timeout=30)
         self._pump.join(timeout=30)

@@ -99,7 +99,8 @@ class ShardProbe(threading.Thread):
         self.shard = shard
         self.hash_range = hash_range
         self.addresses = list(addresses)
-        self.successes: deque[float] = deque(maxlen=MAX_SAMPLES)
+        # (sent, acknowledged) times of acknowledged writes.
+        self.successes: deque[tuple[float, float]] = deque(maxlen=MAX_SAMPLES)
         self.acked: dict[str, tuple[bytes, int]] = {}
         self.errors = 0
         self._stop_event = threading.Event()
@@ -120,6 +121,7 @@ class ShardProbe(threading.Thread):
                 request = pb.WriteRequest(
                     shard=self.shard, puts=[pb.PutRequest(key=key, value=value)]
                 )
+                sent = time.monotonic()
                 try:
                     response = pb_grpc.OxiaClientStub(channel).Write(
                         request, timeout=WRITE_TIMEOUT_S
@@ -135,15 +137,18 @@ class ShardProbe(threading.Thread):
                 (put,) = response.puts
                 if put.status == pb.OK:
                     with self._lock:
-                        self.successes.append(time.monotonic())
+                        self.successes.append((sent, time.monotonic()))
                         self.acked[key] = (value, put.version.version_id)
         finally:
             for channel in channels.values():
                 channel.close()
 
     def first_success_after(self, moment: float) -> float | None:
+        """When the first write sent after `moment` was acknowledged (a write
+        sent before it may be answered after it by the old leader: not a
+        failover)."""
         with self._lock:
-            return next((t for t in self.successes if t > moment), None)
+            return next((acked for sent, acked in self.successes if sent > moment), None)
 
     def stop(self) -> None:
         self._stop_event.set()
