@@ -72,7 +72,7 @@ def _is_safe(
     head = answered[preferred]
     if head == best_head:
         return True
-    if len(answered) < len(set(voters)):
+    if len(answered) < len(set(voters)) or head[0] != best_head[0]:
         return False
     offsets = sorted((offset for _, offset in answered.values()), reverse=True)
     held_by_majority = offsets[majority(len(offsets)) - 1]

@@ -249,11 +249,16 @@ class Executor:
         term = record.term + 1
         # The new term is on record before any member hears of it: a restarted
         # controller never reuses it.
-        record = await self._set_shard(
-            action.shard, term=term, state=ShardState.ELECTION, leader=None
-        )
+        # A shard that never had a leader stays NEW through retried first
+        # elections: only then may NewTerm create missing replicas. Afterwards a
+        # member without its replica (a wiped disk) must not answer with an
+        # empty log, which could outvote one holding committed entries; it is
+        # recreated through an ensemble change, from a leader, instead.
+        creating = record.state is ShardState.NEW
+        state = ShardState.NEW if creating else ShardState.ELECTION
+        record = await self._set_shard(action.shard, term=term, state=state, leader=None)
         voters = record.voters
-        heads = await self._fence(record, term, namespace)
+        heads = await self._fence(record, term, namespace if creating else None)
         leaders = leader_load(self.keeper.state.status.shards)
         views = self.observer.view().nodes
         alive = {name for name in voters if name in views and views[name].alive}
@@ -292,17 +297,18 @@ class Executor:
             {name: f"{t}:{o}" for name, (t, o) in sorted(heads.items())},
             duration_ms,
         )
-        if action.preferred is not None and leader != action.preferred:
-            log.info(
-                "shard %d: could not move the leader to %s now (its log is behind)",
-                record.shard,
-                action.preferred,
-            )
         self.push_assignments()
         await self.observer.refresh(voters)
+        if action.preferred is not None and leader != action.preferred:
+            # The request stays; failing the action makes the next try wait
+            # (backing off), rather than electing again at once under load.
+            raise ActionFailed(
+                f"shard {record.shard}: could not move the leader to {action.preferred} "
+                "now (its log is behind); retrying later"
+            )
 
     async def _fence(
-        self, record: ShardRecord, term: int, namespace: NamespaceSpec
+        self, record: ShardRecord, term: int, namespace: NamespaceSpec | None
     ) -> dict[str, tuple[int, int]]:
         """NewTerm to every voter at once; their heads. Once a majority has
         answered, stragglers (a hung pod answers only when its RPC times out) get
@@ -355,7 +361,8 @@ class Executor:
                 raise ActionFailed(f"shard {shard} vanished from the cluster state")
             status = status.with_shard(replace(record, state=ShardState.STEADY, leaving=()))
             status = replace(status, assignments_version=status.assignments_version + 1)
-            if action is not None and action.preferred is not None:
+            if election is not None and action is not None and action.preferred == election.leader:
+                # A requested move is done (one that failed stays requested).
                 status = replace(
                     status,
                     leader_moves=tuple(m for m in status.leader_moves if m.shard != shard),
@@ -379,16 +386,22 @@ class Executor:
             raise ActionFailed(f"shard {record.shard} has no steady leader")
         return self._address(record.leader).internal
 
-    async def _add_member(self, record: ShardRecord, name: str, namespace: NamespaceSpec) -> None:
+    async def _add_member(
+        self, record: ShardRecord, name: str, namespace: NamespaceSpec, *, fence: bool = True
+    ) -> None:
+        """Create (or fence) the member's replica at the shard's term, then have
+        the leader send to it. A member that is down is only given to the leader
+        (which keeps trying it); its replica is fenced once it is back."""
         address = self._address(name)
-        try:
-            await self.pods.new_term(address.internal, record.shard, record.term, namespace)
-        except grpc.aio.AioRpcError as error:
-            # Already following this term's leader: nothing to fence.
-            if error.code() != grpc.StatusCode.FAILED_PRECONDITION:
-                raise ActionFailed(
-                    f"shard {record.shard}: NewTerm on {name}: {_brief(error)}"
-                ) from None
+        if fence:
+            try:
+                await self.pods.new_term(address.internal, record.shard, record.term, namespace)
+            except grpc.aio.AioRpcError as error:
+                # Already following this term's leader: nothing to fence.
+                if error.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                    raise ActionFailed(
+                        f"shard {record.shard}: NewTerm on {name}: {_brief(error)}"
+                    ) from None
         await self.pods.add_follower(
             self._leader_address(record), record.shard, record.term, address
         )
@@ -435,28 +448,37 @@ class Executor:
         leader_address = self._leader_address(record)
         report = await self.pods.replica_status(leader_address, record.shard)
         followers = {f.internal_address for f in report.followers}
-        views = self.observer.view().nodes
-        for name in record.ensemble:
-            if name == record.leader:
-                continue
-            view = views.get(name)
-            missing_here = (
-                view is not None
-                and view.alive
-                and view.replicas is not None
-                and record.shard not in view.replicas
-            )
-            if self._address(name).internal not in followers or missing_here:
-                await self._add_member(record, name, namespace)
-                log.info("shard %d: (re)added member %s", record.shard, name)
+        # Removals first: they are recorded already and need no member alive.
         for name in record.leaving:
             await self.pods.remove_follower(
                 leader_address, record.shard, record.term, self._address(name).internal
             )
         if record.leaving:
-            await self._set_shard(record.shard, leaving=())
+            record = await self._set_shard(record.shard, leaving=())
             log.info("shard %d: finished removing %s", record.shard, ", ".join(record.leaving))
+        views = self.observer.view().nodes
+        failures = []
+        for name in record.ensemble:
+            if name == record.leader:
+                continue
+            view = views.get(name)
+            alive = view is not None and view.alive
+            missing_here = (
+                alive
+                and view is not None
+                and view.replicas is not None
+                and record.shard not in view.replicas
+            )
+            if self._address(name).internal not in followers or missing_here:
+                try:
+                    await self._add_member(record, name, namespace, fence=alive)
+                except (ActionFailed, grpc.aio.AioRpcError) as error:
+                    failures.append(f"{name}: {error}")
+                    continue
+                log.info("shard %d: (re)added member %s", record.shard, name)
         await self.observer.refresh(list(record.voters))
+        if failures:
+            raise ActionFailed(f"shard {record.shard}: could not add {'; '.join(failures)}")
 
     async def _delete(self, action: DeleteReplica) -> None:
         await self.pods.delete_shard(self._address(action.node).internal, action.shard, action.term)

@@ -11,23 +11,30 @@ Per shard, in order of urgency:
 
 1. an election that did not finish (NEW, ELECTION) is run again with a new
    term, or confirmed if its leader took office;
-2. a leader that is unreachable, or lost its role (it restarted), is replaced
-   by an election, if a majority of the members can answer;
-3. an ensemble change that did not finish is finished;
-4. once the ensemble is settled (every member voting, a majority holding the
-   commit offset in this term): a long-dead follower is removed when a spare
-   exists, members on nodes being drained or released are replaced, the
-   ensemble grows or shrinks one member at a time to the replication factor,
-   a requested leader move is made;
+2. a leader that is unreachable, or lost its role (it restarted) or its
+   replica (a wiped disk), is replaced by an election, if a majority of the
+   members can answer;
+3. an ensemble change that did not finish is finished (for members alive to
+   take it: a dead one is left to come back or to be replaced);
+4. once the ensemble is settled (every live member voting, a majority holding
+   the commit offset in this term): a long-dead follower is removed when a
+   spare exists, members on nodes being drained or released are replaced (a
+   leader there hands over first, or is replaced like a follower when no
+   member can take over), the ensemble grows or shrinks one member at a time
+   to the replication factor, a requested leader move is made;
 5. then, if nothing else is changing: members and leaders are balanced across
-   the nodes that have been up for a while (damping flapping nodes).
+   the nodes that have been up for a while (damping flapping nodes); a member
+   is moved only where the shrink that follows takes it off the busier node
+   without adding anti-affinity conflicts (so balancing always settles).
 
-Stale replicas (kept by a node that is no longer a member) are deleted; new
-namespaces are placed; node records follow what is observed.
+Stale replicas (kept by a node that is no longer a member) are deleted while
+nothing else happens to their shard; new namespaces are placed; node records
+follow what is observed.
 
-No plan leaves a shard without a majority: a removal is planned only while the
-remaining members include a voting majority holding the commit offset, and an
-election only with a majority of the members answering.
+No plan leaves a shard without a majority: a removal is planned only once a
+majority of the ensemble holds the commit offset (so every majority of the
+members that remain includes one holding it) and a majority of those that
+remain can answer; an election only with a majority of the members answering.
 """
 
 from __future__ import annotations
@@ -111,8 +118,11 @@ class _Planner:
         self.observed = observed
         self.settings = settings
         self.load = member_load(status.shards)
+        # Changes under way: removals not finished, but not those of a shard
+        # whose leader is unreachable (nothing is under way there, and it may
+        # stay so for good, without a majority: it must not hold up the rest).
         self.changes_left = settings.max_concurrent_changes - sum(
-            1 for record in status.shards if record.leaving
+            1 for record in status.shards if record.leaving and observed.alive(record.leader)
         )
 
     # -- the whole plan --------------------------------------------------------------
@@ -259,20 +269,35 @@ class _Planner:
             or leader_report.role != LEADER
         ):
             return None  # not observed yet (or a stale observation): wait
+        stray = self._drop_never_added(record, leader_report)
+        if stray is not None:
+            return stray
         if self._unfinished_change(record, leader_report):
             return FinishEnsembleChange(record.shard)
-        if namespace is None or not self._settled(record, leader_report):
+        if namespace is None or not self._in_step(record, leader_report):
             return None
-        return self._ensemble_change(record, namespace, leader_report)
+        settled = self._settled(record, leader_report)
+        return self._ensemble_change(record, namespace, leader_report, settled)
 
     def _election(
         self, record: ShardRecord, reason: str, preferred: str | None = None
     ) -> Elect | None:
         voters = record.voters
-        answering = sum(1 for name in voters if self.observed.alive(name))
+        answering = sum(1 for name in voters if self._can_answer(record, name))
         if answering < majority(len(voters)):
             return None  # no majority can answer: nothing safe to do but wait
         return Elect(record.shard, reason, preferred)
+
+    def _can_answer(self, record: ShardRecord, name: str) -> bool:
+        """Can the member answer NewTerm with a head: alive, and (unless the
+        shard never had a leader, when NewTerm creates replicas) not known to
+        have lost its replica: a wiped member's empty log must not vote."""
+        view = self.observed.nodes.get(name)
+        if view is None or not view.alive:
+            return False
+        return (
+            record.state is ShardState.NEW or view.replicas is None or record.shard in view.replicas
+        )
 
     def _unfinished_election(self, record: ShardRecord) -> Action | None:
         if record.leader is not None:
@@ -319,32 +344,73 @@ class _Planner:
                 return True
         return False
 
-    def _settled(self, record: ShardRecord, report: ReplicaReport) -> bool:
-        """May the ensemble change again: every member voting, and a majority
-        holding the commit offset durably in this term (the rule the
-        replication simulation checks ensemble changes against)."""
+    def _drop_never_added(self, record: ShardRecord, report: ReplicaReport) -> Action | None:
+        """A long-dead member the leader never had (its addition was cut short,
+        then it died): FinishEnsembleChange cannot reach it (and fails on it),
+        and it holds nothing the leader counts, so it is removed at once,
+        without waiting for the ensemble to settle (which may wait on the
+        very FinishEnsembleChange it blocks). Removing a member the leader
+        never had changes nothing of its voters, so this may go on while a
+        removal is unfinished too."""
+        followers = self._follower_addresses(report)
+        for name in record.ensemble:
+            if (
+                name != record.leader
+                and self._long_dead(name)
+                and self._address(name) not in followers
+                and self._removal_keeps_majority(record, name)
+            ):
+                return ChangeEnsemble(
+                    record.shard, f"drop {name}: unreachable, never added", remove=name
+                )
+        return None
+
+    def _in_step(self, record: ShardRecord, report: ReplicaReport) -> bool:
+        """Do the leader's voters match the ensemble: every member a follower
+        of the leader's, every live one voting (no change half done)?"""
         if report.head_term != record.term or report.durable_offset < report.commit_offset:
             return False
-        members = [name for name in record.ensemble if name != record.leader]
         by_address = {follower.internal_address: follower for follower in report.followers}
-        holding = 1
-        for name in members:
+        for name in record.ensemble:
+            if name == record.leader:
+                continue
             follower = by_address.get(self._address(name) or "")
             if follower is None:
-                if self.observed.alive(name):
-                    return False
-                continue  # dead and never added: holds nothing, may be replaced
+                return False
             if not follower.voting and self.observed.alive(name):
                 return False
-            if follower.voting and follower.acked_offset >= report.commit_offset:
-                holding += 1
-        return holding >= majority(len(record.ensemble))
+        return True
+
+    def _settled(self, record: ShardRecord, report: ReplicaReport) -> bool:
+        """May the ensemble change again (once in step): a majority holding the
+        commit offset durably in this term (the rule the replication
+        simulation checks ensemble changes against)."""
+        return len(self._holding(record, report)) >= majority(len(record.ensemble))
+
+    def _holding(self, record: ShardRecord, report: ReplicaReport) -> set[str]:
+        """The members holding the commit offset: the leader, and the voting
+        followers that acknowledged it in this term."""
+        by_address = {follower.internal_address: follower for follower in report.followers}
+        holding = {record.leader} if record.leader is not None else set()
+        for name in record.ensemble:
+            follower = by_address.get(self._address(name) or "")
+            if (
+                follower is not None
+                and follower.voting
+                and follower.acked_offset >= report.commit_offset
+            ):
+                holding.add(name)
+        return holding
 
     def _ensemble_change(
-        self, record: ShardRecord, namespace: NamespaceSpec, report: ReplicaReport
+        self,
+        record: ShardRecord,
+        namespace: NamespaceSpec,
+        report: ReplicaReport,
+        settled: bool,
     ) -> Action | None:
         move = next((m for m in self.status.leader_moves if m.shard == record.shard), None)
-        if move is not None:
+        if move is not None and settled:
             return self._leader_move(record, move.node)
         if self.changes_left <= 0:
             return None
@@ -354,6 +420,15 @@ class _Planner:
         dead = [name for name in followers if self._long_dead(name)]
         unwanted = [name for name in followers if self._unwanted(name) and name not in dead]
         spares = self._spares(record)
+        if not settled:
+            # No majority holds the commit offset: perhaps because the leader
+            # waits for a member that died before acknowledging it (say one of
+            # two, after an election). Only that member's removal may go on, if
+            # the rest hold the commit offset (see _remove); anything else
+            # waits for the ensemble to settle.
+            if dead and (spares or size > rf):
+                return self._remove(record, f"replace unreachable {dead[0]}", dead, report)
+            return None
         # A leader on a node being drained or released hands over first; with
         # no live wanted follower to take over (an ensemble of one, say) it is
         # replaced like an unwanted follower: its replacement is added first,
@@ -368,7 +443,7 @@ class _Planner:
         # A dead member goes first (it adds nothing to the majority), a live
         # unwanted one last (its replacement catches up while it still counts).
         if dead and (spares or size > rf):
-            return self._remove(record, f"replace unreachable {dead[0]}", dead)
+            return self._remove(record, f"replace unreachable {dead[0]}", dead, report)
         if size < rf and spares:
             return self._add(record, spares, f"grow to replication factor {rf}", unwanted)
         if unwanted and size <= rf and spares:
@@ -376,8 +451,42 @@ class _Planner:
                 record, spares, f"replace {unwanted[0]} (drained or released)", unwanted
             )
         if size > rf:
-            return self._remove(record, f"shrink to replication factor {rf}", dead + unwanted)
+            return self._remove(
+                record, f"shrink to replication factor {rf}", dead + unwanted, report
+            )
+        if size == rf and spares:
+            return self._spread(record, spares)
         return None
+
+    def _spread(self, record: ShardRecord, spares: Sequence[Candidate]) -> Action | None:
+        """Members sharing anti-affinity label values although a spare elsewhere
+        exists (a failure or a drain left no better choice at the time): add
+        the spare that, once the shrink that follows removes the worst member,
+        leaves the fewest conflicts."""
+        if not self.spec.anti_affinity:
+            return None
+        members = [self._as_candidate(name) for name in record.ensemble]
+        before = self._conflicts(members)
+        if before == 0:
+            return None
+        better: list[tuple[int, int, str]] = []
+        for spare in spares:
+            grown = [*members, spare]
+            load = Counter(self.load)
+            load[spare.name] += 1
+            victim = pick_member_to_remove(grown, record.leader, load, self.spec.anti_affinity)
+            if victim is None or victim == spare.name:
+                continue
+            after = self._conflicts([member for member in grown if member.name != victim])
+            if after < before:
+                better.append((after, self.load.get(spare.name, 0), spare.name))
+        if not better:
+            return None
+        chosen = min(better)[2]
+        self.changes_left -= 1
+        self.load[chosen] += 1
+        labels = ", ".join(self.spec.anti_affinity)
+        return ChangeEnsemble(record.shard, f"spread over {labels}", add=chosen)
 
     def _spares(self, record: ShardRecord) -> list[Candidate]:
         return [c for c in self._candidates() if c.name not in record.voters]
@@ -399,7 +508,9 @@ class _Planner:
         self.load[chosen[0]] += 1
         return ChangeEnsemble(record.shard, reason, add=chosen[0])
 
-    def _remove(self, record: ShardRecord, reason: str, prefer: Sequence[str]) -> Action | None:
+    def _remove(
+        self, record: ShardRecord, reason: str, prefer: Sequence[str], report: ReplicaReport
+    ) -> Action | None:
         members = [self._as_candidate(name) for name in record.ensemble]
         victim = pick_member_to_remove(
             members, record.leader, self.load, self.spec.anti_affinity, prefer
@@ -407,6 +518,13 @@ class _Planner:
         if victim is None:
             return None
         if not self._removal_keeps_majority(record, victim):
+            return None
+        # The members that remain must include a majority holding the commit
+        # offset: were it left to one lagging behind, and that one died, the
+        # leader could commit nothing more and the shard would never settle
+        # again to have it replaced. Wait for it to catch up instead.
+        holding = self._holding(record, report) - {victim}
+        if len(holding) < majority(len(record.ensemble) - 1):
             return None
         self.changes_left -= 1
         return ChangeEnsemble(record.shard, reason, remove=victim)

@@ -100,13 +100,14 @@ class PodClient:
         return rpb_grpc.CoordinationStub(self._channel(address))
 
     async def new_term(
-        self, address: str, shard: int, term: int, namespace: NamespaceSpec
+        self, address: str, shard: int, term: int, namespace: NamespaceSpec | None
     ) -> tuple[int, int]:
-        """Fence the replica (creating it if needed); its durable head."""
-        answer = await self._coordination(address).NewTerm(
-            rpb.NewTermRequest(shard=shard, term=term, spec=spec_message(namespace)),
-            timeout=self.rpc_timeout_s,
-        )
+        """Fence the replica; its durable head. With `namespace`, a missing
+        replica is created; without, a pod that lacks it answers NOT_FOUND."""
+        request = rpb.NewTermRequest(shard=shard, term=term)
+        if namespace is not None:
+            request.spec.CopyFrom(spec_message(namespace))
+        answer = await self._coordination(address).NewTerm(request, timeout=self.rpc_timeout_s)
         return answer.head.term, answer.head.offset
 
     async def become_leader(

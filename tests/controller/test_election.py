@@ -1,0 +1,280 @@
+"""choose_leader: who leads a shard after NewTerm, from the members' heads.
+
+The property test is an oracle: it generates shard histories (logs as lists of
+entry terms) that a correct replication protocol could produce, marks what
+was committed, fences a random majority and checks that the member chosen
+holds every committed entry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cairn.controller.election import choose_leader, majority
+
+Head = tuple[int, int]
+NO_HEAD: Head = (-1, -1)
+
+
+# -- unit tests --------------------------------------------------------------------------
+
+
+def test_no_leader_without_a_majority_of_voters() -> None:
+    assert choose_leader({"a": (1, 5)}, ["a", "b", "c"], {}) is None
+    # Answers from non-voters do not count toward the majority.
+    assert choose_leader({"a": (1, 5), "x": (1, 9)}, ["a", "b", "c"], {}) is None
+    three_of_five = {"a": (1, 5), "b": (1, 4), "c": (1, 3)}
+    assert choose_leader(three_of_five, ["a", "b", "c", "d", "e"], {}) == "a"
+    assert choose_leader({}, ["a"], {}) is None
+    assert choose_leader({"a": NO_HEAD}, ["a"], {}) == "a"
+
+
+def test_the_highest_head_wins_by_term_then_offset() -> None:
+    heads = {"a": (2, 3), "b": (3, 1), "c": (2, 9)}
+    assert choose_leader(heads, ["a", "b", "c"], {}) == "b"
+    assert choose_leader({"a": (2, 3), "c": (2, 9)}, ["a", "b", "c"], {}) == "c"
+
+
+def test_a_non_voter_is_never_chosen_even_with_the_highest_head() -> None:
+    heads = {"a": (1, 1), "b": (1, 1), "x": (9, 9)}
+    assert choose_leader(heads, ["a", "b", "c"], {}) in {"a", "b"}
+
+
+def test_ties_go_to_the_least_loaded_then_the_name() -> None:
+    heads = {"a": (2, 5), "b": (2, 5), "c": (2, 5)}
+    assert choose_leader(heads, ["a", "b", "c"], {"a": 2, "b": 1, "c": 1}) == "b"
+    assert choose_leader(heads, ["a", "b", "c"], {"a": 0, "b": 1, "c": 1}) == "a"
+    assert choose_leader(heads, ["c", "b", "a"], {}) == "a"
+
+
+def test_preferred_wins_when_its_head_is_the_best() -> None:
+    heads = {"a": (2, 5), "b": (2, 5), "c": (1, 9)}
+    assert choose_leader(heads, ["a", "b", "c"], {"b": 5}, preferred="b") == "b"
+
+
+def test_preferred_behind_wins_only_when_provably_safe() -> None:
+    voters = ["a", "b", "c"]
+    # Every voter answered, same term, and at least what a majority holds.
+    heads = {"a": (2, 9), "b": (2, 7), "c": (2, 7)}
+    assert choose_leader(heads, voters, {}, preferred="b") == "b"
+    # Below what a majority holds: entries up to 8 may be committed.
+    heads = {"a": (2, 9), "b": (2, 7), "c": (2, 8)}
+    assert choose_leader(heads, voters, {}, preferred="b") == "a"
+    # One voter did not answer: it may hold (and a majority with it) more.
+    assert choose_leader({"a": (2, 9), "b": (2, 7)}, voters, {}, preferred="b") == "a"
+    # An older term at the head: its log may disagree with the best one.
+    heads = {"a": (3, 9), "b": (2, 9), "c": (2, 9)}
+    assert choose_leader(heads, voters, {}, preferred="b") == "a"
+
+
+def test_only_eligible_members_lead_but_every_answer_counts() -> None:
+    voters = ["a", "b", "c"]
+    # "a" holds the most but may not lead (its pod is going away): "b" may,
+    # being safe (every voter answered, same term, holds what a majority holds).
+    heads = {"a": (2, 9), "b": (2, 8), "c": (2, 8)}
+    assert choose_leader(heads, voters, {}, eligible={"b", "c"}) == "b"
+    assert choose_leader(heads, voters, {"b": 1}, eligible={"b", "c"}) == "c"
+    # Below what a majority holds: no eligible member is safe, no one leads now.
+    heads = {"a": (2, 9), "b": (2, 9), "c": (2, 7)}
+    assert choose_leader(heads, voters, {}, eligible={"c"}) is None
+    # Not everyone answered: only the best head is known safe.
+    assert choose_leader({"a": (2, 9), "c": (2, 9)}, voters, {}, eligible={"c"}) == "c"
+    assert choose_leader({"a": (2, 9), "c": (2, 8)}, voters, {}, eligible={"c"}) is None
+    assert choose_leader(heads, voters, {}, eligible=set()) is None
+
+
+def test_preferred_that_did_not_answer_or_is_no_voter_is_ignored() -> None:
+    heads = {"a": (1, 3), "b": (1, 3)}
+    assert choose_leader(heads, ["a", "b", "c"], {"a": 3}, preferred="c") == "b"
+    assert choose_leader(heads, ["a", "b"], {"a": 3}, preferred="x") == "b"
+
+
+# -- the oracle --------------------------------------------------------------------------
+
+
+@dataclass
+class History:
+    logs: dict[str, list[int]]
+    committed: list[int]
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    length = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        length += 1
+    return length
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> tuple[History, list[str]]:
+    """A shard's logs after a few terms of one leader each. Each term's leader
+    holds every entry committed so far (as any correct election ensures); it
+    writes the term's first entry and some more; each other member takes the
+    leader's log up to a point (never dropping what agrees with it); what a
+    majority holds from the term's first entry on is committed."""
+    size = draw(st.integers(1, 7))
+    members = [f"m{i}" for i in range(size)]
+    logs: dict[str, list[int]] = {name: [] for name in members}
+    committed: list[int] = []
+    for term in range(1, draw(st.integers(1, 6)) + 1):
+        eligible = [m for m in members if logs[m][: len(committed)] == committed]
+        leader = draw(st.sampled_from(eligible))
+        start = len(logs[leader])
+        logs[leader] = logs[leader] + [term] * draw(st.integers(1, 6))
+        log = logs[leader]
+        for name in members:
+            if name == leader or not draw(st.booleans()):
+                continue  # not reached this term
+            shared = common_prefix(logs[name], log)
+            reached = st.sampled_from([shared, len(log)]) | st.integers(shared, len(log))
+            logs[name] = log[: draw(reached)]
+        for offset in range(len(log) - 1, start - 1, -1):
+            holders = sum(1 for m in members if logs[m][: offset + 1] == log[: offset + 1])
+            if holders >= majority(size):
+                if offset + 1 > len(committed):
+                    committed = log[: offset + 1]
+                break
+    return History(logs, committed), members
+
+
+def head(log: list[int]) -> Head:
+    return (log[-1], len(log) - 1) if log else NO_HEAD
+
+
+@st.composite
+def prefixes_of_one_log(draw: st.DrawFn) -> tuple[History, list[str]]:
+    """The common case in detail: the last leader's log, of which every member
+    holds a prefix (followers behind by various amounts, some of the same
+    term as the head); what a majority holds is committed."""
+    size = draw(st.integers(1, 7))
+    members = [f"m{i}" for i in range(size)]
+    log = sorted(draw(st.lists(st.integers(1, 3), min_size=1, max_size=10)))
+    # Often two groups: up to date, and behind by some amount (the hard case:
+    # a bare majority up to date, and a majority answering that is mostly behind).
+    cut = draw(st.integers(0, len(log)))
+    grouped = draw(st.booleans())
+    lengths = st.sampled_from([cut, len(log)]) if grouped else st.integers(0, len(log))
+    logs = {name: log[: draw(lengths)] for name in members}
+    held = sorted((len(held) for held in logs.values()), reverse=True)[majority(size) - 1]
+    return History(logs, log[:held]), members
+
+
+@st.composite
+def stale_branch(draw: st.DrawFn) -> tuple[History, list[str]]:
+    """A leader of an older term wrote entries no one else took (never
+    committed), then a newer leader went on from the shared part: a minority
+    holds the stale branch, perhaps longer than the new one."""
+    size = draw(st.integers(2, 7))
+    members = [f"m{i}" for i in range(size)]
+    base = sorted(draw(st.lists(st.integers(1, 2), max_size=3)))
+    old = base + [3] * draw(st.integers(1, 8))
+    new = base + [4] * draw(st.integers(1, 8))
+    stale = draw(st.integers(1, majority(size) - 1)) if size > 2 else 0
+    logs = {
+        name: old[: draw(st.integers(len(base) + 1, len(old)))]
+        if index < stale
+        else new[: draw(st.sampled_from([len(base), len(new)]) | st.integers(0, len(new)))]
+        for index, name in enumerate(members)
+    }
+    held = sorted((common_prefix(log, new) for log in logs.values()), reverse=True)
+    return History(logs, new[: held[majority(size) - 1]]), members
+
+
+def check_choice(history: History, members: list[str], data: st.DataObject) -> None:
+    """Fence a majority (all, those furthest behind, or any), let only some
+    lead (or all), prefer one (or no one), and choose."""
+    least = majority(len(members))
+    how = data.draw(st.sampled_from(["all", "behind", "any"]))
+    if how == "all":
+        answering = list(members)
+    elif how == "behind":
+        by_length = sorted(members, key=lambda name: (len(history.logs[name]), name))
+        answering = by_length[: data.draw(st.just(least) | st.integers(least, len(members)))]
+    else:
+        answering = data.draw(
+            st.lists(st.sampled_from(members), unique=True, min_size=least, max_size=len(members))
+        )
+    heads = {name: head(history.logs[name]) for name in answering}
+    preferred = data.draw(
+        st.one_of(st.sampled_from(answering), st.sampled_from(answering), st.none())
+        | st.sampled_from(members)
+    )
+    load = data.draw(st.dictionaries(st.sampled_from(members), st.integers(0, 3)))
+    eligible = data.draw(st.none() | st.sets(st.sampled_from(members)))
+    chosen = choose_leader(heads, members, load, preferred, eligible)
+    allowed = [name for name in answering if eligible is None or name in eligible]
+    best = max(heads.values())
+    if any(heads[name] == best for name in allowed):
+        assert chosen is not None  # a member with the best head may always lead
+    if chosen is None:
+        return
+    assert chosen in allowed
+    assert history.logs[chosen][: len(history.committed)] == history.committed, (
+        f"{chosen} ({history.logs[chosen]}) lacks committed {history.committed}"
+    )
+    if preferred in allowed and heads[preferred] == best:
+        assert chosen == preferred
+    if chosen != preferred and any(heads[name] == best for name in allowed):
+        assert heads[chosen] == best  # the longest log, unless none may lead
+
+
+@settings(max_examples=300, deadline=None)
+@given(histories(), st.data())
+def test_the_chosen_member_holds_every_committed_entry(
+    history_members: tuple[History, list[str]], data: st.DataObject
+) -> None:
+    check_choice(*history_members, data)
+
+
+@settings(max_examples=600, deadline=None)
+@given(stale_branch(), st.data())
+def test_a_stale_longer_log_is_never_chosen_over_committed_entries(
+    history_members: tuple[History, list[str]], data: st.DataObject
+) -> None:
+    check_choice(*history_members, data)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(prefixes_of_one_log(), st.data())
+def test_a_lagging_preferred_member_is_chosen_only_if_it_holds_every_committed_entry(
+    history_members: tuple[History, list[str]], data: st.DataObject
+) -> None:
+    check_choice(*history_members, data)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from("abcdefg"),
+        st.tuples(st.integers(-1, 3), st.integers(-1, 9)),
+        min_size=1,
+    ),
+    st.lists(st.sampled_from("abcdefg"), min_size=1, max_size=7, unique=True),
+    st.dictionaries(st.sampled_from("abcdefg"), st.integers(0, 3)),
+)
+def test_without_preference_the_best_head_wins_by_load_then_name(
+    heads: dict[str, Head], voters: list[str], load: dict[str, int]
+) -> None:
+    chosen = choose_leader(heads, voters, load)
+    answered = {name: h for name, h in heads.items() if name in voters}
+    if len(answered) < majority(len(voters)):
+        assert chosen is None
+        return
+    best = max(answered.values())
+    tied = sorted(name for name, h in answered.items() if h == best)
+    assert chosen == min(tied, key=lambda name: (load.get(name, 0), name))
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 5, 6, 7])
+def test_exactly_a_majority_suffices(size: int) -> None:
+    voters = [f"m{i}" for i in range(size)]
+    enough = {name: (1, i) for i, name in enumerate(voters[: majority(size)])}
+    assert choose_leader(enough, voters, {}) == voters[majority(size) - 1]
+    fewer = dict(list(enough.items())[:-1])
+    assert choose_leader(fewer, voters, {}) is None
