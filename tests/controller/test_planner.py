@@ -629,9 +629,14 @@ def test_first_placement_spreads_a_namespace_over_zones_then_elects() -> None:
     assert ObserveGeneration(1) in actions
     model.apply_all(actions)
     elections = model.plan(SETTINGS)
-    assert elections == [Elect(shard, "first election") for shard in (0, 1, 2)]
+    assert [(e.shard, e.reason) for e in of_type(elections, Elect)] == [
+        (shard, "first election") for shard in (0, 1, 2)
+    ]
+    # The first leaders are spread: three shards, three different preferred nodes.
+    assert len({e.preferred for e in of_type(elections, Elect)}) == 3
     model.apply_all(elections)
     assert all(record.state is ShardState.STEADY for record in model.status.shards)
+    assert len({record.leader for record in model.status.shards}) == 3
     assert model.plan(SETTINGS) == []
 
 
@@ -1012,6 +1017,23 @@ def test_rebalancing_waits_for_new_nodes_to_stay_up() -> None:
     assert sorted(loads.values()) == [2, 3, 3]
     leaders = Counter(record.leader for record in model.status.shards)
     assert max(leaders.values()) - min(leaders[name] for name in model.nodes) <= 1
+
+
+def test_rebalancing_waits_while_a_wanted_node_is_briefly_down() -> None:
+    # Damping: a pod restarting (or flapping) is not balanced around; shards
+    # would only move back when it returns.
+    assert SETTINGS.replace_after_ms > SETTINGS.rebalance_after_ms
+    model = settled(shards=4, rf=2, nodes=3, pods=4)
+    model.add_node("pod-3")
+    model.step(SETTINGS)
+    model.kill("pod-0")
+    model.advance(SETTINGS.rebalance_after_ms)  # pod-3 has been up long enough
+    assert not [a for a in model.plan(SETTINGS) if "balance" in getattr(a, "reason", "")], (
+        "balanced around a node that is only briefly down"
+    )
+    model.revive("pod-0")
+    settle(model)
+    assert any("pod-3" in record.ensemble for record in model.status.shards)
 
 
 def test_rebalancing_respects_anti_affinity_and_settles() -> None:

@@ -118,6 +118,8 @@ class _Planner:
         self.observed = observed
         self.settings = settings
         self.load = member_load(status.shards)
+        # Leaders per node, counting first elections planned in this round.
+        self._first_leaders: Counter[str] = leader_load(status.shards)
         # Changes under way: removals not finished, but not those of a shard
         # whose leader is unreachable (nothing is under way there, and it may
         # stay so for good, without a majority: it must not hold up the rest).
@@ -304,8 +306,17 @@ class _Planner:
             report = self.observed.report(record.leader, record.shard)
             if report is not None and report.term == record.term and report.role == LEADER:
                 return ConfirmLeader(record.shard)
-        reason = "first election" if record.state is ShardState.NEW else "election interrupted"
-        return self._election(record, reason)
+        if record.state is ShardState.NEW:
+            # All logs are empty: any member may lead, so spread the leaders of
+            # new shards now rather than move them by balancing later.
+            leaders = self._first_leaders
+            candidates = [name for name in record.ensemble if self._can_answer(record, name)]
+            preferred = min(candidates, key=lambda n: (leaders[n], n)) if candidates else None
+            action = self._election(record, "first election", preferred)
+            if action is not None and preferred is not None:
+                leaders[preferred] += 1
+            return action
+        return self._election(record, "election interrupted")
 
     def _lost_replica(self, name: str | None, shard: int) -> bool:
         """A live node polled since it turned alive that holds no replica of the shard."""
@@ -562,7 +573,17 @@ class _Planner:
         every wanted node has been up for a while."""
         now = self.observed.now_ms
         for view in self.observed.nodes.values():
-            if not self._eligible(view.name):
+            try:
+                wanted = self.spec.wants_node(view.name)
+            except ValueError:
+                wanted = False
+            if not wanted:
+                continue
+            if not view.alive:
+                # Down only briefly (restarting, flapping): balancing now would
+                # move shards off it only to move them back.
+                if not self._long_dead(view.name):
+                    return False
                 continue
             if now - view.alive_since_ms < self.settings.rebalance_after_ms:
                 return False
