@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from health.helpers import FakeController, SidecarProcess
 
+from health.helpers import FakeController, SidecarProcess
 from support.processes import NodeProcess
 
 # -- fixtures ------------------------------------------------------------------------
