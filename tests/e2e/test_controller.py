@@ -10,11 +10,11 @@ Figures (failover time over many runs, rebalance time) come from the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,12 +25,7 @@ import httpx
 import pytest
 import xxhash
 
-from cairn.controller.bench.failover import (
-    FAST_CONTROLLER_ARGS,
-    FAST_SIDECAR_ARGS,
-    FailoverBench,
-)
-from cairn.controller.local.launcher import LocalCluster
+from cairn.controller.bench.failover import FailoverBench, running_cluster
 from cairn.proto import replication_pb2 as rpb
 from cairn.proto import replication_pb2_grpc as rpb_grpc
 from support.oxia_writer import OxiaWriter
@@ -48,28 +43,13 @@ FAILOVER_BOUND_MS = 10_000
 
 
 class Harness:
-    def __init__(self, cluster: LocalCluster) -> None:
-        self.cluster = cluster
-        self._bench: FailoverBench | None = None
+    """A running local cluster (see `running_cluster`), its bench, and oxia
+    writers to stop at teardown."""
+
+    def __init__(self, bench: FailoverBench) -> None:
+        self.bench = bench
+        self.cluster = bench.cluster
         self._writers: list[OxiaWriter] = []
-        self._stop = threading.Event()
-        self._supervisor = threading.Thread(target=self._supervise, daemon=True)
-
-    def _supervise(self) -> None:
-        while not self._stop.is_set():
-            self.cluster.supervise_once()
-            time.sleep(0.1)
-
-    @property
-    def bench(self) -> FailoverBench:
-        assert self._bench is not None, "the cluster is not started"
-        return self._bench
-
-    def start(self) -> None:
-        self.cluster.start()
-        self._bench = FailoverBench(self.cluster)  # it needs the ports chosen at start
-        self._supervisor.start()
-        self.bench.wait_settled()
 
     def oxia_writer(self) -> OxiaWriter:
         """The oxia client writing through any pod (stopped at teardown at the latest)."""
@@ -79,15 +59,9 @@ class Harness:
         self._writers.append(writer)
         return writer
 
-    def stop(self) -> None:
+    def stop_writers(self) -> None:
         for writer in self._writers:
             writer.stop()
-        if self._bench is not None:
-            self._bench.close()
-        self._stop.set()
-        if self._supervisor.is_alive():
-            self._supervisor.join()
-        self.cluster.stop()
 
     def admin(self) -> httpx.Client:
         return self.bench.http
@@ -143,26 +117,17 @@ def _leadership(shards: list[dict[str, Any]]) -> list[tuple[int, int, str, str]]
 
 @pytest.fixture
 def harness(tmp_path: Path) -> Iterator[Callable[..., Harness]]:
-    started: list[Harness] = []
+    with contextlib.ExitStack() as stack:
+        started: list[Harness] = []
 
-    def start(pods: int = 3, shards: int = 4, replication_factor: int = 3) -> Harness:
-        cluster = LocalCluster(
-            tmp_path / "cluster",
-            pods=pods,
-            shards=shards,
-            replication_factor=replication_factor,
-            controller_args=FAST_CONTROLLER_ARGS,
-            sidecar_args=FAST_SIDECAR_ARGS,
-            preferred_ports=False,
-        )
-        harness = Harness(cluster)
-        started.append(harness)
-        harness.start()
-        return harness
+        def start(pods: int = 3, shards: int = 4) -> Harness:
+            bench = stack.enter_context(running_cluster(tmp_path / "cluster", pods, shards))
+            harness = Harness(bench)
+            stack.callback(harness.stop_writers)
+            started.append(harness)
+            return harness
 
-    yield start
-    for harness in started:
-        harness.stop()
+        yield start
 
 
 def test_leader_crashes_fail_over_and_lose_no_acknowledged_write(

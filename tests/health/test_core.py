@@ -11,6 +11,8 @@ from cairn.common.heartbeat import (
     ReplicaReport,
     heartbeat_document,
     parse_heartbeat,
+    replica_report_of,
+    role_name,
 )
 from cairn.health.core import (
     PodStatus,
@@ -20,8 +22,6 @@ from cairn.health.core import (
     liveness,
     pod_status_of,
     readiness,
-    replica_report_of,
-    role_name,
     status_document,
 )
 from cairn.health.pusher import FailureLog

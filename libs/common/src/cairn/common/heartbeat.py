@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cairn.proto import replication_pb2 as rpb
+
 MAX_REPLICAS_PER_HEARTBEAT = 100_000
 
 
@@ -57,6 +59,40 @@ class Heartbeat:
     sent_at_ms: int
     labels: Mapping[str, str] = field(default_factory=dict)
     replicas: tuple[ReplicaReport, ...] = ()
+
+
+def role_name(role: int) -> str:
+    """The role enum's name, lowercased ("leader"); a role this code does not know
+    yet (a newer pod) is still reported rather than failing the probe."""
+    try:
+        return str(rpb.ReplicaRole.Name(role)).lower()
+    except ValueError:
+        return f"unknown_{role}"
+
+
+def replica_report_of(status: rpb.ShardStatus) -> ReplicaReport:
+    """A replica's status (from Coordination.GetStatus) as reports carry it."""
+    return ReplicaReport(
+        shard=status.shard,
+        namespace=status.spec.namespace,
+        role=role_name(status.role),
+        term=status.term,
+        head_term=status.head.term,
+        head_offset=status.head.offset,
+        commit_offset=status.commit_offset,
+        durable_offset=status.durable_offset,
+        applied_offset=status.applied_offset,
+        leader_internal_address=status.leader.internal_address,
+        followers=tuple(
+            FollowerReport(
+                internal_address=follower.node.internal_address,
+                acked_offset=follower.acked_offset,
+                voting=follower.voting,
+                state=follower.state,
+            )
+            for follower in status.followers
+        ),
+    )
 
 
 def heartbeat_document(heartbeat: Heartbeat) -> dict[str, Any]:

@@ -11,19 +11,13 @@ from dataclasses import dataclass
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from cairn.common.heartbeat import FollowerReport, ReplicaReport
+from cairn.common.heartbeat import ReplicaReport, replica_report_of
 from cairn.common.keyorder import KeyOrder
 from cairn.controller.model import NamespaceSpec
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import replication_pb2 as rpb
 from cairn.proto import replication_pb2_grpc as rpb_grpc
 
-ROLE_NAMES = {
-    rpb.NOT_MEMBER: "not_member",
-    rpb.FENCED: "fenced",
-    rpb.FOLLOWER: "follower",
-    rpb.LEADER: "leader",
-}
 # Channels kept open at once (one per pod; far above any cluster we run).
 MAX_CHANNELS = 4096
 # A pod restarted on its address is dialled again within a second (gRPC's
@@ -55,30 +49,6 @@ def spec_message(namespace: NamespaceSpec) -> rpb.ShardSpec:
             else pb.KEY_SORTING_HIERARCHICAL
         ),
         notifications_disabled=not namespace.notifications,
-    )
-
-
-def replica_report(status: rpb.ShardStatus) -> ReplicaReport:
-    return ReplicaReport(
-        shard=status.shard,
-        namespace=status.spec.namespace,
-        role=ROLE_NAMES.get(status.role, "not_member"),
-        term=status.term,
-        head_term=status.head.term,
-        head_offset=status.head.offset,
-        commit_offset=status.commit_offset,
-        durable_offset=status.durable_offset,
-        applied_offset=status.applied_offset,
-        leader_internal_address=status.leader.internal_address,
-        followers=tuple(
-            FollowerReport(
-                internal_address=f.node.internal_address,
-                acked_offset=f.acked_offset,
-                voting=f.voting,
-                state=f.state,
-            )
-            for f in status.followers
-        ),
     )
 
 
@@ -150,13 +120,13 @@ class PodClient:
         answer = await self._coordination(address).GetStatus(
             rpb.GetStatusRequest(), timeout=timeout_s or self.rpc_timeout_s
         )
-        return [replica_report(shard) for shard in answer.shards]
+        return [replica_report_of(shard) for shard in answer.shards]
 
     async def replica_status(self, address: str, shard: int) -> ReplicaReport:
         answer = await self._coordination(address).GetStatus(
             rpb.GetStatusRequest(shard=shard), timeout=self.rpc_timeout_s
         )
-        return replica_report(answer.shards[0])
+        return replica_report_of(answer.shards[0])
 
     async def push_assignments(
         self, address: str, assignments: pb.ShardAssignments, version: int

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cairn.common.heartbeat import FollowerReport, Heartbeat, ReplicaReport
+from cairn.common.heartbeat import FollowerReport, Heartbeat, ReplicaReport, replica_report_of
 from cairn.proto import replication_pb2 as rpb
 
 # Roles in which a replica takes part in its shard (the others wait for the
@@ -32,40 +32,6 @@ class PodStatus:
     public_address: str
     internal_address: str
     replicas: tuple[ReplicaReport, ...] = ()
-
-
-def role_name(role: int) -> str:
-    """The role enum's name, lowercased ("leader"); a role this code does not know
-    yet (a newer pod) is still reported rather than failing the probe."""
-    try:
-        return str(rpb.ReplicaRole.Name(role)).lower()
-    except ValueError:
-        return f"unknown_{role}"
-
-
-def replica_report_of(status: rpb.ShardStatus) -> ReplicaReport:
-    """A replica's status as the heartbeat reports it."""
-    return ReplicaReport(
-        shard=status.shard,
-        namespace=status.spec.namespace,
-        role=role_name(status.role),
-        term=status.term,
-        head_term=status.head.term,
-        head_offset=status.head.offset,
-        commit_offset=status.commit_offset,
-        durable_offset=status.durable_offset,
-        applied_offset=status.applied_offset,
-        leader_internal_address=status.leader.internal_address,
-        followers=tuple(
-            FollowerReport(
-                internal_address=follower.node.internal_address,
-                acked_offset=follower.acked_offset,
-                voting=follower.voting,
-                state=follower.state,
-            )
-            for follower in status.followers
-        ),
-    )
 
 
 def pod_status_of(response: rpb.GetStatusResponse) -> PodStatus:

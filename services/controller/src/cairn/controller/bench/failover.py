@@ -23,6 +23,7 @@ pod comes up before it moves anything (damping flapping pods); that is included.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -32,7 +33,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -312,8 +313,10 @@ def balanced(shards: Sequence[dict[str, Any]], pods: Sequence[str]) -> bool:
     )
 
 
-def scale_out_once(directory: Path, pods: int, shards: int) -> float:
-    """Seconds from asking for one more pod to a balanced, settled cluster."""
+@contextlib.contextmanager
+def running_cluster(directory: Path, pods: int, shards: int) -> Iterator[FailoverBench]:
+    """A local cluster tuned for quick detection, supervised (restarts, scaling)
+    from a thread as `cairn-local` would, settled, with a bench on it."""
     cluster = LocalCluster(
         directory,
         pods=pods,
@@ -335,6 +338,17 @@ def scale_out_once(directory: Path, pods: int, shards: int) -> float:
     bench = FailoverBench(cluster)
     try:
         bench.wait_settled()
+        yield bench
+    finally:
+        bench.close()
+        stop.set()
+        supervisor.join()
+        cluster.stop()
+
+
+def scale_out_once(directory: Path, pods: int, shards: int) -> float:
+    """Seconds from asking for one more pod to a balanced, settled cluster."""
+    with running_cluster(directory, pods, shards) as bench:
         bench.start_probes()
         time.sleep(2.0)
         names = [f"storage-{i}" for i in range(pods + 1)]
@@ -350,11 +364,6 @@ def scale_out_once(directory: Path, pods: int, shards: int) -> float:
             probe.stop()
         bench.verify()
         return elapsed
-    finally:
-        bench.close()
-        stop.set()
-        supervisor.join()
-        cluster.stop()
 
 
 def summarize(results: Sequence[RunResult]) -> str:
@@ -393,27 +402,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     with tempfile.TemporaryDirectory(prefix="cairn-failover-") as temporary:
         directory = args.dir or Path(temporary)
-        cluster = LocalCluster(
-            directory,
-            pods=args.pods,
-            shards=args.shards,
-            controller_args=FAST_CONTROLLER_ARGS,
-            sidecar_args=FAST_SIDECAR_ARGS,
-            preferred_ports=False,
-        )
-        supervisor_stop = threading.Event()
-
-        def supervise() -> None:
-            while not supervisor_stop.is_set():
-                cluster.supervise_once()
-                time.sleep(0.1)
-
-        cluster.start()
-        supervisor = threading.Thread(target=supervise, daemon=True)
-        supervisor.start()
-        bench = FailoverBench(cluster)
-        try:
-            bench.wait_settled()
+        with running_cluster(directory, args.pods, args.shards) as bench:
             bench.start_probes()
             results = []
             for _ in range(args.runs):
@@ -426,11 +415,6 @@ def main(argv: list[str] | None = None) -> None:
             checked = bench.verify()
             print(summarize(results))
             print(f"acknowledged writes read back: {checked} (all present)")
-        finally:
-            bench.close()
-            supervisor_stop.set()
-            supervisor.join()
-            cluster.stop()
 
 
 if __name__ == "__main__":
