@@ -40,6 +40,10 @@ class RuntimeRules:
     # A follower acts on a Truncate only if it is newer than the stream it follows;
     # a late one would cut entries it already acknowledged in this term.
     ignore_stale_truncates: bool = True
+    # A follower stops acknowledging a stream once a newer term began here
+    # (fenced, or leading it): its log at those offsets may then hold another
+    # leader's entries, which the stream's leader would count as its own.
+    end_streams_on_new_term: bool = True
     # Faults at chosen points: a replica crashes right after answering NewTerm or
     # Truncate (before its WAL syncs on its own).
     crash_after_answer_probability: float = 0.03

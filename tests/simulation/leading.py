@@ -146,7 +146,9 @@ class LeaderRuntime:
 
     def receive(self, src: str, body: m.Body) -> None:
         if isinstance(body, m.ReplicateResponse):
-            if body.session in self.own_sessions:
+            if body.term != self.term:
+                self.replica.env.count("acknowledgements of another term ignored")
+            elif body.session in self.own_sessions:
                 self._session(src, body.session)
                 self.core.on_ack(src, body.durable_offset)
         elif isinstance(body, m.TruncateResponse):

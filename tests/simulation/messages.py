@@ -132,6 +132,9 @@ class Replicate:
 class ReplicateResponse:
     session: int
     durable_offset: int
+    # The term the follower acknowledges in (the stream's; see
+    # RuntimeRules.end_streams_on_new_term).
+    term: int
 
 
 @dataclass(frozen=True, slots=True)

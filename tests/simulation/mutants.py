@@ -42,4 +42,7 @@ MUTANTS: dict[str, SimConfig] = {
     "NewTerm answers an unsynced head": SimConfig(rules=_rules(sync_before_new_term_answer=False)),
     "Truncate answers an unsynced head": SimConfig(rules=_rules(sync_before_truncate_answer=False)),
     "act on stale Truncates": SimConfig(rules=_rules(ignore_stale_truncates=False)),
+    "acknowledge old streams after a new term": SimConfig(
+        rules=_rules(end_streams_on_new_term=False)
+    ),
 }

@@ -105,8 +105,8 @@ class SimReplica:
         stream = self.stream
         if stream is not None and not stream.broken and core.role is Role.FOLLOWER:
             core.learn_commit(self.leader_commit_seen, self.log.synced_offset)
-            if self.log.synced_offset > before:
-                self._ack(stream)
+        if stream is not None and not stream.broken and self.log.synced_offset > before:
+            self._ack(stream)
 
     def trim(self, before_offset: int) -> None:
         """Forget log entries before `before_offset` (at most the applied offset)."""
@@ -179,7 +179,8 @@ class SimReplica:
         if changed:
             self.persisted_term = request.term
         self._stop_leading("fenced")
-        self.stream = None
+        if self.env.rules.end_streams_on_new_term:
+            self.stream = None
         if self.env.rules.sync_before_new_term_answer:
             self.log.sync()
         self.env.log(f"{self.name} fenced at {request.term}, head {core.head}")
@@ -284,8 +285,16 @@ class SimReplica:
         self._ack(stream)
 
     def _ack(self, stream: FollowedStream) -> None:
+        core = self.live_core()
+        ended = core.term != stream.term or core.role is not Role.FOLLOWER
+        if ended and self.env.rules.end_streams_on_new_term:
+            return  # the stream ended with the term (the runtime aborts it)
+        # (A broken runtime goes on: offsets of whatever the log now holds,
+        # reported as acknowledgements of the stream's term.)
         self.env.send(
-            self.name, stream.leader, m.ReplicateResponse(stream.session, self._durable())
+            self.name,
+            stream.leader,
+            m.ReplicateResponse(stream.session, self._durable(), stream.term),
         )
 
     def _durable(self) -> int:
