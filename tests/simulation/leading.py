@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from cairn.common.errors import InvalidTerm
 from cairn.proto import storage_internal_pb2 as internal_pb
 from cairn.storage.core.entries import TERM_START, encode_client_write, encode_entry
 from cairn.storage.core.replication.leader import FollowerPhase, LeaderCore
@@ -146,11 +147,12 @@ class LeaderRuntime:
 
     def receive(self, src: str, body: m.Body) -> None:
         if isinstance(body, m.ReplicateResponse):
-            if body.term != self.term:
-                self.replica.env.count("acknowledgements of another term ignored")
-            elif body.session in self.own_sessions:
+            if body.session in self.own_sessions:
                 self._session(src, body.session)
-                self.core.on_ack(src, body.durable_offset)
+                try:
+                    self.core.on_ack(src, body.term, body.durable_offset)
+                except InvalidTerm:
+                    self.replica.env.count("acknowledgements of another term ignored")
         elif isinstance(body, m.TruncateResponse):
             if self._session(src, body.session) is not None:
                 self._truncated(src, body)

@@ -285,10 +285,11 @@ class SimReplica:
         self._ack(stream)
 
     def _ack(self, stream: FollowedStream) -> None:
-        core = self.live_core()
-        ended = core.term != stream.term or core.role is not Role.FOLLOWER
-        if ended and self.env.rules.end_streams_on_new_term:
-            return  # the stream ended with the term (the runtime aborts it)
+        try:
+            self.live_core().check_following(stream.term)
+        except InvalidTerm:
+            if self.env.rules.end_streams_on_new_term:
+                return  # the stream ended with the term (the runtime aborts it)
         # (A broken runtime goes on: offsets of whatever the log now holds,
         # reported as acknowledgements of the stream's term.)
         self.env.send(

@@ -102,7 +102,7 @@ def test_leader_streams_in_a_bounded_window_and_commits_on_a_majority() -> None:
     leader.on_sent(B.internal_address, 8)
     assert leader.to_send(B.internal_address, our_last_offset=20) is None  # window full
     assert leader.on_local_durable(20) == 4
-    assert leader.on_ack(B.internal_address, 6) == 6
+    assert leader.on_ack(B.internal_address, leader.term, 6) == 6
     assert leader.to_send(B.internal_address, our_last_offset=20) == (9, 10)
     # C is behind our trimmed WAL: it needs a snapshot.
     assert leader.on_truncated(C.internal_address, EntryId(1, 1), our_first_offset=3) is (
@@ -119,26 +119,26 @@ def test_nothing_commits_before_the_term_start_entry_is_on_a_majority() -> None:
     leader.on_local_durable(6)
     leader.on_truncated(B.internal_address, EntryId(2, 5), our_first_offset=0)
     assert leader.commit_offset == 1
-    assert leader.on_ack(B.internal_address, 6) == 6
+    assert leader.on_ack(B.internal_address, leader.term, 6) == 6
 
 
 def test_an_added_follower_votes_once_caught_up_and_a_removed_one_stops_counting() -> None:
     leader = LeaderCore(1, A, [B], commit_offset=-1, term_start_offset=0, max_in_flight_entries=8)
     leader.on_local_durable(10)
     leader.on_truncated(B.internal_address, EntryId(1, -1), our_first_offset=0)
-    leader.on_ack(B.internal_address, 10)
+    leader.on_ack(B.internal_address, leader.term, 10)
     assert leader.commit_offset == 10
     leader.add_follower(C)
     assert not leader.is_voting(C.internal_address)
     leader.on_truncated(C.internal_address, EntryId(-1, -1), our_first_offset=0)
-    leader.on_ack(C.internal_address, 10)
+    leader.on_ack(C.internal_address, leader.term, 10)
     assert leader.is_voting(C.internal_address)
     leader.on_local_durable(12)
-    assert leader.on_ack(B.internal_address, 12) == 12
+    assert leader.on_ack(B.internal_address, leader.term, 12) == 12
     leader.remove_follower(B.internal_address)
     leader.on_local_durable(15)
     assert leader.commit_offset == 12  # A and C: both needed now
-    assert leader.on_ack(C.internal_address, 15) == 15
+    assert leader.on_ack(C.internal_address, leader.term, 15) == 15
 
 
 def test_a_late_truncate_of_the_same_leader_keeps_the_entries_of_its_term() -> None:

@@ -112,7 +112,7 @@ class Executor:
     # -- helpers -----------------------------------------------------------------------
 
     def _address(self, name: str) -> PodAddress:
-        view = self.observer.view().nodes.get(name)
+        view = self.observer.node(name)
         if view is not None:
             return PodAddress(view.public_address, view.internal_address)
         record = self.keeper.state.status.node(name)

@@ -34,12 +34,6 @@ class StateKeeper:
         self.state = await self._with_retries(self.store.read)
         return self.state
 
-    def observe(self, state: ClusterState) -> None:
-        """A state seen through the store's change feed (newer versions only:
-        versions are opaque, so the generation and our own writes order them)."""
-        if state.version != self.state.version:
-            self.state = state
-
     async def update_status(self, change: Callable[[ClusterStatus], ClusterStatus]) -> ClusterState:
         async with self._lock:
             for _ in range(MAX_CONFLICT_RETRIES):

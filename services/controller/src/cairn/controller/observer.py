@@ -54,7 +54,6 @@ class _Node:
     serving: bool = False
     # Kubernetes says the pod is down (deleted, terminating, container not running).
     pod_down: bool = False
-    reported: Heartbeat | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     poll_now: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -94,7 +93,6 @@ class Observer:
             if node is not None:
                 node.last_heartbeat_ms = now
                 node.storage_reachable = False
-                node.reported = heartbeat
                 self._update(heartbeat.node)
             return
         if node is not None and node.view.internal_address != heartbeat.internal_address:
@@ -120,7 +118,6 @@ class Observer:
             self.changed.set()
         node.last_heartbeat_ms = now
         node.storage_reachable = heartbeat.storage_reachable
-        node.reported = heartbeat
         if dict(node.view.labels) != dict(heartbeat.labels):
             node.view = replace(node.view, labels=dict(heartbeat.labels))
             self.changed.set()
@@ -141,9 +138,12 @@ class Observer:
         """Whether every one of these nodes has reported at least once."""
         return all(name in self._nodes for name in names)
 
-    def heartbeat(self, name: str) -> Heartbeat | None:
-        node = self._nodes.get(name)
-        return node.reported if node is not None else None
+    def node(self, name: str) -> NodeView | None:
+        """One node's view as of now (what `view()` would say of it)."""
+        if name not in self._nodes:
+            return None
+        self._update(name)
+        return self._nodes[name].view
 
     # -- the planner's input -----------------------------------------------------------
 

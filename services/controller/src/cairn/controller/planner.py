@@ -58,6 +58,7 @@ from cairn.controller.actions import (
     RecordNode,
     shard_of,
 )
+from cairn.controller.election import majority
 from cairn.controller.model import (
     ClusterSpec,
     ClusterStatus,
@@ -99,10 +100,6 @@ def plan(
     settings: PlannerSettings | None = None,
 ) -> list[Action]:
     return _Planner(spec, status, observed, settings or PlannerSettings()).run(generation)
-
-
-def majority(count: int) -> int:
-    return count // 2 + 1
 
 
 class _Planner:

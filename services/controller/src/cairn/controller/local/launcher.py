@@ -36,10 +36,9 @@ from cairn.controller.model import (
     ClusterSpec,
     ClusterStatus,
     node_ordinal,
-    parse_spec,
-    parse_status,
 )
-from cairn.controller.state.file_store import STATE_FILE
+from cairn.controller.state.file_store import FileStateStore
+from cairn.controller.state.store import CorruptState, StateNotFound
 
 log = logging.getLogger(__name__)
 POD_PREFIX = "storage"
@@ -238,10 +237,10 @@ class LocalCluster:
 
     def read_state(self) -> tuple[ClusterSpec, ClusterStatus] | None:
         try:
-            document = json.loads((self.state_dir / STATE_FILE).read_text(encoding="utf-8"))
-            return parse_spec(document["spec"]), parse_status(document.get("status") or {})
-        except (FileNotFoundError, ValueError, KeyError):
+            state = FileStateStore(self.state_dir).read_now()
+        except (StateNotFound, CorruptState):
             return None
+        return state.spec, state.status
 
     # -- starting ----------------------------------------------------------------------
 

@@ -63,7 +63,8 @@ class FileStateStore:
 
     # -- reading -----------------------------------------------------------------------
 
-    def _load(self) -> ClusterState:
+    def read_now(self) -> ClusterState:
+        """`read()` without an event loop (for synchronous tools: the launcher)."""
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -81,7 +82,7 @@ class FileStateStore:
             raise CorruptState(f"{self.path}: {error}") from None
 
     async def read(self) -> ClusterState:
-        return await asyncio.to_thread(self._load)
+        return await asyncio.to_thread(self.read_now)
 
     # -- writing -----------------------------------------------------------------------
 
@@ -121,7 +122,7 @@ class FileStateStore:
         def create() -> ClusterState:
             with self._exclusive():
                 try:
-                    return self._load()
+                    return self.read_now()
                 except StateNotFound:
                     return self._store(spec, ClusterStatus(), 1, 1)
 
@@ -133,7 +134,7 @@ class FileStateStore:
 
             def write() -> ClusterState:
                 with self._exclusive():
-                    current = self._load()
+                    current = self.read_now()
                     self._check(current, version)
                     return self._store(
                         current.spec, status, int(current.version) + 1, current.generation
@@ -146,7 +147,7 @@ class FileStateStore:
 
             def write() -> ClusterState:
                 with self._exclusive():
-                    current = self._load()
+                    current = self.read_now()
                     self._check(current, version)
                     generation = current.generation + (spec != current.spec)
                     return self._store(spec, current.status, int(current.version) + 1, generation)

@@ -76,9 +76,11 @@ class ReplicatingLeader:
     # -- followers -------------------------------------------------------------------
 
     def follower_acknowledged(
-        self, member: str, durable_offset: int, applied_offset: int | None = None
+        self, member: str, term: int, durable_offset: int, applied_offset: int | None = None
     ) -> None:
-        self._commit_may_have_advanced(self.core.on_ack(member, durable_offset, applied_offset))
+        self._commit_may_have_advanced(
+            self.core.on_ack(member, term, durable_offset, applied_offset)
+        )
 
     def _commit_may_have_advanced(self, commit_offset: int) -> None:
         if commit_offset > self.shard.known_commit_offset:

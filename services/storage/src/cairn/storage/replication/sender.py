@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from cairn.common.errors import InvalidTerm
 from cairn.proto import replication_pb2 as rpb
 from cairn.proto import replication_pb2_grpc as rpb_grpc
 from cairn.storage.core.replication.leader import FollowerPhase
@@ -107,7 +106,9 @@ class FollowerSender:
         if phase is FollowerPhase.SNAPSHOT:
             installed = await self._send_snapshot()
             leader.core.on_snapshot_installed(self.address, installed)
-        leader.follower_acknowledged(self.address, leader.core.progress(self.address).acked_offset)
+        leader.follower_acknowledged(
+            self.address, leader.term, leader.core.progress(self.address).acked_offset
+        )
         await self._stream()
 
     async def _send_snapshot(self) -> EntryId:
@@ -205,16 +206,12 @@ class FollowerSender:
         try:
             while (answer := await call.read()) is not grpc.aio.EOF:
                 assert isinstance(answer, rpb.ReplicateResponse)
-                if answer.term != self.leader.term:
-                    # Progress of another term proves nothing about our entries.
-                    raise InvalidTerm(
-                        f"follower {self.address} answered for term {answer.term}, "
-                        f"not {self.leader.term}"
-                    )
                 applied = answer.applied_offset
                 while self._unapplied and self._unapplied[0][0] <= applied:
                     self._unapplied_bytes -= self._unapplied.popleft()[1]
-                self.leader.follower_acknowledged(self.address, answer.durable_offset, applied)
+                self.leader.follower_acknowledged(
+                    self.address, answer.term, answer.durable_offset, applied
+                )
                 self._wake.set()  # the window may have opened
         finally:
             self._wake.set()

@@ -11,9 +11,8 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from cairn.common.errors import CairnError, InvalidRequest, InvalidTerm
+from cairn.common.errors import CairnError, InvalidRequest
 from cairn.proto import replication_pb2 as rpb
-from cairn.storage.core.replication.replica import Role
 from cairn.storage.directory import ShardDirectory
 from cairn.storage.replication.wire import (
     entry_id_message,
@@ -86,17 +85,10 @@ class ReplicationService:
                         # Only the applied offset moved: the leader needs it for its
                         # window, not for commits; let a few such steps travel together.
                         await asyncio.sleep(APPLIED_LINGER_S)
-                    # Offsets count as acknowledgements of this stream's term only.
-                    # Once fenced (or leading) at a newer term, our log at those
-                    # offsets may hold another leader's entries: end the stream.
-                    if replica.core.term != stream_term or replica.core.role is not Role.FOLLOWER:
-                        await abort(
-                            context,
-                            InvalidTerm(
-                                f"shard {first.shard} is {replica.core.role.name.lower()} in "
-                                f"term {replica.core.term}; the stream of term {stream_term} ends"
-                            ),
-                        )
+                    try:
+                        replica.core.check_following(stream_term)
+                    except CairnError as error:
+                        await abort(context, error)
                     durable, applied = replica.durable_offset, replica.applied_offset
                     yield rpb.ReplicateResponse(
                         durable_offset=durable, applied_offset=applied, term=stream_term

@@ -24,6 +24,7 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from cairn.common.errors import InvalidTerm
 from cairn.storage.core.replication.quorum import QuorumTracker
 from cairn.storage.core.replication.replica import Member
 from cairn.storage.core.replication.terms import NO_OFFSET, EntryId
@@ -104,7 +105,7 @@ class LeaderCore:
     def _start_streaming(self, progress: FollowerProgress, head_offset: int) -> None:
         progress.phase = FollowerPhase.STREAMING
         progress.next_offset = head_offset + 1
-        self.on_ack(progress.member.internal_address, head_offset)
+        self.on_ack(progress.member.internal_address, self.term, head_offset)
 
     def to_send(self, member: str, our_last_offset: int) -> tuple[int, int] | None:
         """The inclusive offset range to send the follower now, or None (nothing new,
@@ -123,9 +124,15 @@ class LeaderCore:
     def on_sent(self, member: str, last_offset: int) -> None:
         self.followers[member].next_offset = last_offset + 1
 
-    def on_ack(self, member: str, durable_offset: int, applied_offset: int | None = None) -> int:
+    def on_ack(
+        self, member: str, term: int, durable_offset: int, applied_offset: int | None = None
+    ) -> int:
         """The follower holds our log durably up to `durable_offset` (and has applied
-        up to `applied_offset`, if it says); returns the commit offset."""
+        up to `applied_offset`, if it says), as it reported in `term`; returns the
+        commit offset. An answer of another term proves nothing about our entries
+        at those offsets: InvalidTerm (the stream it came on must end)."""
+        if term != self.term:
+            raise InvalidTerm(f"follower {member} answered for term {term}, not {self.term}")
         progress = self.followers.get(member)
         if progress is None:
             return self.commit_offset

@@ -101,6 +101,17 @@ class ReplicaCore:
                 f"not leader of term {term}"
             )
 
+    def check_following(self, term: int) -> None:
+        """A follower reports its log's progress to the leader of its own term
+        only: once fenced, or leading a newer term, its log at those offsets may
+        hold another leader's entries, which that stream's leader would count as
+        acknowledgements of its own."""
+        if self.role is not Role.FOLLOWER or term != self.term:
+            raise InvalidTerm(
+                f"shard {self.shard_id} is {self.role.name.lower()} in term {self.term}; "
+                f"the stream of term {term} ends"
+            )
+
     def become_leader(self, term: int, me: Member) -> EntryId:
         """BecomeLeader: returns the id of the first entry of the term, which the
         caller logs before any client write (see QuorumTracker.term_start_offset)."""
