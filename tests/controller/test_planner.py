@@ -1201,3 +1201,19 @@ def test_a_removal_cut_short_is_finished_despite_a_dead_member_never_added() -> 
     settle(model)
     final = model.record(0)
     assert final.leaving == () and len(final.ensemble) == 3 and "pod-3" not in final.ensemble
+
+
+def test_balancing_moves_other_leaders_rather_than_undo_a_requested_move() -> None:
+    """Two shards on three nodes; an operator moves shard 0's leader onto the node
+    leading shard 1. Balancing then moves shard 1's leader, not shard 0's back."""
+    model = settled(shards=2, rf=3, nodes=3)
+    target = model.record(1).leader
+    assert target is not None and model.record(0).leader != target
+    model.request_leader_move(0, target)
+    history = settle(model)
+    assert model.record(0).leader == target
+    assert model.record(1).leader != target
+    assert any(
+        isinstance(action, Elect) and action.reason.startswith("balance leaders")
+        for action in flat(history)
+    )

@@ -14,10 +14,10 @@ import grpc
 import pytest
 
 from cairn.common.hashing import split_hash_space
+from cairn.common.histogram import Histogram
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import oxia_client_pb2_grpc as pb_grpc
 from cairn.storage.bench.__main__ import main
-from cairn.storage.bench.histogram import Histogram
 from cairn.storage.bench.ledger import DeliveryStats
 from cairn.storage.bench.notify import NotifyProbe, NotifyResult
 from cairn.storage.bench.pools import build_pool, distinct_put_keys, entry_offset

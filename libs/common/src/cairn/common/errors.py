@@ -11,6 +11,8 @@
     ├── NotificationsTrimmed        resume point older than the retention (OUT_OF_RANGE)
     ├── Overloaded                  a bounded queue is full; retry later (RESOURCE_EXHAUSTED)
     └── Unavailable                 shutting down / not ready; retry elsewhere (UNAVAILABLE)
+        └── WriteOutcomeUnknown     a logged write lost its leader before committing:
+                                    a later leader decides whether it applies
 
 Errors are mapped to the wire once, at the RPC edge, as a gRPC status with a
 `google.rpc.ErrorInfo` detail (domain `oxia.io`, reason, metadata) so that Oxia
@@ -89,3 +91,12 @@ class Overloaded(CairnError):
 class Unavailable(CairnError):
     reason = "UNAVAILABLE"
     code = grpc.StatusCode.UNAVAILABLE
+
+
+class WriteOutcomeUnknown(Unavailable):
+    """The write was logged, then this replica stopped leading (or failed) before it
+    committed. Distinct from a plain Unavailable, which means "not accepted": a
+    client may resend an idempotent write either way, but must not blindly resend a
+    conditional one after this."""
+
+    reason = "WRITE_OUTCOME_UNKNOWN"

@@ -136,7 +136,7 @@ class FollowerStatus(_message.Message):
     def __init__(self, node: _Optional[_Union[Node, _Mapping]] = ..., acked_offset: _Optional[int] = ..., voting: _Optional[bool] = ..., state: _Optional[str] = ...) -> None: ...
 
 class ShardStatus(_message.Message):
-    __slots__ = ("shard", "spec", "role", "term", "head", "commit_offset", "first_offset", "leader", "followers", "durable_offset", "applied_offset")
+    __slots__ = ("shard", "spec", "role", "term", "head", "commit_offset", "first_offset", "leader", "followers", "durable_offset", "applied_offset", "write_requests", "write_operations", "read_requests", "read_gets")
     SHARD_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -148,6 +148,10 @@ class ShardStatus(_message.Message):
     FOLLOWERS_FIELD_NUMBER: _ClassVar[int]
     DURABLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     APPLIED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    WRITE_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    WRITE_OPERATIONS_FIELD_NUMBER: _ClassVar[int]
+    READ_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    READ_GETS_FIELD_NUMBER: _ClassVar[int]
     shard: int
     spec: ShardSpec
     role: ReplicaRole
@@ -159,7 +163,11 @@ class ShardStatus(_message.Message):
     followers: _containers.RepeatedCompositeFieldContainer[FollowerStatus]
     durable_offset: int
     applied_offset: int
-    def __init__(self, shard: _Optional[int] = ..., spec: _Optional[_Union[ShardSpec, _Mapping]] = ..., role: _Optional[_Union[ReplicaRole, str]] = ..., term: _Optional[int] = ..., head: _Optional[_Union[EntryId, _Mapping]] = ..., commit_offset: _Optional[int] = ..., first_offset: _Optional[int] = ..., leader: _Optional[_Union[Node, _Mapping]] = ..., followers: _Optional[_Iterable[_Union[FollowerStatus, _Mapping]]] = ..., durable_offset: _Optional[int] = ..., applied_offset: _Optional[int] = ...) -> None: ...
+    write_requests: int
+    write_operations: int
+    read_requests: int
+    read_gets: int
+    def __init__(self, shard: _Optional[int] = ..., spec: _Optional[_Union[ShardSpec, _Mapping]] = ..., role: _Optional[_Union[ReplicaRole, str]] = ..., term: _Optional[int] = ..., head: _Optional[_Union[EntryId, _Mapping]] = ..., commit_offset: _Optional[int] = ..., first_offset: _Optional[int] = ..., leader: _Optional[_Union[Node, _Mapping]] = ..., followers: _Optional[_Iterable[_Union[FollowerStatus, _Mapping]]] = ..., durable_offset: _Optional[int] = ..., applied_offset: _Optional[int] = ..., write_requests: _Optional[int] = ..., write_operations: _Optional[int] = ..., read_requests: _Optional[int] = ..., read_gets: _Optional[int] = ...) -> None: ...
 
 class GetStatusResponse(_message.Message):
     __slots__ = ("shards", "node")

@@ -79,6 +79,9 @@ from cairn.controller.placement import (
 
 LEADER = "leader"
 FOLLOWER = "follower"
+# How an election asked for by an operator starts its reason (the balancer
+# recognises those leaders by it).
+REQUESTED_MOVE_REASON = "leader moved to"
 
 
 @dataclass(frozen=True)
@@ -561,7 +564,9 @@ class _Planner:
             return DropLeaderMove(record.shard, target, "already the leader")
         if target not in record.ensemble or not self.observed.alive(target):
             return DropLeaderMove(record.shard, target, f"{target} is not a live member")
-        return self._election(record, f"leader moved to {target} on request", preferred=target)
+        return self._election(
+            record, f"{REQUESTED_MOVE_REASON} {target} on request", preferred=target
+        )
 
     # -- balance ---------------------------------------------------------------------
 
@@ -618,11 +623,15 @@ class _Planner:
                         return
         leaders = leader_load(self.status.shards)
         counts = {name: leaders.get(name, 0) for name in nodes}
+        # Leaders an operator placed are moved last: balancing shifts the others
+        # around them instead of undoing the request at once.
+        requested = self._requested_leaders()
+        shards = sorted(self.status.shards, key=lambda r: (r.shard, r.leader) in requested)
         for most in sorted(nodes, key=lambda name: (-counts[name], name)):
             for least in sorted(nodes, key=lambda name: (counts[name], name)):
                 if counts[most] - counts[least] <= 1:
                     break
-                for record in self.status.shards:
+                for record in shards:
                     if record.leader == most and least in record.ensemble:
                         reason = f"balance leaders: {most} -> {least}"
                         election = self._election(record, reason, least)
@@ -630,6 +639,18 @@ class _Planner:
                             self.changes_left -= 1
                             yield election
                             return
+
+    def _requested_leaders(self) -> set[tuple[int, str]]:
+        """(shard, leader) of shards whose latest recorded election was a leader
+        move an operator asked for."""
+        latest: dict[int, tuple[str, str]] = {}
+        for election in self.status.elections:  # oldest first
+            latest[election.shard] = (election.reason, election.leader)
+        return {
+            (shard, leader)
+            for shard, (reason, leader) in latest.items()
+            if reason.startswith(REQUESTED_MOVE_REASON)
+        }
 
     def _member_move(
         self, record: ShardRecord, most: str, least: str, handover: bool

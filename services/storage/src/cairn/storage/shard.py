@@ -51,6 +51,7 @@ from cairn.common.errors import (
     Overloaded,
     SessionNotFound,
     Unavailable,
+    WriteOutcomeUnknown,
 )
 from cairn.common.keyorder import KeyOrder
 from cairn.proto import oxia_client_pb2 as pb
@@ -242,6 +243,13 @@ class ShardReplica:
         self._log_busy = False
         self._sync_executor = ThreadPoolExecutor(1, thread_name_prefix=f"wal-sync-{shard_id}")
         self._wal_retention = wal_retention
+        # Client requests taken in since this replica started, and the operations in
+        # them (GetStatus reports them): operations per request is what client-side
+        # batching achieves, seen from the server. Plain ints: one add per request.
+        self.write_requests = 0
+        self.write_operations = 0
+        self.read_requests = 0
+        self.read_gets = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._start_tasks()
 
@@ -428,7 +436,7 @@ class ShardReplica:
         elsewhere. Their entries stay in the log: a later leader decides them."""
         leader, self._leader = self._leader, None
         self._serving.clear()
-        error = Unavailable(
+        error = WriteOutcomeUnknown(
             f"shard {self.shard_id}: leadership changed; the write may or may not commit"
         )
         for pending in self._pending:
@@ -451,6 +459,10 @@ class ShardReplica:
             first_offset=core.log.first_offset,
             durable_offset=self.durable_offset,
             applied_offset=self.applied_offset,
+            write_requests=self.write_requests,
+            write_operations=self.write_operations,
+            read_requests=self.read_requests,
+            read_gets=self.read_gets,
         )
         if core.leader is not None:
             status.leader.CopyFrom(node_message(core.leader))
@@ -625,7 +637,9 @@ class ShardReplica:
                 await task
         for pending in self._pending:
             if pending.future is not None and not pending.future.done():
-                pending.future.set_exception(Unavailable("replaced by a snapshot"))
+                pending.future.set_exception(
+                    WriteOutcomeUnknown("replaced by a snapshot; the write may or may not commit")
+                )
         self._pending.clear()
         self._pending_bytes = 0
         self._header_cache.clear()
@@ -708,7 +722,19 @@ class ShardReplica:
     ) -> asyncio.Future[bytes]:
         """Log a client write request (validated by the caller); the future holds the
         serialized WriteResponse."""
-        return await self._append(CLIENT_WRITE, raw_request, request, plain_puts)
+        future = await self._append(CLIENT_WRITE, raw_request, request, plain_puts)
+        # Counted once logged; the request is parsed already, so counting its
+        # operations is three C-level length reads, plain puts or not.
+        self.write_requests += 1
+        self.write_operations += (
+            len(request.puts) + len(request.deletes) + len(request.delete_ranges)
+        )
+        return future
+
+    def count_read(self, gets: int) -> None:
+        """A client read request with `gets` gets is being served."""
+        self.read_requests += 1
+        self.read_gets += gets
 
     async def write(
         self, raw_request: bytes, request: pb.WriteRequest, plain_puts: bool = False
@@ -1015,7 +1041,7 @@ class ShardReplica:
     def _fail(self, error: BaseException) -> None:
         log.error("shard %d failed, refusing further writes: %r", self.shard_id, error)
         self._failure = error
-        failure = Unavailable(f"shard {self.shard_id} failed: {error}")
+        failure = WriteOutcomeUnknown(f"shard {self.shard_id} failed: {error}")
         for pending in self._pending:
             if pending.future is not None and not pending.future.done():
                 pending.future.set_exception(failure)
@@ -1049,7 +1075,9 @@ class ShardReplica:
             await self._step_down()
         for pending in self._pending:
             if pending.future is not None and not pending.future.done():
-                pending.future.set_exception(Unavailable(f"shard {self.shard_id} closed"))
+                pending.future.set_exception(
+                    WriteOutcomeUnknown(f"shard {self.shard_id} closed before the write committed")
+                )
         self._sync_executor.shutdown(wait=True)
         self.wal.close()
         self.kv.close()

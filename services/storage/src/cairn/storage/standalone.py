@@ -9,6 +9,10 @@ may add namespaces: their shards get ids after the highest existing one, because
 requests name only a shard id, so ids must stay unique across namespaces. A
 namespace the configuration no longer names keeps being served (and is logged):
 dropping it would drop its data.
+
+Of the Coordination service only the read-only GetStatus is served, on the client
+port: shards, offsets and request counters, as a pod reports them. Fencing and
+leadership calls are UNIMPLEMENTED, since nobody but this process may lead here.
 """
 
 from __future__ import annotations
@@ -24,16 +28,20 @@ from typing import Any
 
 import grpc
 
+from cairn.common.errors import CairnError
 from cairn.common.files import write_atomically
 from cairn.common.hashing import split_hash_space
 from cairn.common.keyorder import KeyOrder
+from cairn.proto import replication_pb2 as rpb
 from cairn.storage.config import DEFAULT_NAMESPACE, NamespaceConfig, ShardSpec, StandaloneConfig
 from cairn.storage.core.replication.replica import Member
 from cairn.storage.directory import NamespaceLayout, ShardDirectory, ShardPlacement
 from cairn.storage.replication.leader import lead_alone
+from cairn.storage.replication.wire import node_message
 from cairn.storage.rpc import new_server
 from cairn.storage.rpc.client_api import ClientService, generic_handlers
 from cairn.storage.rpc.health import HealthService, add_health_service
+from cairn.storage.rpc.status import abort
 from cairn.storage.shard import ShardReplica
 
 log = logging.getLogger(__name__)
@@ -180,6 +188,44 @@ def advertised_address(bind_host: str, port: int) -> str:
     return f"{host}:{port}"
 
 
+COORDINATION_SERVICE = rpb.DESCRIPTOR.services_by_name["Coordination"].full_name
+
+
+class StatusOnlyCoordination:
+    """The Coordination service's read-only `GetStatus`, so that `cairn status` and
+    operators see a standalone server's shards and request counters the way they see
+    a pod's. Nothing else of the service is served here: a standalone server leads
+    every shard alone, and a NewTerm or BecomeLeader from anyone would break that."""
+
+    def __init__(self, directory: ShardDirectory, me: Member) -> None:
+        self.directory = directory
+        self.me = me
+
+    async def get_status(
+        self, request: rpb.GetStatusRequest, context: grpc.aio.ServicerContext
+    ) -> rpb.GetStatusResponse:
+        try:
+            if request.HasField("shard"):
+                replicas = [self.directory.replica(request.shard)]
+            else:
+                replicas = sorted(self.directory.replicas(), key=lambda r: r.shard_id)
+        except CairnError as error:
+            await abort(context, error)
+        return rpb.GetStatusResponse(
+            shards=[replica.status() for replica in replicas], node=node_message(self.me)
+        )
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        """Registers GetStatus alone: every other method of the service is
+        UNIMPLEMENTED on this server."""
+        get_status = grpc.unary_unary_rpc_method_handler(
+            self.get_status,
+            request_deserializer=rpb.GetStatusRequest.FromString,
+            response_serializer=rpb.GetStatusResponse.SerializeToString,
+        )
+        return grpc.method_handlers_generic_handler(COORDINATION_SERVICE, {"GetStatus": get_status})
+
+
 class StandaloneServer:
     def __init__(self, config: StandaloneConfig) -> None:
         self.config = config
@@ -231,6 +277,8 @@ class StandaloneServer:
                 "on" if stored.notifications_enabled else "off",
             )
         server.add_generic_rpc_handlers(generic_handlers(ClientService(self.directory, limits)))
+        me = Member(self.address, self.address)
+        server.add_generic_rpc_handlers([StatusOnlyCoordination(self.directory, me).handler()])
         add_health_service(self.health, server)
         await server.start()
         self._server = server

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cairn.storage.bench.histogram import Histogram
+from cairn.common.histogram import Histogram
 
 DEFAULT_MAX_FILE_BYTES = 64 * 1024 * 1024
 

@@ -39,7 +39,7 @@ import collections
 from dataclasses import dataclass, field
 from typing import Any
 
-from cairn.storage.bench.histogram import Histogram
+from cairn.common.histogram import Histogram
 
 # A write waits at most this long for its notifications (and an early batch for its
 # write): far beyond any healthy lag, well within memory at any rate this client drives.

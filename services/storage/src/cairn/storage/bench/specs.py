@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from cairn.storage.bench.histogram import Histogram
+from cairn.common.histogram import Histogram
 
 Kind = Literal["put", "get"]
 Mode = Literal["stream", "unary"]

@@ -118,14 +118,24 @@ def scan_index(
     < end, ordered by secondary key then primary key; a record indexed under several
     secondary keys in the range comes once per entry. A record deleted while a long
     scan is paused between chunks is skipped."""
+    for primary, data, _ in scan_index_records(reader, index_name, start, end, key_order):
+        yield primary, data
+
+
+def scan_index_records(
+    reader: KvReader, index_name: str, start: str, end: str, key_order: KeyOrder
+) -> Iterator[tuple[str, bytes, str]]:
+    """`scan_index` with each entry's secondary key: (primary key, stored record,
+    secondary key). A RangeScan through an index answers the secondary key too, so
+    that clients can merge shards in index order."""
     decode = key_order.decode
     entries = indexes.scan_entries(
         reader, index_name, key_order.encode(start), key_order.encode(end)
     )
-    for _, primary in entries:
+    for secondary, primary in entries:
         data = reader.get(_RECORDS, primary)
         if data is not None:
-            yield decode(primary), data
+            yield decode(primary), data, decode(secondary)
 
 
 def list_index(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import grpc
@@ -160,6 +160,7 @@ class ClientService:
             validate_read(request, self.limits)
         except CairnError as error:
             await abort(context, error)
+        shard.count_read(len(request.gets))
         chunk = pb.ReadResponse()
         for get in request.gets:
             try:
@@ -209,13 +210,19 @@ class ClientService:
         chunk = pb.RangeScanResponse()
         size = 0
         start, end = request.start_inclusive, request.end_exclusive
-        records = (
-            reads.scan_index(shard.kv, index, start, end, shard.key_order)
+        records: Iterator[tuple[str, bytes, str | None]] = (
+            reads.scan_index_records(shard.kv, index, start, end, shard.key_order)
             if index is not None
-            else reads.scan_records(shard.kv, start, end, shard.key_order)
+            else (
+                (k, d, None) for k, d in reads.scan_records(shard.kv, start, end, shard.key_order)
+            )
         )
-        for key, data in records:
-            reads.record_response(key, data, include_value=True, response=chunk.records.add())
+        for key, data, secondary in records:
+            record = reads.record_response(
+                key, data, include_value=True, response=chunk.records.add()
+            )
+            if secondary is not None:
+                record.secondary_index_key = secondary
             size += len(key) + len(data)
             if len(chunk.records) >= max_records or size >= max_bytes:
                 yield chunk

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from cairn.storage.bench.histogram import (
+from cairn.common.histogram import (
     MAX_VALUE_NS,
     Histogram,
     bucket_bounds,

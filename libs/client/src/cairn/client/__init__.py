@@ -1,0 +1,1 @@
+"""Cairn's client library."""

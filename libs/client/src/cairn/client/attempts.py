@@ -1,0 +1,57 @@
+"""The retry budget of one call: a deadline, and exponential backoff with full
+jitter between attempts. Cheap to make (every call makes one): the message is
+formatted only if the deadline passes."""
+
+from __future__ import annotations
+
+import random
+import time
+
+from cairn.client import errors
+from cairn.client.failures import Retry
+
+
+class Attempts:
+    __slots__ = ("_backoff_s", "_max_backoff_s", "deadline", "last", "subject", "verb")
+
+    def __init__(
+        self,
+        verb: str,
+        subject: object,
+        timeout_s: float,
+        initial_backoff_s: float,
+        max_backoff_s: float,
+    ) -> None:
+        # time.monotonic is the event loop's clock: `deadline` works with timeout_at.
+        self.deadline = time.monotonic() + timeout_s
+        self._backoff_s = initial_backoff_s
+        self._max_backoff_s = max_backoff_s
+        self.verb = verb
+        self.subject = subject
+        self.last: Retry | None = None
+
+    def remaining_s(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def timeout(self) -> errors.RequestTimeout:
+        last = f": {self.last.status.code.name} {self.last.status.message}" if self.last else ""
+        what = f"{self.verb} {self.subject!r}" if self.subject is not None else self.verb
+        return errors.RequestTimeout(f"{what} did not succeed before its deadline{last}")
+
+    def check(self) -> float:
+        """The time left; RequestTimeout when none is."""
+        remaining = self.remaining_s()
+        if remaining <= 0:
+            raise self.timeout()
+        return remaining
+
+    def next_delay_s(self, retry: Retry) -> float:
+        """How long to wait before the next attempt (RequestTimeout if the deadline
+        would pass first)."""
+        self.last = retry
+        remaining = self.check()
+        delay = random.uniform(0, self._backoff_s)
+        self._backoff_s = min(self._backoff_s * 2, self._max_backoff_s)
+        if delay >= remaining:
+            raise self.timeout()
+        return delay

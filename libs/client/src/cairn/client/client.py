@@ -1,0 +1,634 @@
+"""The asyncio client. One `AsyncClient` serves one namespace; `for_namespace`
+makes siblings that share its connections.
+
+    client = await AsyncClient.connect("127.0.0.1:6648")
+    result = await client.put("/app/config", b"v1")
+    record = await client.get("/app/config")
+    await client.close()
+
+Every call retries what is retryable (no leader yet, a leader moving, a pod
+restarting, overload) until `ClientOptions.request_timeout_s`, redirecting on a
+leader hint; see cairn.client.errors for what reaches the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from typing import Any
+
+from cairn.client import errors
+from cairn.client.assignments import ShardMapFollower
+from cairn.client.attempts import Attempts
+from cairn.client.channels import ChannelPool
+from cairn.client.failures import Retry
+from cairn.client.merge import nearest
+from cairn.client.options import ClientOptions
+from cairn.client.reads import ReadOp, ShardReader
+from cairn.client.records import (
+    Comparison,
+    NotificationBatch,
+    PutResult,
+    Record,
+    Version,
+)
+from cairn.client.routing import ShardMap
+from cairn.client.scans import Scans
+from cairn.client.sessions import SessionManager
+from cairn.client.writes import DELETE, DELETE_RANGE, PUT, ShardWriter, WriteOp
+from cairn.proto import oxia_client_pb2 as pb
+
+_OK = pb.OK
+_KEY_NOT_FOUND = pb.KEY_NOT_FOUND
+_UNEXPECTED_VERSION_ID = pb.UNEXPECTED_VERSION_ID
+_SESSION_DOES_NOT_EXIST = pb.SESSION_DOES_NOT_EXIST
+# The pipelined requests one WriteStream may have unanswered on the server
+# (Limits.max_inflight_per_write_stream): the bound when batching is off.
+_UNBATCHED_MAX_INFLIGHT = 256
+
+
+def _addresses(address: str | Sequence[str]) -> list[str]:
+    if isinstance(address, str):
+        found = [part.strip() for part in address.split(",") if part.strip()]
+    else:
+        found = [part.strip() for part in address if part.strip()]
+    if not found:
+        raise ValueError("no server address given")
+    return found
+
+
+def _status_error(status: int, what: str) -> errors.ClientError:
+    if status == _KEY_NOT_FOUND:
+        return errors.KeyNotFound(f"{what}: no such record")
+    if status == _UNEXPECTED_VERSION_ID:
+        return errors.UnexpectedVersion(f"{what}: the record's version is not the expected one")
+    if status == _SESSION_DOES_NOT_EXIST:
+        return errors.SessionExpired(f"{what}: the session does not exist (closed or expired)")
+    return errors.InvalidArgument(f"{what}: refused by the server")
+
+
+def _record(response: pb.GetResponse, asked_key: str) -> Record:
+    return Record(
+        key=response.key if response.HasField("key") else asked_key,
+        value=response.value if response.HasField("value") else None,
+        version=Version.from_proto(response.version),
+        secondary_index_key=(
+            response.secondary_index_key if response.HasField("secondary_index_key") else None
+        ),
+    )
+
+
+class AsyncClient:
+    def __init__(
+        self,
+        pool: ChannelPool,
+        seeds: list[str],
+        namespace: str,
+        options: ClientOptions,
+        owns_pool: bool,
+    ) -> None:
+        """Use `AsyncClient.connect`."""
+        self.namespace = namespace
+        self.options = options
+        self._pool = pool
+        self._seeds = seeds
+        self._owns_pool = owns_pool
+        self._closed = False
+        self._writers: dict[int, ShardWriter] = {}
+        self._readers: dict[int, ShardReader] = {}
+        self._children: list[AsyncClient] = []
+        self._follower = ShardMapFollower(
+            pool,
+            seeds,
+            namespace,
+            options.retry_initial_backoff_s,
+            options.retry_max_backoff_s,
+            self._map_changed,
+        )
+        self._sessions = SessionManager(
+            lambda shard: self.create_session(shard),
+            self.keep_alive,
+            self.close_session,
+            options.session_timeout_ms,
+        )
+        self._scans = Scans(pool, self._follower, options, self._check_open)
+
+    # ---- lifecycle ------------------------------------------------------------------
+
+    @classmethod
+    async def connect(
+        cls,
+        address: str | Sequence[str],
+        *,
+        namespace: str = "default",
+        options: ClientOptions | None = None,
+    ) -> AsyncClient:
+        """Connect to any server(s) of the cluster ("host:port", comma-separated or a
+        list) and wait for the namespace's shard map."""
+        options = options or ClientOptions()
+        pool = ChannelPool(options.max_message_bytes)
+        client = cls(pool, _addresses(address), namespace, options, owns_pool=True)
+        try:
+            await client._follower.start(options.connect_timeout_s)
+        except BaseException:
+            await pool.close()
+            raise
+        return client
+
+    async def for_namespace(self, namespace: str) -> AsyncClient:
+        """A client of another namespace sharing this one's connections; closed with it."""
+        self._check_open()
+        child = AsyncClient(self._pool, self._seeds, namespace, self.options, owns_pool=False)
+        await child._follower.start(self.options.connect_timeout_s)
+        self._children.append(child)
+        return child
+
+    async def close(self) -> None:
+        """Close the managed sessions (their ephemeral records go), fail what is
+        still queued with ClientClosed, and release the connections."""
+        if self._closed:
+            return
+        for child in self._children:
+            await child.close()
+        await self._sessions.close()
+        self._closed = True
+        await self._follower.close()
+        for writer in self._writers.values():
+            await writer.close()
+        for reader in self._readers.values():
+            await reader.close()
+        if self._owns_pool:
+            await self._pool.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise errors.ClientClosed("the client is closed")
+
+    # ---- routing --------------------------------------------------------------------
+
+    @property
+    def shard_map(self) -> ShardMap:
+        return self._follower.map
+
+    def shard_for(self, key: str, partition_key: str | None = None) -> int:
+        return self._follower.map.shard_for(key, partition_key)
+
+    def _map_changed(self) -> None:
+        for writer in self._writers.values():
+            writer.leader_changed()
+
+    def _writer(self, shard: int) -> ShardWriter:
+        writer = self._writers.get(shard)
+        if writer is None:
+            options = self.options
+            batching = options.batching
+            writer = ShardWriter(
+                shard,
+                self.namespace,
+                self._pool,
+                self._follower.leader,
+                max_batch_ops=options.max_batch_ops if batching else 1,
+                max_batch_bytes=options.max_batch_bytes,
+                max_inflight=options.max_inflight_batches if batching else _UNBATCHED_MAX_INFLIGHT,
+                max_pending_ops=options.max_pending_ops_per_shard,
+                linger_s=options.batch_linger_ms / 1000 if batching else 0.0,
+            )
+            self._writers[shard] = writer
+        return writer
+
+    def _reader(self, shard: int) -> ShardReader:
+        reader = self._readers.get(shard)
+        if reader is None:
+            options = self.options
+            reader = ShardReader(
+                shard,
+                self._pool,
+                self._follower.leader,
+                max_batch=options.max_read_batch_gets if options.batching else 1,
+                max_inflight=(
+                    options.max_inflight_batches * 2
+                    if options.batching
+                    else _UNBATCHED_MAX_INFLIGHT
+                ),
+                max_pending=options.max_pending_ops_per_shard,
+            )
+            self._readers[shard] = reader
+        return reader
+
+    def _attempts(self, verb: str, subject: object = None) -> Attempts:
+        options = self.options
+        return Attempts(
+            verb,
+            subject,
+            options.request_timeout_s,
+            options.retry_initial_backoff_s,
+            options.retry_max_backoff_s,
+        )
+
+    async def _pause(self, shard: int, retry: Retry, attempts: Attempts) -> None:
+        """Between attempts: take note of a leader hint, then wait for the backoff
+        or a newer shard map, whichever comes first."""
+        delay_s = attempts.next_delay_s(retry)
+        if retry.status.leader_hint:
+            self._follower.note_leader_hint(shard, retry.status.leader_hint)
+        else:
+            # A hint is worth one try: a pod's view of the leaders can be stale
+            # (it restarted, or missed a push), and the map is the authority.
+            self._follower.forget_leader_hint(shard)
+        await self._follower.wait_for_change(self._follower.version, delay_s)
+
+    # ---- writes ---------------------------------------------------------------------
+
+    async def _send_write(
+        self,
+        shard: int,
+        kind: int,
+        message: Any,
+        size_bytes: int,
+        attempts: Attempts,
+        idempotent: bool,
+    ) -> tuple[Any, bool]:
+        """One write, retried until answered: (the operation's response, whether an
+        earlier attempt's outcome was unknown). When the write is not idempotent, an
+        ambiguous attempt's Retry comes back instead of a response (the caller then
+        proves whether it applied)."""
+        op = WriteOp(kind, message, size_bytes)
+        ambiguous_before = False
+        while True:
+            self._check_open()
+            writer = self._writers.get(shard) or self._writer(shard)
+            try:
+                # One timer for both waits (asyncio.wait_for would add a task each).
+                async with asyncio.timeout_at(attempts.deadline):
+                    if not writer.try_submit(op):
+                        await writer.submit(op)
+                    outcome = await op.future
+            except TimeoutError:
+                raise attempts.timeout() from None
+            if not isinstance(outcome, Retry):
+                return outcome, ambiguous_before
+            if outcome.ambiguous:
+                if not idempotent:
+                    return outcome, ambiguous_before
+                ambiguous_before = True
+            await self._pause(shard, outcome, attempts)
+            solo = op.solo
+            op = WriteOp(kind, message, size_bytes)
+            op.solo = solo
+
+    async def put(
+        self,
+        key: str,
+        value: bytes,
+        *,
+        expected_version: int | None = None,
+        partition_key: str | None = None,
+        ephemeral: bool = False,
+        session_id: int | None = None,
+        sequence_key_deltas: Sequence[int] | None = None,
+        secondary_indexes: Mapping[str, str] | None = None,
+    ) -> PutResult:
+        """Write a record. `expected_version`: only if the record has that version
+        (EXPECTED_RECORD_DOES_NOT_EXIST: only if it does not exist). `ephemeral`: tied
+        to this client's session on the key's shard, deleted when the client closes or
+        its session expires; `session_id`: tied to a session from `create_session`
+        instead. `sequence_key_deltas` (needs a partition key): the server appends
+        counters to the key and returns the generated key."""
+        self._check_open()
+        if not isinstance(value, bytes | bytearray | memoryview):
+            raise errors.InvalidArgument("a value must be bytes")
+        if ephemeral and session_id is not None:
+            raise errors.InvalidArgument("give either ephemeral=True or a session_id, not both")
+        if sequence_key_deltas:
+            if partition_key is None:
+                raise errors.InvalidArgument("a sequence put needs a partition key")
+            if expected_version is not None:
+                raise errors.InvalidArgument("a sequence put cannot have an expected version")
+        shard = self._follower.map.shard_for(key, partition_key)
+        attempts = self._attempts("put", key)
+        session_renewed = False
+        while True:
+            message = pb.PutRequest(key=key, value=bytes(value))
+            if expected_version is not None:
+                message.expected_version_id = expected_version
+            if partition_key is not None:
+                message.partition_key = partition_key
+            if sequence_key_deltas:
+                message.sequence_key_delta.extend(sequence_key_deltas)
+            if secondary_indexes:
+                for name, secondary_key in secondary_indexes.items():
+                    message.secondary_indexes.add(index_name=name, secondary_key=secondary_key)
+            managed_session = ephemeral
+            if ephemeral:
+                message.session_id = await self._sessions.session_for(shard)
+                message.client_identity = self.options.client_identity
+            elif session_id is not None:
+                message.session_id = session_id
+                message.client_identity = self.options.client_identity
+            idempotent = expected_version is None and not sequence_key_deltas
+            outcome, _ = await self._send_write(
+                shard, PUT, message, len(key) + len(value), attempts, idempotent
+            )
+            if isinstance(outcome, Retry):
+                await self._settle_ambiguous_put(
+                    key, partition_key, expected_version, bool(sequence_key_deltas), attempts
+                )
+                await self._pause(shard, outcome, attempts)
+                continue
+            if outcome.status == _OK:
+                return PutResult(
+                    outcome.key if outcome.HasField("key") else key,
+                    Version.from_proto(outcome.version),
+                )
+            if (
+                outcome.status == _SESSION_DOES_NOT_EXIST
+                and managed_session
+                and not session_renewed
+            ):
+                # Our session expired before the write (its records are gone): the
+                # write goes once more, with a new session.
+                self._sessions.forget(shard, message.session_id)
+                session_renewed = True
+                continue
+            raise _status_error(outcome.status, f"put {key!r}")
+
+    async def _settle_ambiguous_put(
+        self,
+        key: str,
+        partition_key: str | None,
+        expected_version: int | None,
+        sequence: bool,
+        attempts: Attempts,
+    ) -> None:
+        """A conditional or sequence put's attempt may have applied. Return only when
+        reading proves it did not (the record still has the expected version, which
+        version ids never return to), else raise OutcomeUnknown."""
+        if not sequence and expected_version is not None and expected_version >= 0:
+            current = await self._current_version(key, partition_key, attempts)
+            if current == expected_version:
+                return
+        raise errors.OutcomeUnknown(
+            f"put {key!r}: the shard's leader changed while the write was in flight and "
+            "it may or may not have applied; read the record to find out"
+        )
+
+    async def _current_version(
+        self, key: str, partition_key: str | None, attempts: Attempts
+    ) -> int | None:
+        request = pb.GetRequest(key=key, include_value=False)
+        shard = self._follower.map.shard_for(key, partition_key)
+        response = await self._send_read(shard, request, attempts)
+        if response.status == _KEY_NOT_FOUND:
+            return None
+        if response.status != _OK:
+            raise _status_error(response.status, f"get {key!r}")
+        version_id: int = response.version.version_id
+        return version_id
+
+    async def delete(
+        self,
+        key: str,
+        *,
+        expected_version: int | None = None,
+        partition_key: str | None = None,
+    ) -> None:
+        """Delete a record (KeyNotFound if there is none); with `expected_version`
+        only if it has that version (else UnexpectedVersion)."""
+        self._check_open()
+        shard = self._follower.map.shard_for(key, partition_key)
+        attempts = self._attempts("delete", key)
+        message = pb.DeleteRequest(key=key)
+        if expected_version is not None:
+            message.expected_version_id = expected_version
+        if partition_key is not None:
+            message.partition_key = partition_key
+        idempotent = expected_version is None
+        while True:
+            outcome, ambiguous_before = await self._send_write(
+                shard, DELETE, message, len(key), attempts, idempotent
+            )
+            if isinstance(outcome, Retry):
+                assert expected_version is not None
+                current = await self._current_version(key, partition_key, attempts)
+                if current != expected_version:
+                    raise errors.OutcomeUnknown(
+                        f"delete {key!r}: the shard's leader changed while the delete was in "
+                        "flight and it may or may not have applied"
+                    )
+                await self._pause(shard, outcome, attempts)
+                continue
+            if outcome.status == _OK:
+                return
+            if outcome.status == _KEY_NOT_FOUND and ambiguous_before:
+                return  # an earlier attempt, whose answer was lost, deleted it
+            raise _status_error(outcome.status, f"delete {key!r}")
+
+    async def delete_range(
+        self, start_inclusive: str, end_exclusive: str, *, partition_key: str | None = None
+    ) -> None:
+        """Delete every record with start_inclusive <= key < end_exclusive (in the
+        namespace's key order), on every shard unless a partition key names one."""
+        self._check_open()
+        shards = (
+            [self._follower.map.shard_for("", partition_key)]
+            if partition_key is not None
+            else self._follower.map.shard_ids()
+        )
+        message = pb.DeleteRangeRequest(
+            start_inclusive=start_inclusive, end_exclusive=end_exclusive
+        )
+        size = len(start_inclusive) + len(end_exclusive)
+
+        async def on_shard(shard: int) -> None:
+            attempts = self._attempts("delete range", (start_inclusive, end_exclusive))
+            outcome, _ = await self._send_write(shard, DELETE_RANGE, message, size, attempts, True)
+            if outcome.status != _OK:
+                raise _status_error(outcome.status, "delete range")
+
+        await _all(on_shard(shard) for shard in shards)
+
+    # ---- sessions -------------------------------------------------------------------
+
+    async def create_session(
+        self, shard: int, *, timeout_ms: int | None = None, client_identity: str | None = None
+    ) -> int:
+        """A new session on the shard; the caller keeps it alive (`keep_alive`)."""
+        self._check_open()
+        request = pb.CreateSessionRequest(
+            shard=shard,
+            session_timeout_ms=self.options.session_timeout_ms
+            if timeout_ms is None
+            else timeout_ms,
+            client_identity=(
+                self.options.client_identity if client_identity is None else client_identity
+            ),
+        )
+        response = await self._scans.unary(shard, "create_session", request, "create session")
+        session_id: int = response.session_id
+        return session_id
+
+    async def keep_alive(self, shard: int, session_id: int) -> None:
+        self._check_open()
+        request = pb.SessionHeartbeat(shard=shard, session_id=session_id)
+        await self._scans.unary(shard, "keep_alive", request, f"keep session {session_id} alive")
+
+    async def close_session(self, shard: int, session_id: int) -> None:
+        """Close a session: its ephemeral records are deleted before this returns."""
+        self._check_open()
+        request = pb.CloseSessionRequest(shard=shard, session_id=session_id)
+        await self._scans.unary(shard, "close_session", request, f"close session {session_id}")
+
+    # ---- reads ----------------------------------------------------------------------
+
+    async def _send_read(
+        self, shard: int, message: pb.GetRequest, attempts: Attempts
+    ) -> pb.GetResponse:
+        while True:
+            self._check_open()
+            op = ReadOp(message)
+            reader = self._readers.get(shard) or self._reader(shard)
+            try:
+                async with asyncio.timeout_at(attempts.deadline):
+                    if not reader.try_submit(op):
+                        await reader.submit(op)
+                    outcome = await op.future
+            except TimeoutError:
+                raise attempts.timeout() from None
+            if not isinstance(outcome, Retry):
+                response: pb.GetResponse = outcome
+                return response
+            await self._pause(shard, outcome, attempts)
+
+    async def get(
+        self,
+        key: str,
+        *,
+        comparison: Comparison = Comparison.EQUAL,
+        include_value: bool = True,
+        partition_key: str | None = None,
+        secondary_index: str | None = None,
+    ) -> Record:
+        """The record at `key` (or the nearest one, per `comparison`; through a
+        secondary index, `key` is a secondary key). Raises KeyNotFound."""
+        self._check_open()
+        message = pb.GetRequest(
+            key=key,
+            include_value=include_value,
+            comparison_type=int(comparison),  # type: ignore[arg-type]
+        )
+        if secondary_index is not None:
+            message.secondary_index_name = secondary_index
+        attempts = self._attempts("get", key)
+        shard_map = self._follower.map
+        if partition_key is not None or (
+            comparison == Comparison.EQUAL and secondary_index is None
+        ):
+            response = await self._send_read(
+                shard_map.shard_for(key, partition_key), message, attempts
+            )
+            if response.status != _OK:
+                raise _status_error(response.status, f"get {key!r}")
+            return _record(response, key)
+        responses = await _all(
+            self._send_read(shard, message, attempts) for shard in shard_map.shard_ids()
+        )
+        found = [_record(r, key) for r in responses if r.status == _OK]
+        chosen = _nearest(found, comparison, shard_map)
+        if chosen is None:
+            raise errors.KeyNotFound(f"get {key!r}: no such record")
+        return chosen
+
+    async def list(
+        self,
+        start_inclusive: str,
+        end_exclusive: str,
+        *,
+        partition_key: str | None = None,
+        secondary_index: str | None = None,
+        limit: int | None = None,
+    ) -> list[str]:
+        """The keys in [start_inclusive, end_exclusive), in key order (at most
+        `limit` of them)."""
+        keys: list[str] = []
+        if limit is not None and limit <= 0:
+            return keys
+        iterator = self.iter_list(
+            start_inclusive,
+            end_exclusive,
+            partition_key=partition_key,
+            secondary_index=secondary_index,
+        )
+        try:
+            async for key in iterator:
+                keys.append(key)
+                if limit is not None and len(keys) >= limit:
+                    break
+        finally:
+            await iterator.aclose()
+        return keys
+
+    def iter_list(
+        self,
+        start_inclusive: str,
+        end_exclusive: str,
+        *,
+        partition_key: str | None = None,
+        secondary_index: str | None = None,
+    ) -> AsyncGenerator[str]:
+        """The keys in [start_inclusive, end_exclusive), streamed in key order."""
+        self._check_open()
+        return self._scans.iter_list(start_inclusive, end_exclusive, partition_key, secondary_index)
+
+    def range_scan(
+        self,
+        start_inclusive: str,
+        end_exclusive: str,
+        *,
+        partition_key: str | None = None,
+        secondary_index: str | None = None,
+    ) -> AsyncGenerator[Record]:
+        """The records in [start_inclusive, end_exclusive), streamed in key order
+        (through an index: in secondary-key order)."""
+        self._check_open()
+        return self._scans.range_scan(
+            start_inclusive, end_exclusive, partition_key, secondary_index
+        )
+
+    # ---- feeds ----------------------------------------------------------------------
+
+    def notifications(
+        self, start_offsets: Mapping[int, int] | None = None
+    ) -> AsyncGenerator[NotificationBatch]:
+        """Every change of the namespace, one batch per committed entry and shard."""
+        self._check_open()
+        return self._scans.notifications(dict(start_offsets or {}))
+
+    def sequence_updates(self, key: str, *, partition_key: str) -> AsyncGenerator[str]:
+        """The highest sequence key under `key`: at once if one exists, then each new one."""
+        self._check_open()
+        return self._scans.sequence_updates(key, partition_key)
+
+
+def _nearest(found: list[Record], comparison: Comparison, shard_map: ShardMap) -> Record | None:
+    return nearest(found, comparison, shard_map.key_order.encoder)
+
+
+async def _all(awaitables: Any) -> list[Any]:
+    """Run them together; the first failure cancels the rest and is raised."""
+    tasks = [asyncio.ensure_future(a) for a in awaitables]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        raise

@@ -1,0 +1,134 @@
+"""Batched point reads of one shard: gets queue, and whenever fewer than
+`max_inflight` Read calls are out, everything queued (up to `max_batch`) goes
+as one Read request. Each get's future receives its GetResponse, or a
+`failures.Retry` / ClientError for the caller to act on (reads are always safe
+to send again)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import grpc.aio
+
+from cairn.client import errors
+from cairn.client.channels import ChannelPool
+from cairn.client.failures import Retry, classify, connection_status, server_status
+from cairn.proto import oxia_client_pb2 as pb
+
+
+class ReadOp:
+    __slots__ = ("future", "message")
+
+    def __init__(self, message: pb.GetRequest) -> None:
+        self.message = message
+        self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+
+def _settle(op: ReadOp, outcome: Any) -> None:
+    if not op.future.done():
+        if isinstance(outcome, BaseException):
+            op.future.set_exception(outcome)
+        else:
+            op.future.set_result(outcome)
+
+
+class ShardReader:
+    def __init__(
+        self,
+        shard: int,
+        pool: ChannelPool,
+        leader_of: Callable[[int], str | None],
+        max_batch: int,
+        max_inflight: int,
+        max_pending: int,
+    ) -> None:
+        self.shard = shard
+        self._pool = pool
+        self._leader_of = leader_of
+        self._max_batch = max_batch
+        self._max_inflight = max_inflight
+        self._max_pending = max_pending
+        self._queue: collections.deque[ReadOp] = collections.deque()
+        self._room = asyncio.Event()
+        self._room.set()
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    def try_submit(self, op: ReadOp) -> bool:
+        """Queue the get if there is room (the common case, without awaiting)."""
+        if len(self._queue) >= self._max_pending or self._closed:
+            return False
+        self._queue.append(op)
+        self._send_more()
+        return True
+
+    async def submit(self, op: ReadOp) -> None:
+        while len(self._queue) >= self._max_pending:
+            self._room.clear()
+            await self._room.wait()
+        if self._closed:
+            raise errors.ClientClosed("the client is closed")
+        self._queue.append(op)
+        self._send_more()
+
+    def _send_more(self) -> None:
+        while self._queue and len(self._inflight) < self._max_inflight:
+            count = min(len(self._queue), self._max_batch)
+            batch = [self._queue.popleft() for _ in range(count)]
+            task = asyncio.create_task(self._read(batch))
+            self._inflight.add(task)
+            task.add_done_callback(self._done)
+        if len(self._queue) < self._max_pending:
+            self._room.set()
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._inflight.discard(task)
+        if not self._closed:
+            self._send_more()
+
+    async def _read(self, batch: list[ReadOp]) -> None:
+        address = self._leader_of(self.shard)
+        if address is None:
+            outcome: Any = Retry(connection_status(f"shard {self.shard} has no leader yet"))
+            for op in batch:
+                _settle(op, outcome)
+            return
+        answered = 0
+        try:
+            call = self._pool.stubs(address).read(
+                pb.ReadRequest(shard=self.shard, gets=[op.message for op in batch])
+            )
+            async for response in call:
+                for get in response.gets:
+                    if answered < len(batch):
+                        _settle(batch[answered], get)
+                    answered += 1
+            if answered != len(batch):
+                outcome = Retry(connection_status("the read answered too few gets"))
+            else:
+                return
+        except grpc.aio.AioRpcError as error:
+            outcome = classify(server_status(error), sent=False)
+        except RuntimeError as error:  # the pool is closed
+            outcome = errors.ClientClosed(str(error))
+        except asyncio.CancelledError:
+            for op in batch[answered:]:
+                _settle(op, errors.ClientClosed("the client is closed"))
+            raise
+        for op in batch[answered:]:
+            _settle(op, outcome)
+
+    async def close(self) -> None:
+        self._closed = True
+        for task in list(self._inflight):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        closed = errors.ClientClosed("the client is closed")
+        while self._queue:
+            _settle(self._queue.popleft(), closed)
+        self._room.set()

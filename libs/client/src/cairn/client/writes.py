@@ -1,0 +1,313 @@
+"""Batched writes to one shard over a WriteStream.
+
+Operations queue per shard. A writer task sends everything queued (within the
+batch bounds) as one WriteRequest whenever the stream has fewer than
+`max_inflight` requests unanswered, so batches grow with the load and a lone
+operation goes at once. Answers come back in request order and are matched to
+their operations.
+
+When the stream breaks, its first unanswered request gets the server's verdict
+(`failures.classify`); every later one is ambiguous, since the server may have
+logged it before the stream ended. A request the server refused as invalid is
+never partly applied: its operations are sent again one per request, so only
+the offending one fails. Each operation's future receives its response message
+or a `failures.Retry` / ClientError; the caller decides on retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from cairn.client import errors
+from cairn.client.channels import NAMESPACE_HEADER, SHARD_ID_HEADER, ChannelPool
+from cairn.client.failures import Retry, classify, connection_status, server_status
+from cairn.proto import oxia_client_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+PUT, DELETE, DELETE_RANGE = 0, 1, 2
+# Per-operation overhead in a WriteRequest beyond key and value (tags, lengths,
+# version fields): an over-estimate keeps batches under the byte bound.
+_OP_OVERHEAD_BYTES = 32
+
+
+class WriteOp:
+    __slots__ = ("future", "kind", "message", "size_bytes", "solo")
+
+    def __init__(self, kind: int, message: Any, size_bytes: int) -> None:
+        self.kind = kind
+        self.message = message
+        self.size_bytes = size_bytes + _OP_OVERHEAD_BYTES
+        # Sent alone: after its batch was refused as invalid, to find the culprit.
+        self.solo = False
+        self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+
+class _Batch:
+    __slots__ = ("deletes", "puts", "ranges")
+
+    def __init__(self) -> None:
+        self.puts: list[WriteOp] = []
+        self.deletes: list[WriteOp] = []
+        self.ranges: list[WriteOp] = []
+
+    def add(self, op: WriteOp) -> None:
+        (self.puts, self.deletes, self.ranges)[op.kind].append(op)
+
+    def ops(self) -> list[WriteOp]:
+        return self.puts + self.deletes + self.ranges
+
+    def request(self, shard: int) -> pb.WriteRequest:
+        return pb.WriteRequest(
+            shard=shard,
+            puts=[op.message for op in self.puts],
+            deletes=[op.message for op in self.deletes],
+            delete_ranges=[op.message for op in self.ranges],
+        )
+
+
+def _settle(op: WriteOp, outcome: Any) -> None:
+    if not op.future.done():
+        if isinstance(outcome, BaseException):
+            op.future.set_exception(outcome)
+        else:
+            op.future.set_result(outcome)
+
+
+class _Stream:
+    """One open WriteStream to a leader and its unanswered batches."""
+
+    def __init__(self, address: str, call: Any) -> None:
+        self.address = address
+        self.call = call
+        self.inflight: collections.deque[_Batch] = collections.deque()
+        self.broken = False
+        # Resolved when the stream breaks (wakes a writer blocked sending on it).
+        self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.reader: asyncio.Task[None] | None = None
+
+
+class ShardWriter:
+    def __init__(
+        self,
+        shard: int,
+        namespace: str,
+        pool: ChannelPool,
+        leader_of: Callable[[int], str | None],
+        max_batch_ops: int,
+        max_batch_bytes: int,
+        max_inflight: int,
+        max_pending_ops: int,
+        linger_s: float,
+    ) -> None:
+        self.shard = shard
+        self._namespace = namespace
+        self._pool = pool
+        self._leader_of = leader_of
+        self._max_batch_ops = max_batch_ops
+        self._max_batch_bytes = max_batch_bytes
+        self._max_inflight = max_inflight
+        self._max_pending_ops = max_pending_ops
+        self._linger_s = linger_s
+        self._queue: collections.deque[WriteOp] = collections.deque()
+        self._room = asyncio.Event()
+        self._room.set()
+        self._wake = asyncio.Event()
+        self._stream: _Stream | None = None
+        self._closed = False
+        self._task = asyncio.create_task(self._run(), name=f"writer:{shard}")
+
+    def try_submit(self, op: WriteOp) -> bool:
+        """Queue the operation if there is room (the common case, without awaiting)."""
+        if len(self._queue) >= self._max_pending_ops or self._closed:
+            return False
+        self._queue.append(op)
+        self._wake.set()
+        return True
+
+    async def submit(self, op: WriteOp) -> None:
+        """Queue the operation (waiting for room); its future gets the outcome."""
+        while len(self._queue) >= self._max_pending_ops:
+            self._room.clear()
+            await self._room.wait()
+        if self._closed:
+            raise errors.ClientClosed("the client is closed")
+        self._queue.append(op)
+        self._wake.set()
+
+    def leader_changed(self) -> None:
+        """The shard map moved: a stream to a former leader is closed at once (its
+        unanswered writes are ambiguous and go to the new leader)."""
+        stream = self._stream
+        if stream is not None and self._leader_of(self.shard) != stream.address:
+            self._break(stream, connection_status("the shard's leader moved"), cancel=True)
+        self._wake.set()
+
+    async def close(self) -> None:
+        self._closed = True
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        if self._stream is not None:
+            self._break(self._stream, connection_status("the client is closed"), cancel=True)
+        closed = errors.ClientClosed("the client is closed")
+        while self._queue:
+            _settle(self._queue.popleft(), closed)
+        self._room.set()
+
+    # ---- the writer task ------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while True:
+            stream = self._stream
+            if not self._queue or (
+                stream is not None and len(stream.inflight) >= self._max_inflight
+            ):
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            if self._linger_s > 0 and len(self._queue) < self._max_batch_ops:
+                await asyncio.sleep(self._linger_s)
+            if stream is None or stream.broken:
+                stream = self._open()
+                if stream is None:
+                    continue
+            batch = self._take()
+            stream.inflight.append(batch)
+            # A write pending on a call that ends (cancelled because the leader
+            # moved, or failed) may never complete: wait for whichever comes first.
+            sending = asyncio.ensure_future(stream.call.write(batch.request(self.shard)))
+            try:
+                await asyncio.wait((sending, stream.ended), return_when=asyncio.FIRST_COMPLETED)
+                if not sending.done():
+                    sending.cancel()
+                    continue
+                sending.result()
+            except asyncio.CancelledError:
+                sending.cancel()
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # the writer itself is closing
+                # grpc raises CancelledError from a write whose call was cancelled.
+                self._break(stream, connection_status("the write stream was cancelled"))
+            except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError) as error:
+                # The stream ended before this request left: the reader fails what
+                # was unanswered; this batch is failed the same way.
+                log.debug("shard %d: write to %s failed: %r", self.shard, stream.address, error)
+                self._break(stream, connection_status(f"write stream failed: {error}"), cancel=True)
+            except Exception:
+                # Never let the writer die: every later write of the shard would hang.
+                log.exception("shard %d: unexpected failure sending a write", self.shard)
+                self._break(stream, connection_status("the write could not be sent"), cancel=True)
+
+    def _take(self) -> _Batch:
+        batch = _Batch()
+        queue = self._queue
+        if queue[0].solo:
+            batch.add(queue.popleft())
+        else:
+            count = 0
+            size = 0
+            limit_ops, limit_bytes = self._max_batch_ops, self._max_batch_bytes
+            while queue and count < limit_ops and not queue[0].solo:
+                op = queue[0]
+                if count and size + op.size_bytes > limit_bytes:
+                    break
+                queue.popleft()
+                batch.add(op)
+                count += 1
+                size += op.size_bytes
+        if len(queue) < self._max_pending_ops:
+            self._room.set()
+        return batch
+
+    def _open(self) -> _Stream | None:
+        """A stream to the shard's leader; with none known, every queued operation
+        is told to retry (after the caller's backoff, a new map may know one)."""
+        address = self._leader_of(self.shard)
+        if address is None:
+            self._fail_queued(Retry(connection_status(f"shard {self.shard} has no leader yet")))
+            return None
+        try:
+            call = self._pool.stubs(address).write_stream(
+                metadata=((SHARD_ID_HEADER, str(self.shard)), (NAMESPACE_HEADER, self._namespace))
+            )
+        except RuntimeError as error:  # the pool is closed
+            self._fail_queued(errors.ClientClosed(str(error)))
+            return None
+        stream = _Stream(address, call)
+        stream.reader = asyncio.create_task(self._read(stream), name=f"writer-read:{self.shard}")
+        self._stream = stream
+        return stream
+
+    def _fail_queued(self, outcome: Any) -> None:
+        while self._queue:
+            _settle(self._queue.popleft(), outcome)
+        self._room.set()
+
+    async def _read(self, stream: _Stream) -> None:
+        try:
+            while True:
+                response = await stream.call.read()
+                if response is grpc.aio.EOF:
+                    self._break(stream, connection_status("the server ended the write stream"))
+                    return
+                if not stream.inflight:
+                    self._break(stream, connection_status("an answer to no request"))
+                    return
+                self._resolve(stream.inflight.popleft(), response)
+                self._wake.set()
+        except grpc.aio.AioRpcError as error:
+            self._break(stream, server_status(error))
+        except asyncio.CancelledError:
+            self._break(stream, connection_status("the write stream was cancelled"))
+
+    @staticmethod
+    def _resolve(batch: _Batch, response: pb.WriteResponse) -> None:
+        answers: tuple[Any, Any, Any] = (response.puts, response.deletes, response.delete_ranges)
+        for ops, results in zip((batch.puts, batch.deletes, batch.ranges), answers, strict=True):
+            if len(results) != len(ops):
+                ambiguous = Retry(connection_status("a malformed answer"), ambiguous=True)
+                for op in ops:
+                    _settle(op, ambiguous)
+                continue
+            for op, result in zip(ops, results, strict=True):
+                _settle(op, result)
+
+    def _break(self, stream: _Stream, status: Any, cancel: bool = False) -> None:
+        if stream.broken:
+            return
+        stream.broken = True
+        if not stream.ended.done():
+            stream.ended.set_result(None)
+        if self._stream is stream:
+            self._stream = None
+        if cancel:
+            stream.call.cancel()
+            if stream.reader is not None and stream.reader is not asyncio.current_task():
+                stream.reader.cancel()
+        first = True
+        while stream.inflight:
+            batch = stream.inflight.popleft()
+            ops = batch.ops()
+            if first:
+                outcome = classify(status, sent=True)
+                if isinstance(outcome, errors.InvalidArgument) and len(ops) > 1:
+                    # Refused before logging; find the bad operation by sending each alone.
+                    for op in ops:
+                        op.solo = True
+                    outcome = Retry(status)
+            else:
+                outcome = Retry(status, ambiguous=True)
+            first = False
+            for op in ops:
+                _settle(op, outcome)
+        self._wake.set()

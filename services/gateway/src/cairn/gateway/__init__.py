@@ -1,0 +1,1 @@
+"""Cairn's REST gateway: a stateless HTTP front door over the client library."""
