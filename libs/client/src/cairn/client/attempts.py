@@ -4,15 +4,15 @@ formatted only if the deadline passes."""
 
 from __future__ import annotations
 
+import asyncio
 import random
-import time
 
 from cairn.client import errors
 from cairn.client.failures import Retry
 
 
 class Attempts:
-    __slots__ = ("_backoff_s", "_max_backoff_s", "deadline", "last", "subject", "verb")
+    __slots__ = ("_backoff_s", "_loop", "_max_backoff_s", "deadline", "last", "subject", "verb")
 
     def __init__(
         self,
@@ -22,8 +22,9 @@ class Attempts:
         initial_backoff_s: float,
         max_backoff_s: float,
     ) -> None:
-        # time.monotonic is the event loop's clock: `deadline` works with timeout_at.
-        self.deadline = time.monotonic() + timeout_s
+        # On the event loop's clock, for timeout_at and call_at.
+        self._loop = asyncio.get_running_loop()
+        self.deadline = self._loop.time() + timeout_s
         self._backoff_s = initial_backoff_s
         self._max_backoff_s = max_backoff_s
         self.verb = verb
@@ -31,7 +32,7 @@ class Attempts:
         self.last: Retry | None = None
 
     def remaining_s(self) -> float:
-        return self.deadline - time.monotonic()
+        return self.deadline - self._loop.time()
 
     def timeout(self) -> errors.RequestTimeout:
         last = f": {self.last.status.code.name} {self.last.status.message}" if self.last else ""

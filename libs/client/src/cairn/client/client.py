@@ -264,14 +264,15 @@ class AsyncClient:
         while True:
             self._check_open()
             writer = self._writers.get(shard) or self._writer(shard)
-            try:
-                # One timer for both waits (asyncio.wait_for would add a task each).
-                async with asyncio.timeout_at(attempts.deadline):
-                    if not writer.try_submit(op):
+            if writer.try_submit(op):
+                outcome = await _until(op.future, attempts)
+            else:
+                try:
+                    async with asyncio.timeout_at(attempts.deadline):
                         await writer.submit(op)
-                    outcome = await op.future
-            except TimeoutError:
-                raise attempts.timeout() from None
+                except TimeoutError:
+                    raise attempts.timeout() from None
+                outcome = await _until(op.future, attempts)
             if not isinstance(outcome, Retry):
                 return outcome, ambiguous_before
             if outcome.ambiguous:
@@ -494,13 +495,13 @@ class AsyncClient:
             self._check_open()
             op = ReadOp(message)
             reader = self._readers.get(shard) or self._reader(shard)
-            try:
-                async with asyncio.timeout_at(attempts.deadline):
-                    if not reader.try_submit(op):
+            if not reader.try_submit(op):
+                try:
+                    async with asyncio.timeout_at(attempts.deadline):
                         await reader.submit(op)
-                    outcome = await op.future
-            except TimeoutError:
-                raise attempts.timeout() from None
+                except TimeoutError:
+                    raise attempts.timeout() from None
+            outcome = await _until(op.future, attempts)
             if not isinstance(outcome, Retry):
                 response: pb.GetResponse = outcome
                 return response
@@ -614,6 +615,24 @@ class AsyncClient:
         """The highest sequence key under `key`: at once if one exists, then each new one."""
         self._check_open()
         return self._scans.sequence_updates(key, partition_key)
+
+
+def _expire(future: asyncio.Future[Any]) -> None:
+    if not future.done():
+        future.set_exception(TimeoutError())
+
+
+async def _until(future: asyncio.Future[Any], attempts: Attempts) -> Any:
+    """The operation's outcome, or RequestTimeout at the call's deadline. One timer
+    handle per wait: the cheapest way asyncio has (timeout_at adds a context object
+    and task bookkeeping, wait_for a task)."""
+    expiry = asyncio.get_running_loop().call_at(attempts.deadline, _expire, future)
+    try:
+        return await future
+    except TimeoutError:
+        raise attempts.timeout() from None
+    finally:
+        expiry.cancel()
 
 
 def _nearest(found: list[Record], comparison: Comparison, shard_map: ShardMap) -> Record | None:

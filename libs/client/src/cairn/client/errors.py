@@ -11,8 +11,8 @@
     ├── OutcomeUnknown          a non-idempotent write (conditional or sequence put) was
     │                           sent, its leader changed before answering, and reading
     │                           back cannot prove it did not apply; it may have
-    ├── RequestTimeout          the call's deadline passed while retrying (the last
-    │                           failure is its `__cause__`)
+    ├── RequestTimeout          the call's deadline passed while retrying; a write
+    │                           already sent may still apply
     └── ClientClosed            the client was closed
 
 Retryable failures (no leader yet, a leader moving, a pod restarting, an

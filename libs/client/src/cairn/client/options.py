@@ -19,16 +19,17 @@ class ClientOptions:
     # How long `connect` waits for the first complete shard map.
     connect_timeout_s: float = 10.0
 
-    # Write batching, per shard. Operations queue while the shard's stream has
-    # `max_inflight_batches` requests out; when one is answered, everything queued
-    # (up to the size bounds) goes as the next request. So batches grow with load and
-    # an idle client sends at once. `batch_linger_ms` > 0 adds a wait before sending
-    # a batch that is not full, trading latency for larger batches.
+    # Write batching, per shard. An idle stream sends what is queued at once; with a
+    # request out, the next goes once half as many operations wait (two half batches
+    # keep client and server busy at the same time), up to `max_inflight_batches`
+    # requests out. So batches grow with load and an idle client sends at once.
+    # `batch_linger_ms` > 0 adds a wait before sending a batch that is not full,
+    # trading latency for larger batches.
     batching: bool = True
     batch_linger_ms: float = 0.0
     max_batch_ops: int = 1000
     max_batch_bytes: int = 1 * MiB
-    max_inflight_batches: int = 1
+    max_inflight_batches: int = 2
     # Operations waiting to be sent to one shard; more callers wait for room.
     max_pending_ops_per_shard: int = 20_000
     # Gets are batched the same way, into one Read request per shard.

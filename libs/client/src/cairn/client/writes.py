@@ -34,6 +34,8 @@ from cairn.proto import oxia_client_pb2 as pb
 log = logging.getLogger(__name__)
 
 PUT, DELETE, DELETE_RANGE = 0, 1, 2
+# Answers to at least this many operations wake their callers in two halves.
+_MIN_SPLIT_OPS = 8
 # Per-operation overhead in a WriteRequest beyond key and value (tags, lengths,
 # version fields): an over-estimate keeps batches under the byte bound.
 _OP_OVERHEAD_BYTES = 32
@@ -62,6 +64,9 @@ class _Batch:
     def add(self, op: WriteOp) -> None:
         (self.puts, self.deletes, self.ranges)[op.kind].append(op)
 
+    def size(self) -> int:
+        return len(self.puts) + len(self.deletes) + len(self.ranges)
+
     def ops(self) -> list[WriteOp]:
         return self.puts + self.deletes + self.ranges
 
@@ -89,6 +94,7 @@ class _Stream:
         self.address = address
         self.call = call
         self.inflight: collections.deque[_Batch] = collections.deque()
+        self.inflight_ops = 0
         self.broken = False
         # Resolved when the stream breaks (wakes a writer blocked sending on it).
         self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -168,9 +174,7 @@ class ShardWriter:
     async def _run(self) -> None:
         while True:
             stream = self._stream
-            if not self._queue or (
-                stream is not None and len(stream.inflight) >= self._max_inflight
-            ):
+            if not self._ready(stream):
                 self._wake.clear()
                 await self._wake.wait()
                 continue
@@ -181,7 +185,10 @@ class ShardWriter:
                 if stream is None:
                     continue
             batch = self._take()
+            if not (batch.puts or batch.deletes or batch.ranges):
+                continue  # everything taken had expired
             stream.inflight.append(batch)
+            stream.inflight_ops += batch.size()
             # A write pending on a call that ends (cancelled because the leader
             # moved, or failed) may never complete: wait for whichever comes first.
             sending = asyncio.ensure_future(stream.call.write(batch.request(self.shard)))
@@ -208,6 +215,21 @@ class ShardWriter:
                 log.exception("shard %d: unexpected failure sending a write", self.shard)
                 self._break(stream, connection_status("the write could not be sent"), cancel=True)
 
+    def _ready(self, stream: _Stream | None) -> bool:
+        """Whether to send a batch now. With nothing in flight: as soon as anything
+        is queued. With a batch in flight (and room for another): once at least half
+        as many operations wait as are in flight. Callers that each wait for their
+        write would otherwise move in lockstep, one batch at a time, with this
+        process and the server taking turns; two half batches keep both busy."""
+        queued = len(self._queue)
+        if not queued:
+            return False
+        if stream is None or stream.broken or not stream.inflight:
+            return True
+        if len(stream.inflight) >= self._max_inflight:
+            return False
+        return queued * 2 >= stream.inflight_ops or queued >= self._max_batch_ops
+
     def _take(self) -> _Batch:
         batch = _Batch()
         queue = self._queue
@@ -222,6 +244,8 @@ class ShardWriter:
                 if count and size + op.size_bytes > limit_bytes:
                     break
                 queue.popleft()
+                if op.future.done():
+                    continue  # its caller gave up (deadline) before it was sent
                 batch.add(op)
                 count += 1
                 size += op.size_bytes
@@ -263,24 +287,37 @@ class ShardWriter:
                 if not stream.inflight:
                     self._break(stream, connection_status("an answer to no request"))
                     return
-                self._resolve(stream.inflight.popleft(), response)
+                batch = stream.inflight.popleft()
+                stream.inflight_ops -= batch.size()
+                settled = self._resolve(batch, response)
                 self._wake.set()
+                if len(settled) >= _MIN_SPLIT_OPS and self._max_inflight > 1:
+                    # Wake the first half of the writers, let the writer task send
+                    # what they queued, then wake the rest: see `_ready`.
+                    half = len(settled) // 2
+                    for op, outcome in settled[:half]:
+                        _settle(op, outcome)
+                    await asyncio.sleep(0)
+                    settled = settled[half:]
+                for op, outcome in settled:
+                    _settle(op, outcome)
         except grpc.aio.AioRpcError as error:
             self._break(stream, server_status(error))
         except asyncio.CancelledError:
             self._break(stream, connection_status("the write stream was cancelled"))
 
     @staticmethod
-    def _resolve(batch: _Batch, response: pb.WriteResponse) -> None:
+    def _resolve(batch: _Batch, response: pb.WriteResponse) -> list[tuple[WriteOp, Any]]:
+        """Each operation of the batch with its answer."""
+        settled: list[tuple[WriteOp, Any]] = []
         answers: tuple[Any, Any, Any] = (response.puts, response.deletes, response.delete_ranges)
         for ops, results in zip((batch.puts, batch.deletes, batch.ranges), answers, strict=True):
             if len(results) != len(ops):
                 ambiguous = Retry(connection_status("a malformed answer"), ambiguous=True)
-                for op in ops:
-                    _settle(op, ambiguous)
+                settled.extend((op, ambiguous) for op in ops)
                 continue
-            for op, result in zip(ops, results, strict=True):
-                _settle(op, result)
+            settled.extend(zip(ops, results, strict=True))
+        return settled
 
     def _break(self, stream: _Stream, status: Any, cancel: bool = False) -> None:
         if stream.broken:
