@@ -128,6 +128,9 @@ def test_a_natural_order_namespace_lists_bytewise(server: str) -> None:
     async def scenario(client: AsyncClient) -> None:
         natural = await client.for_namespace("natural")
         assert natural.shard_map.key_order is KeyOrder.NATURAL
+        closed_early = await client.for_namespace("natural")
+        await closed_early.close()
+        assert closed_early not in client._children  # a closed sibling is let go
         keys = ["/n/a/b", "/n/b", "/n/a", "/n/a/a/a"]
         for key in keys:
             await natural.put(key, b"x")
@@ -204,8 +207,9 @@ def test_explicit_sessions(server: str, prefix: str) -> None:
         shard = client.shard_for(key)
         session = await client.create_session(shard, timeout_ms=5_000, client_identity="me")
         await client.keep_alive(shard, session)
-        put = await client.put(key, b"here", session_id=session)
+        put = await client.put(key, b"here", session_id=session, client_identity="me")
         assert put.version.session_id == session
+        assert put.version.client_identity == "me"
         await client.close_session(shard, session)
         with pytest.raises(errors.KeyNotFound):
             await client.get(key)

@@ -91,6 +91,7 @@ class AsyncClient:
         """Use `AsyncClient.connect`."""
         self.namespace = namespace
         self.options = options
+        self._loop = asyncio.get_running_loop()
         self._pool = pool
         self._seeds = seeds
         self._owns_pool = owns_pool
@@ -98,6 +99,7 @@ class AsyncClient:
         self._writers: dict[int, ShardWriter] = {}
         self._readers: dict[int, ShardReader] = {}
         self._children: list[AsyncClient] = []
+        self._parent: AsyncClient | None = None
         self._follower = ShardMapFollower(
             pool,
             seeds,
@@ -141,6 +143,7 @@ class AsyncClient:
         self._check_open()
         child = AsyncClient(self._pool, self._seeds, namespace, self.options, owns_pool=False)
         await child._follower.start(self.options.connect_timeout_s)
+        child._parent = self
         self._children.append(child)
         return child
 
@@ -149,8 +152,10 @@ class AsyncClient:
         still queued with ClientClosed, and release the connections."""
         if self._closed:
             return
-        for child in self._children:
+        for child in list(self._children):
             await child.close()
+        if self._parent is not None and self in self._parent._children:
+            self._parent._children.remove(self)
         await self._sessions.close()
         self._closed = True
         await self._follower.close()
@@ -199,6 +204,7 @@ class AsyncClient:
                 max_inflight=options.max_inflight_batches if batching else _UNBATCHED_MAX_INFLIGHT,
                 max_pending_ops=options.max_pending_ops_per_shard,
                 linger_s=options.batch_linger_ms / 1000 if batching else 0.0,
+                answer_timeout_s=options.request_timeout_s,
             )
             self._writers[shard] = writer
         return writer
@@ -218,6 +224,7 @@ class AsyncClient:
                     else _UNBATCHED_MAX_INFLIGHT
                 ),
                 max_pending=options.max_pending_ops_per_shard,
+                answer_timeout_s=options.request_timeout_s,
             )
             self._readers[shard] = reader
         return reader
@@ -259,20 +266,21 @@ class AsyncClient:
         earlier attempt's outcome was unknown). When the write is not idempotent, an
         ambiguous attempt's Retry comes back instead of a response (the caller then
         proves whether it applied)."""
-        op = WriteOp(kind, message, size_bytes)
+        loop = self._loop
+        op = WriteOp(kind, message, size_bytes, loop)
         ambiguous_before = False
         while True:
             self._check_open()
             writer = self._writers.get(shard) or self._writer(shard)
-            if writer.try_submit(op):
-                outcome = await _until(op.future, attempts)
-            else:
+            if not writer.try_submit(op):
                 try:
                     async with asyncio.timeout_at(attempts.deadline):
                         await writer.submit(op)
                 except TimeoutError:
                     raise attempts.timeout() from None
-                outcome = await _until(op.future, attempts)
+            # No timer per operation: the writer answers within answer_timeout_s
+            # (it breaks a stream that does not), and retries check the deadline.
+            outcome = await op.future
             if not isinstance(outcome, Retry):
                 return outcome, ambiguous_before
             if outcome.ambiguous:
@@ -281,7 +289,7 @@ class AsyncClient:
                 ambiguous_before = True
             await self._pause(shard, outcome, attempts)
             solo = op.solo
-            op = WriteOp(kind, message, size_bytes)
+            op = WriteOp(kind, message, size_bytes, loop)
             op.solo = solo
 
     async def put(
@@ -295,13 +303,15 @@ class AsyncClient:
         session_id: int | None = None,
         sequence_key_deltas: Sequence[int] | None = None,
         secondary_indexes: Mapping[str, str] | None = None,
+        client_identity: str | None = None,
     ) -> PutResult:
         """Write a record. `expected_version`: only if the record has that version
         (EXPECTED_RECORD_DOES_NOT_EXIST: only if it does not exist). `ephemeral`: tied
         to this client's session on the key's shard, deleted when the client closes or
         its session expires; `session_id`: tied to a session from `create_session`
         instead. `sequence_key_deltas` (needs a partition key): the server appends
-        counters to the key and returns the generated key."""
+        counters to the key and returns the generated key. `client_identity` (for an
+        ephemeral record) overrides the client's own in the record's version."""
         self._check_open()
         if not isinstance(value, bytes | bytearray | memoryview):
             raise errors.InvalidArgument("a value must be bytes")
@@ -327,12 +337,13 @@ class AsyncClient:
                 for name, secondary_key in secondary_indexes.items():
                     message.secondary_indexes.add(index_name=name, secondary_key=secondary_key)
             managed_session = ephemeral
+            identity = self.options.client_identity if client_identity is None else client_identity
             if ephemeral:
                 message.session_id = await self._sessions.session_for(shard)
-                message.client_identity = self.options.client_identity
+                message.client_identity = identity
             elif session_id is not None:
                 message.session_id = session_id
-                message.client_identity = self.options.client_identity
+                message.client_identity = identity
             idempotent = expected_version is None and not sequence_key_deltas
             outcome, _ = await self._send_write(
                 shard, PUT, message, len(key) + len(value), attempts, idempotent
@@ -493,7 +504,7 @@ class AsyncClient:
     ) -> pb.GetResponse:
         while True:
             self._check_open()
-            op = ReadOp(message)
+            op = ReadOp(message, self._loop)
             reader = self._readers.get(shard) or self._reader(shard)
             if not reader.try_submit(op):
                 try:
@@ -501,7 +512,7 @@ class AsyncClient:
                         await reader.submit(op)
                 except TimeoutError:
                     raise attempts.timeout() from None
-            outcome = await _until(op.future, attempts)
+            outcome = await op.future  # each Read call has a deadline
             if not isinstance(outcome, Retry):
                 response: pb.GetResponse = outcome
                 return response
@@ -615,24 +626,6 @@ class AsyncClient:
         """The highest sequence key under `key`: at once if one exists, then each new one."""
         self._check_open()
         return self._scans.sequence_updates(key, partition_key)
-
-
-def _expire(future: asyncio.Future[Any]) -> None:
-    if not future.done():
-        future.set_exception(TimeoutError())
-
-
-async def _until(future: asyncio.Future[Any], attempts: Attempts) -> Any:
-    """The operation's outcome, or RequestTimeout at the call's deadline. One timer
-    handle per wait: the cheapest way asyncio has (timeout_at adds a context object
-    and task bookkeeping, wait_for a task)."""
-    expiry = asyncio.get_running_loop().call_at(attempts.deadline, _expire, future)
-    try:
-        return await future
-    except TimeoutError:
-        raise attempts.timeout() from None
-    finally:
-        expiry.cancel()
 
 
 def _nearest(found: list[Record], comparison: Comparison, shard_map: ShardMap) -> Record | None:

@@ -23,9 +23,9 @@ from cairn.proto import oxia_client_pb2 as pb
 class ReadOp:
     __slots__ = ("future", "message")
 
-    def __init__(self, message: pb.GetRequest) -> None:
+    def __init__(self, message: pb.GetRequest, loop: asyncio.AbstractEventLoop) -> None:
         self.message = message
-        self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.future: asyncio.Future[Any] = loop.create_future()
 
 
 def _settle(op: ReadOp, outcome: Any) -> None:
@@ -45,8 +45,11 @@ class ShardReader:
         max_batch: int,
         max_inflight: int,
         max_pending: int,
+        answer_timeout_s: float,
     ) -> None:
         self.shard = shard
+        # The deadline of each Read call (a hung server fails it; callers retry).
+        self._answer_timeout_s = answer_timeout_s
         self._pool = pool
         self._leader_of = leader_of
         self._max_batch = max_batch
@@ -100,7 +103,8 @@ class ShardReader:
         answered = 0
         try:
             call = self._pool.stubs(address).read(
-                pb.ReadRequest(shard=self.shard, gets=[op.message for op in batch])
+                pb.ReadRequest(shard=self.shard, gets=[op.message for op in batch]),
+                timeout=self._answer_timeout_s,
             )
             async for response in call:
                 for get in response.gets:

@@ -98,6 +98,7 @@ class Client:
         session_id: int | None = None,
         sequence_key_deltas: Sequence[int] | None = None,
         secondary_indexes: Mapping[str, str] | None = None,
+        client_identity: str | None = None,
     ) -> PutResult:
         return self._run(
             self._async.put(
@@ -109,6 +110,7 @@ class Client:
                 session_id=session_id,
                 sequence_key_deltas=sequence_key_deltas,
                 secondary_indexes=secondary_indexes,
+                client_identity=client_identity,
             )
         )
 

@@ -44,22 +44,25 @@ _OP_OVERHEAD_BYTES = 32
 class WriteOp:
     __slots__ = ("future", "kind", "message", "size_bytes", "solo")
 
-    def __init__(self, kind: int, message: Any, size_bytes: int) -> None:
+    def __init__(
+        self, kind: int, message: Any, size_bytes: int, loop: asyncio.AbstractEventLoop
+    ) -> None:
         self.kind = kind
         self.message = message
         self.size_bytes = size_bytes + _OP_OVERHEAD_BYTES
         # Sent alone: after its batch was refused as invalid, to find the culprit.
         self.solo = False
-        self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.future: asyncio.Future[Any] = loop.create_future()
 
 
 class _Batch:
-    __slots__ = ("deletes", "puts", "ranges")
+    __slots__ = ("deletes", "puts", "ranges", "watchdog")
 
     def __init__(self) -> None:
         self.puts: list[WriteOp] = []
         self.deletes: list[WriteOp] = []
         self.ranges: list[WriteOp] = []
+        self.watchdog: asyncio.TimerHandle | None = None
 
     def add(self, op: WriteOp) -> None:
         (self.puts, self.deletes, self.ranges)[op.kind].append(op)
@@ -113,8 +116,14 @@ class ShardWriter:
         max_inflight: int,
         max_pending_ops: int,
         linger_s: float,
+        answer_timeout_s: float,
     ) -> None:
         self.shard = shard
+        # A request unanswered this long breaks its stream (its operations are then
+        # ambiguous and retried by their callers, whose deadlines end the wait): one
+        # timer per request rather than one per operation.
+        self._answer_timeout_s = answer_timeout_s
+        self._loop = asyncio.get_running_loop()
         self._namespace = namespace
         self._pool = pool
         self._leader_of = leader_of
@@ -189,6 +198,9 @@ class ShardWriter:
                 continue  # everything taken had expired
             stream.inflight.append(batch)
             stream.inflight_ops += batch.size()
+            batch.watchdog = self._loop.call_later(
+                self._answer_timeout_s, self._overdue, stream, batch
+            )
             # A write pending on a call that ends (cancelled because the leader
             # moved, or failed) may never complete: wait for whichever comes first.
             sending = asyncio.ensure_future(stream.call.write(batch.request(self.shard)))
@@ -289,6 +301,8 @@ class ShardWriter:
                     return
                 batch = stream.inflight.popleft()
                 stream.inflight_ops -= batch.size()
+                if batch.watchdog is not None:
+                    batch.watchdog.cancel()
                 settled = self._resolve(batch, response)
                 self._wake.set()
                 if len(settled) >= _MIN_SPLIT_OPS and self._max_inflight > 1:
@@ -319,6 +333,16 @@ class ShardWriter:
             settled.extend(zip(ops, results, strict=True))
         return settled
 
+    def _overdue(self, stream: _Stream, batch: _Batch) -> None:
+        if batch in stream.inflight:
+            log.warning(
+                "shard %d: no answer from %s within %.1f s; reconnecting",
+                self.shard,
+                stream.address,
+                self._answer_timeout_s,
+            )
+            self._break(stream, connection_status("no answer in time"), cancel=True)
+
     def _break(self, stream: _Stream, status: Any, cancel: bool = False) -> None:
         if stream.broken:
             return
@@ -334,6 +358,8 @@ class ShardWriter:
         first = True
         while stream.inflight:
             batch = stream.inflight.popleft()
+            if batch.watchdog is not None:
+                batch.watchdog.cancel()
             ops = batch.ops()
             if first:
                 outcome = classify(status, sent=True)

@@ -1,6 +1,6 @@
 """`cairn-local`: run a whole Cairn cluster as plain processes.
 
-    cairn-local --dir .cairn            controller + 3 storage pods with sidecars
+    cairn-local --dir .cairn            controller + 3 storage pods with sidecars + gateway
     cairn-local --dir .cairn --pods 5 --shards 8
 
 Stops cleanly on Ctrl-C; run it again on the same directory to resume with the
@@ -36,6 +36,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--sidecar-arg", action="append", default=[], help="extra cairn-health argument"
     )
+    parser.add_argument(
+        "--gateway-arg", action="append", default=[], help="extra cairn-gateway argument"
+    )
+    parser.add_argument("--no-gateway", action="store_true", help="do not run the REST gateway")
+    parser.add_argument(
+        "--free-ports",
+        action="store_true",
+        help="pick free ports instead of the conventional ones (first start only; for "
+        "several clusters on one machine, and tests)",
+    )
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -50,6 +60,9 @@ def main(argv: list[str] | None = None) -> None:
         controller_args=args.controller_arg,
         pod_args=args.pod_arg,
         sidecar_args=args.sidecar_arg,
+        preferred_ports=not args.free_ports,
+        gateway=not args.no_gateway,
+        gateway_args=args.gateway_arg,
     )
 
     def on_signal(signum: int, _: FrameType | None) -> None:
@@ -60,16 +73,21 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cluster.start()
         addresses = ", ".join(cluster.public_address(name) for name in sorted(cluster.pods))
-        print(
-            f"cairn-local: {len(cluster.pods)} storage pods running\n"
+        lines = [
+            f"cairn-local: {len(cluster.pods)} storage pods running",
             f"  client address:  {cluster.public_address(sorted(cluster.pods)[0])}"
-            f"  (any pod serves the shard map: {addresses})\n"
-            f"  admin API:       {cluster.controller_url}  (docs: {cluster.controller_url}/docs)\n"
-            f"  cluster state:   {cluster.state_dir / 'cluster.json'}\n"
-            f"  logs:            {cluster.logs_dir}\n"
-            f"Ctrl-C stops it; running it again resumes with the data.",
-            flush=True,
-        )
+            f"  (any pod serves the shard map: {addresses})",
+            f"  admin API:       {cluster.controller_url}  (docs: {cluster.controller_url}/docs)",
+        ]
+        if cluster.gateway is not None:
+            url = cluster.gateway_url
+            lines.append(f"  gateway:         {url}  (docs: {url}/docs)")
+        lines += [
+            f"  cluster state:   {cluster.state_dir / 'cluster.json'}",
+            f"  logs:            {cluster.logs_dir}",
+            "Ctrl-C stops it; running it again resumes with the data.",
+        ]
+        print("\n".join(lines), flush=True)
         cluster.run_until_stopped()
     finally:
         cluster.stop()

@@ -1,6 +1,6 @@
 """A whole Cairn cluster as plain processes on this machine: the controller
-(file store), storage pods each with its health sidecar. The embedded default:
-no Kubernetes, no containers.
+(file store), storage pods each with its health sidecar, and the REST gateway.
+The embedded default: no Kubernetes, no containers.
 
 Everything lives under one directory:
 
@@ -53,8 +53,9 @@ SUPERVISE_INTERVAL_S = 0.25
 
 # The conventional ports (storage 6648/6649, controller 6650, sidecar 8081),
 # shifted by 100 per pod, are used when free: the first pod then serves clients
-# on 6648 like a lone Oxia server would.
+# on 6648 like a lone Oxia server would. The gateway's is 8080.
 CONTROLLER_PORT = 6650
+GATEWAY_PORT = 8080
 POD_PORTS = (6648, 6649, 8081)
 POD_PORT_STRIDE = 100
 
@@ -83,6 +84,8 @@ class PodPorts:
 class Ports:
     controller: int
     pods: dict[str, PodPorts] = field(default_factory=dict)
+    # None until the gateway first starts (ports.json of earlier runs has none).
+    gateway: int | None = None
 
     @classmethod
     def load(cls, path: Path) -> Ports | None:
@@ -90,16 +93,20 @@ class Ports:
             document = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return None
+        gateway = document.get("gateway")
         return cls(
             int(document["controller"]),
             {name: PodPorts(**ports) for name, ports in document["pods"].items()},
+            int(gateway) if gateway is not None else None,
         )
 
     def save(self, path: Path) -> None:
-        document = {
+        document: dict[str, object] = {
             "controller": self.controller,
             "pods": {name: vars(ports) for name, ports in sorted(self.pods.items())},
         }
+        if self.gateway is not None:
+            document["gateway"] = self.gateway
         write_atomically(path, json.dumps(document, indent=2) + "\n")
 
 
@@ -188,6 +195,8 @@ class LocalCluster:
         sidecar_args: Sequence[str] = (),
         restart: bool = True,
         preferred_ports: bool = True,
+        gateway: bool = True,
+        gateway_args: Sequence[str] = (),
     ) -> None:
         self.preferred_ports = preferred_ports
         self.directory = directory.resolve()
@@ -199,8 +208,11 @@ class LocalCluster:
         self.pod_args = list(pod_args)
         self.sidecar_args = list(sidecar_args)
         self.restart = restart
+        self.with_gateway = gateway
+        self.gateway_args = list(gateway_args)
         self.ports = Ports(0)
         self.controller: Child | None = None
+        self.gateway: Child | None = None
         self.pods: dict[str, tuple[Child, Child]] = {}
         self._stopping = False
 
@@ -217,6 +229,12 @@ class LocalCluster:
     @property
     def controller_url(self) -> str:
         return f"http://{self.host}:{self.ports.controller}"
+
+    @property
+    def gateway_url(self) -> str | None:
+        if self.ports.gateway is None:
+            return None
+        return f"http://{self.host}:{self.ports.gateway}"
 
     def public_address(self, name: str) -> str:
         return f"{self.host}:{self.ports.pods[name].public}"
@@ -287,6 +305,8 @@ class LocalCluster:
         count = state[0].storage_pods if state is not None else self.initial_pods
         for ordinal in range(count):
             self._start_pod(f"{POD_PREFIX}-{ordinal}")
+        if self.with_gateway:
+            self._start_gateway()
         self._write_processes()
 
     def _truncate_log(self, child: Child) -> None:
@@ -345,9 +365,42 @@ class LocalCluster:
         self.pods[name] = (pod, sidecar)
         log.info("started %s (client %s)", name, self.public_address(name))
 
+    def _start_gateway(self) -> None:
+        """The REST gateway, after the pods: it reads the shard map from any of
+        them (pods added later need not be listed) and asks the controller for
+        the admin views."""
+        if self.ports.gateway is None:
+            self.ports.gateway = free_port(self.host, GATEWAY_PORT if self.preferred_ports else 0)
+            self.ports.save(self.directory / "ports.json")
+        addresses = ",".join(self.public_address(name) for name in sorted(self.pods))
+        gateway = Child(
+            "gateway",
+            [
+                sys.executable,
+                "-m",
+                "cairn.gateway",
+                "--address",
+                addresses,
+                "--controller-url",
+                self.controller_url,
+                "--host",
+                self.host,
+                "--port",
+                str(self.ports.gateway),
+                *self.gateway_args,
+            ],
+            self.logs_dir / "gateway.log",
+        )
+        self._truncate_log(gateway)
+        gateway.start()
+        _wait_for_line(gateway.log_path, "cairn-gateway: listening on", gateway, START_TIMEOUT_S)
+        self.gateway = gateway
+        log.info("started the gateway (%s)", self.gateway_url)
+
     def _write_processes(self) -> None:
         document = {
             "controller": self.controller.pid if self.controller else None,
+            "gateway": self.gateway.pid if self.gateway else None,
             "pods": {
                 name: {"storage": pod.pid, "health": sidecar.pid}
                 for name, (pod, sidecar) in sorted(self.pods.items())
@@ -362,6 +415,7 @@ class LocalCluster:
         removed once they hold no shards."""
         changed = False
         children = [self.controller] if self.controller else []
+        children += [self.gateway] if self.gateway else []
         children += [child for pair in self.pods.values() for child in pair]
         now = time.monotonic()
         for child in children:
@@ -402,9 +456,12 @@ class LocalCluster:
         self._stopping = True
 
     def stop(self) -> None:
-        """The controller first (it would take stopping pods for failures and
-        elect), then the sidecars, then the pods."""
+        """The gateway first (a client of everything else), then the controller
+        (it would take stopping pods for failures and elect), then the
+        sidecars, then the pods."""
         self._stopping = True
+        if self.gateway is not None:
+            self.gateway.stop()
         if self.controller is not None:
             self.controller.stop()
         for _, sidecar in self.pods.values():

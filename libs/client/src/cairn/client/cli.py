@@ -1,0 +1,848 @@
+"""`cairn`: the command line for Cairn, and for any Oxia-compatible server.
+
+    cairn [--address HOST:PORT] [--namespace NS] [--timeout-s S] [--json] COMMAND ...
+
+    get KEY                 the record's value (raw bytes); --json: value and version
+    put KEY [VALUE]         the value from VALUE, --value-file or stdin
+    delete KEY
+    delete-range START END
+    list START END          keys, one per line, in key order
+    range START END         records, one per line: key<TAB>value
+    watch                   notifications as they arrive, until Ctrl-C
+    sequence-updates KEY    the highest sequence key under KEY as it changes, until Ctrl-C
+    status                  the cluster from its controller's admin API; with no
+                            controller, the shard map of --address and each shard's
+                            request counters
+    perf                    a load generator (`cairn perf --help`)
+
+Global options work before or after the command; `--address` and `--namespace`
+default to $CAIRN_ADDRESS and $CAIRN_NAMESPACE. With `--json`, single answers are
+one JSON object and streams (list, range, watch) are JSON lines. A value that is
+not UTF-8 appears as `value_base64` instead of `value`.
+
+Exit status:
+    0    success (also a watch, sequence-updates or ephemeral put ended by Ctrl-C)
+    1    no such record (get, delete)
+    2    usage error, or the server refused the request as invalid
+    3    unexpected version: a conditional put or delete did not apply
+    4    unavailable: no answer within --timeout-s, or a write's outcome is unknown
+    5    any other failure (no such namespace, session expired, notifications trimmed)
+    130  interrupted
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any, TextIO
+
+import grpc
+import httpx
+
+from cairn.client import errors
+from cairn.client.client import AsyncClient
+from cairn.client.options import ClientOptions
+from cairn.client.records import Comparison, Notification, NotificationBatch, Record, Version
+from cairn.proto import replication_pb2 as rpb
+from cairn.proto import replication_pb2_grpc as rpb_grpc
+
+DEFAULT_ADDRESS = "127.0.0.1:6648"
+DEFAULT_NAMESPACE = "default"
+DEFAULT_ADMIN_URL = "http://127.0.0.1:6650"
+DEFAULT_TIMEOUT_S = 10.0
+# `status` asks the controller first; one that does not answer this fast is
+# taken as absent (the storage servers are asked instead).
+CONTROLLER_TIMEOUT_S = 3.0
+
+EXIT_OK = 0
+EXIT_NOT_FOUND = 1
+EXIT_USAGE = 2
+EXIT_UNEXPECTED_VERSION = 3
+EXIT_UNAVAILABLE = 4
+EXIT_FAILED = 5
+EXIT_INTERRUPTED = 130
+
+
+class UsageError(Exception):
+    """A command line that parses but does not make sense."""
+
+
+def exit_code_of(error: BaseException) -> int:
+    if isinstance(error, errors.KeyNotFound):
+        return EXIT_NOT_FOUND
+    if isinstance(error, errors.InvalidArgument | UsageError):
+        return EXIT_USAGE
+    if isinstance(error, errors.UnexpectedVersion):
+        return EXIT_UNEXPECTED_VERSION
+    if isinstance(error, errors.RequestTimeout | errors.OutcomeUnknown | errors.ClientClosed):
+        return EXIT_UNAVAILABLE
+    return EXIT_FAILED
+
+
+# ---- the command line ------------------------------------------------------------------
+
+
+def _add_global_options(parser: argparse.ArgumentParser, env: Mapping[str, str], top: bool) -> None:
+    """The options every command takes. On the subcommands they default to
+    SUPPRESS, so that a value given before the command is not overwritten."""
+
+    def default(value: Any) -> Any:
+        return value if top else argparse.SUPPRESS
+
+    parser.add_argument(
+        "--address",
+        default=default(env.get("CAIRN_ADDRESS", DEFAULT_ADDRESS)),
+        help="server host:port, or several comma-separated ($CAIRN_ADDRESS, "
+        f"default {DEFAULT_ADDRESS})",
+    )
+    parser.add_argument(
+        "--namespace",
+        default=default(env.get("CAIRN_NAMESPACE", DEFAULT_NAMESPACE)),
+        help=f"namespace ($CAIRN_NAMESPACE, default {DEFAULT_NAMESPACE})",
+    )
+    parser.add_argument(
+        "--timeout-s",
+        type=float,
+        default=default(DEFAULT_TIMEOUT_S),
+        help=f"deadline of each call, retries included (default {DEFAULT_TIMEOUT_S:g})",
+    )
+    parser.add_argument(
+        "--json", action="store_true", default=default(False), help="machine-readable output"
+    )
+
+
+def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
+    env = os.environ if env is None else env
+    parser = argparse.ArgumentParser(
+        prog="cairn",
+        description="Cairn's command line (works with any Oxia-compatible server).",
+        epilog="Exit status: 0 ok, 1 no such record, 2 usage or invalid request, 3 unexpected "
+        "version, 4 unavailable or outcome unknown, 5 other failure, 130 interrupted.",
+    )
+    _add_global_options(parser, env, top=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        _add_global_options(sub, env, top=False)
+        return sub
+
+    def partition_key(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument(
+            "--partition-key", help="route by this key instead of the record key (one shard)"
+        )
+
+    def expected_version(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument(
+            "--expected-version",
+            type=int,
+            help="only if the record has this version id (-1: only if it does not exist)",
+        )
+
+    get = command("get", "print a record's value")
+    get.add_argument("key")
+    partition_key(get)
+    get.add_argument(
+        "--comparison",
+        choices=[c.name.lower() for c in Comparison],
+        default="equal",
+        help="the key itself (equal), or the nearest record below or above it",
+    )
+    get.add_argument("--index", metavar="NAME", help="look KEY up in this secondary index")
+    get.add_argument("--no-value", action="store_true", help="the version only (with --json)")
+    get.set_defaults(handler=_get)
+
+    put = command("put", "write a record")
+    put.add_argument("key")
+    put.add_argument("value", nargs="?", help="the value (else --value-file, else stdin)")
+    put.add_argument("--value-file", metavar="PATH", help="read the value from this file")
+    partition_key(put)
+    expected_version(put)
+    put.add_argument(
+        "--ephemeral",
+        action="store_true",
+        help="tie the record to this command's session: it stays until Ctrl-C",
+    )
+    put.add_argument(
+        "--sequence-key-delta",
+        type=int,
+        action="append",
+        metavar="N",
+        help="append a sequence number to the key (repeatable; needs --partition-key)",
+    )
+    put.add_argument(
+        "--index",
+        action="append",
+        metavar="NAME=SECONDARY_KEY",
+        help="a secondary index entry (repeatable)",
+    )
+    put.set_defaults(handler=_put)
+
+    delete = command("delete", "delete a record")
+    delete.add_argument("key")
+    partition_key(delete)
+    expected_version(delete)
+    delete.set_defaults(handler=_delete)
+
+    delete_range = command("delete-range", "delete every record with START <= key < END")
+    delete_range.add_argument("start")
+    delete_range.add_argument("end")
+    partition_key(delete_range)
+    delete_range.set_defaults(handler=_delete_range)
+
+    for name, handler, help_text in (
+        ("list", _list, "keys with START <= key < END, in key order"),
+        ("range", _range, "records with START <= key < END, in key order"),
+    ):
+        sub = command(name, help_text)
+        sub.add_argument("start")
+        sub.add_argument("end")
+        partition_key(sub)
+        sub.add_argument("--index", metavar="NAME", help="range over this secondary index")
+        if name == "list":
+            sub.add_argument("--limit", type=int, help="at most this many keys")
+        sub.set_defaults(handler=handler)
+
+    watch = command("watch", "print notifications as they arrive, until Ctrl-C")
+    watch.add_argument(
+        "--from",
+        dest="start_offsets",
+        action="append",
+        metavar="SHARD=OFFSET",
+        help="resume a shard after this offset (repeatable); other shards start now",
+    )
+    watch.set_defaults(handler=_watch)
+
+    sequence = command("sequence-updates", "print the highest sequence key under KEY as it changes")
+    sequence.add_argument("key")
+    sequence.add_argument("--partition-key", required=True)
+    sequence.set_defaults(handler=_sequence_updates)
+
+    status = command("status", "cluster, shards and nodes; or what --address serves")
+    status.add_argument(
+        "--admin-url",
+        default=env.get("CAIRN_ADMIN_URL", DEFAULT_ADMIN_URL),
+        help=f"the controller's admin API ($CAIRN_ADMIN_URL, default {DEFAULT_ADMIN_URL})",
+    )
+    status.set_defaults(handler=None)
+
+    from cairn.client.perf.options import add_arguments
+
+    perf = command("perf", "load generator: ops/s and latency percentiles per interval")
+    perf.description = (
+        "A load generator for any Oxia-compatible endpoint (gRPC, through the client "
+        "library) or Cairn's REST gateway (http://...). Callers each do one operation at "
+        "a time. Flat out (--rate 0), latency runs from each operation's start; with "
+        "--rate the run is open loop: operations are scheduled at that rate and latency "
+        "runs from the scheduled time, so queueing shows (no coordinated omission). "
+        "Prints a line per interval and a summary (--json: the summary as JSON on "
+        "stdout, the interval lines on stderr)."
+    )
+    add_arguments(perf)
+    perf.set_defaults(handler=None)
+    return parser
+
+
+# ---- output ----------------------------------------------------------------------------
+
+
+class Output:
+    """Where answers go (stdout) and remarks go (stderr)."""
+
+    def __init__(self, out: TextIO, err: TextIO, as_json: bool) -> None:
+        self.out = out
+        self.err = err
+        self.as_json = as_json
+
+    def line(self, text: str) -> None:
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    def json(self, document: Any) -> None:
+        self.line(json.dumps(document, ensure_ascii=False))
+
+    def note(self, text: str) -> None:
+        self.err.write(text + "\n")
+        self.err.flush()
+
+    def raw(self, value: bytes) -> None:
+        """A value as it is; a terminal also gets a final newline."""
+        self.out.flush()
+        buffer = getattr(self.out, "buffer", None)
+        if buffer is not None:
+            buffer.write(value)
+            buffer.flush()
+        else:  # a text-only stream (tests): what text there is
+            self.out.write(value.decode("utf-8", errors="backslashreplace"))
+        if self.out.isatty() and not value.endswith(b"\n"):
+            self.out.write("\n")
+        self.out.flush()
+
+
+def value_fields(value: bytes | None) -> dict[str, Any]:
+    if value is None:
+        return {}
+    try:
+        return {"value": value.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"value_base64": base64.b64encode(value).decode("ascii")}
+
+
+def version_document(version: Version) -> dict[str, Any]:
+    document: dict[str, Any] = {
+        "version_id": version.version_id,
+        "modifications_count": version.modifications_count,
+        "created_timestamp_ms": version.created_timestamp_ms,
+        "modified_timestamp_ms": version.modified_timestamp_ms,
+    }
+    if version.session_id is not None:
+        document["session_id"] = version.session_id
+    if version.client_identity is not None:
+        document["client_identity"] = version.client_identity
+    return document
+
+
+def record_document(record: Record) -> dict[str, Any]:
+    document: dict[str, Any] = {"key": record.key, **value_fields(record.value)}
+    document["version"] = version_document(record.version)
+    if record.secondary_index_key is not None:
+        document["secondary_index_key"] = record.secondary_index_key
+    return document
+
+
+def notification_document(batch: NotificationBatch, item: Notification) -> dict[str, Any]:
+    document: dict[str, Any] = {
+        "shard": batch.shard,
+        "offset": batch.offset,
+        "timestamp_ms": batch.timestamp_ms,
+        "type": item.type.name.lower(),
+        "key": item.key,
+    }
+    if item.version_id is not None:
+        document["version_id"] = item.version_id
+    if item.key_range_last is not None:
+        document["key_range_end"] = item.key_range_last
+    return document
+
+
+def notification_line(batch: NotificationBatch, item: Notification) -> str:
+    text = f"shard {batch.shard} offset {batch.offset}: {item.type.name.lower()} {item.key}"
+    if item.version_id is not None:
+        text += f" (version {item.version_id})"
+    if item.key_range_last is not None:
+        text += f" .. {item.key_range_last}"
+    return text
+
+
+def text_of(value: bytes | None) -> str:
+    """A value on one line of text: UTF-8, undecodable bytes and newlines escaped."""
+    if value is None:
+        return ""
+    text = value.decode("utf-8", errors="backslashreplace")
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in cells
+    )
+
+
+# ---- the data commands -----------------------------------------------------------------
+
+Handler = Callable[[AsyncClient, argparse.Namespace, Output], Coroutine[Any, Any, None]]
+
+
+def _pairs(items: Sequence[str] | None, what: str) -> list[tuple[str, str]]:
+    found = []
+    for item in items or ():
+        name, separator, value = item.partition("=")
+        if not separator or not name:
+            raise UsageError(f"{what} must look like NAME=VALUE, got {item!r}")
+        found.append((name, value))
+    return found
+
+
+def read_value(args: argparse.Namespace, stdin: Any) -> bytes:
+    if args.value is not None and args.value_file is not None:
+        raise UsageError("give the value either as an argument or with --value-file, not both")
+    if args.value is not None:
+        return str(args.value).encode("utf-8")
+    if args.value_file is not None:
+        try:
+            with open(args.value_file, "rb") as file:
+                return file.read()
+        except OSError as error:
+            raise UsageError(f"cannot read {args.value_file}: {error.strerror}") from None
+    if stdin is None or stdin.isatty():
+        raise UsageError("no value: give VALUE, --value-file, or pipe it on stdin")
+    buffer = getattr(stdin, "buffer", stdin)
+    data = buffer.read()
+    return data if isinstance(data, bytes) else str(data).encode("utf-8")
+
+
+async def _get(client: AsyncClient, args: argparse.Namespace, output: Output) -> None:
+    record = await client.get(
+        args.key,
+        comparison=Comparison[args.comparison.upper()],
+        include_value=not args.no_value,
+        partition_key=args.partition_key,
+        secondary_index=args.index,
+    )
+    if output.as_json:
+        output.json(record_document(record))
+    elif record.value is not None:
+        output.raw(record.value)
+
+
+async def _put(client: AsyncClient, args: argparse.Namespace, output: Output) -> None:
+    value = args.value_bytes
+    indexes = dict(_pairs(args.index, "--index"))
+    result = await client.put(
+        args.key,
+        value,
+        expected_version=args.expected_version,
+        partition_key=args.partition_key,
+        ephemeral=args.ephemeral,
+        sequence_key_deltas=args.sequence_key_delta,
+        secondary_indexes=indexes or None,
+    )
+    if output.as_json:
+        output.json({"key": result.key, "version": version_document(result.version)})
+    else:
+        output.line(f"{result.key} version {result.version.version_id}")
+    if args.ephemeral:
+        # The record lives as long as this client's session: hold it until told to stop.
+        output.note("holding the ephemeral record until Ctrl-C")
+        await asyncio.Event().wait()
+
+
+async def _delete(client: AsyncClient, args: argparse.Namespace, output: Output) -> None:
+    await client.delete(
+        args.key, expected_version=args.expected_version, partition_key=args.partition_key
+    )
+    if output.as_json:
+        output.json({"deleted": args.key})
+    else:
+        output.line(f"deleted {args.key}")
+
+
+async def _delete_range(client: AsyncClient, args: argparse.Namespace, output: Output) -> None:
+    await client.delete_range(args.start, args.end, partition_key=args.partition_key)
+    if output.as_json:
+        output.json({"deleted_range": [args.start, args.end]})
+    else:
+        output.line(f"deleted [{args.start}, {args.end})")
+
+
+async def _list(client: AsyncClient, args: argparse.Namespace, output: Output) -> None:
+    if args.limit is not None and args.limit < 0:
+        raise UsageError("--limit must not be negative")
+    iterator = client.iter_list(
+        args.start, args.end, partition_key=args.partition_key, secondary_index=args.index
+    )
+    count = 0
+    try:
+        async for key in iterator:
+            if args.limit is not None and count >= args.limit:
+                break
+            if output.as_json:
+                output.json({"key": key})
+            else:
+                output.line(key)
+            count += 1
+    finally:
+        await _close_iterator(iterator)
+
+
+async def _range(client: AsyncClient, args: argparse.Namespace, output: Output) -> None:
+    iterator = client.range_scan(
+        args.start, args.end, partition_key=args.partition_key, secondary_index=args.index
+    )
+    try:
+        async for record in iterator:
+            if output.as_json:
+                output.json(record_document(record))
+            else:
+                output.line(f"{record.key}\t{text_of(record.value)}")
+    finally:
+        await _close_iterator(iterator)
+
+
+async def _watch(client: AsyncClient, args: argparse.Namespace, output: Output) -> None:
+    start_offsets = {}
+    for shard, offset in _pairs(args.start_offsets, "--from"):
+        try:
+            start_offsets[int(shard)] = int(offset)
+        except ValueError:
+            raise UsageError(f"--from must look like SHARD=OFFSET, got {shard}={offset}") from None
+    iterator = client.notifications(start_offsets)
+    try:
+        async for batch in iterator:
+            if not batch.notifications:
+                # A shard's feed starts here: where to resume from with --from.
+                output.note(f"shard {batch.shard}: watching after offset {batch.offset}")
+            for item in batch.notifications:
+                if output.as_json:
+                    output.json(notification_document(batch, item))
+                else:
+                    output.line(notification_line(batch, item))
+    finally:
+        await _close_iterator(iterator)
+
+
+async def _sequence_updates(client: AsyncClient, args: argparse.Namespace, output: Output) -> None:
+    iterator = client.sequence_updates(args.key, partition_key=args.partition_key)
+    try:
+        async for key in iterator:
+            if output.as_json:
+                output.json({"highest_sequence_key": key})
+            else:
+                output.line(key)
+    finally:
+        await _close_iterator(iterator)
+
+
+async def _close_iterator(iterator: Any) -> None:
+    close = getattr(iterator, "aclose", None)
+    if close is not None:
+        await close()
+
+
+# Commands that run until interrupted: Ctrl-C (or SIGTERM) is their normal end.
+_OPEN_ENDED = {"watch", "sequence-updates"}
+
+
+def client_options(args: argparse.Namespace) -> ClientOptions:
+    return ClientOptions(request_timeout_s=args.timeout_s, connect_timeout_s=args.timeout_s)
+
+
+async def _run_data_command(handler: Handler, args: argparse.Namespace, output: Output) -> None:
+    client = await AsyncClient.connect(
+        args.address, namespace=args.namespace, options=client_options(args)
+    )
+    try:
+        if args.command in _OPEN_ENDED or getattr(args, "ephemeral", False):
+            await until_stopped(handler(client, args, output))
+        else:
+            await handler(client, args, output)
+    finally:
+        await client.close()
+
+
+async def until_stopped(work: Coroutine[Any, Any, None]) -> None:
+    """Run `work` until it ends or SIGINT/SIGTERM arrives (then cancel it and return)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for signum in signals:
+        loop.add_signal_handler(signum, stop.set)
+    task = asyncio.ensure_future(work)
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for signum in signals:
+            loop.remove_signal_handler(signum)
+        stopper.cancel()
+        if not task.done():
+            task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            if not stop.is_set():
+                raise
+
+
+# ---- status ----------------------------------------------------------------------------
+
+
+async def controller_view(admin_url: str, timeout_s: float) -> tuple[dict[str, Any] | None, str]:
+    """The cluster, shards and nodes views of the controller's admin API, or None
+    and why not."""
+    try:
+        async with httpx.AsyncClient(base_url=admin_url, timeout=timeout_s) as http:
+            views = {}
+            for name in ("cluster", "shards", "nodes"):
+                response = await http.get(f"/v1/{name}")
+                if response.status_code != 200:
+                    detail = response.text.strip()[:200]
+                    return (
+                        None,
+                        f"{admin_url}/v1/{name} answered HTTP {response.status_code}: {detail}",
+                    )
+                views[name] = response.json()
+    except (httpx.HTTPError, ValueError) as error:
+        return None, f"no controller at {admin_url} ({type(error).__name__}: {error})"
+    return views, ""
+
+
+def format_controller_view(views: Mapping[str, Any]) -> str:
+    cluster = views["cluster"]
+    lines = [
+        f"cluster: generation {cluster['generation']} (observed {cluster['observedGeneration']}),"
+        f" assignments version {cluster['assignmentsVersion']}",
+        f"  shards {cluster['shards']} ({cluster['steadyShards']} steady),"
+        f" nodes {cluster['nodes']} ({cluster['healthyNodes']} healthy)",
+        "",
+    ]
+    shard_rows = []
+    for shard in views["shards"]:
+        lags = [follower["lag"] for follower in shard.get("followers", ())]
+        shard_rows.append(
+            [
+                shard["namespace"],
+                shard["id"],
+                shard["term"],
+                shard["state"],
+                shard["leader"] or None,
+                shard.get("headOffset"),
+                shard.get("commitOffset"),
+                max(lags) if lags else None,
+                ",".join(shard["ensemble"]),
+            ]
+        )
+    lines.append(
+        table(
+            [
+                "NAMESPACE",
+                "SHARD",
+                "TERM",
+                "STATE",
+                "LEADER",
+                "HEAD",
+                "COMMIT",
+                "MAX LAG",
+                "ENSEMBLE",
+            ],
+            shard_rows,
+        )
+    )
+    lines.append("")
+    node_rows = [
+        [
+            node["name"],
+            node["publicAddress"] or None,
+            "yes" if node["alive"] else "no",
+            "yes" if node["wanted"] else "no",
+            "yes" if node["draining"] else "no",
+            node["replicas"],
+            node["leaders"],
+        ]
+        for node in views["nodes"]
+    ]
+    lines.append(
+        table(["NODE", "ADDRESS", "ALIVE", "WANTED", "DRAINING", "REPLICAS", "LEADERS"], node_rows)
+    )
+    return "\n".join(lines)
+
+
+def shard_status_document(status: rpb.ShardStatus) -> dict[str, Any]:
+    return {
+        "role": rpb.ReplicaRole.Name(status.role).lower(),
+        "term": status.term,
+        "head_offset": status.head.offset,
+        "commit_offset": status.commit_offset,
+        "applied_offset": status.applied_offset,
+        "write_requests": status.write_requests,
+        "write_operations": status.write_operations,
+        "read_requests": status.read_requests,
+        "read_gets": status.read_gets,
+    }
+
+
+async def shard_statuses(
+    addresses: Sequence[str], timeout_s: float
+) -> tuple[dict[int, rpb.ShardStatus], list[str]]:
+    """GetStatus of every replica at each address (a standalone server serves it
+    on its client port): the statuses by shard, and remarks on addresses that did
+    not answer it."""
+    found: dict[int, rpb.ShardStatus] = {}
+    notes = []
+    for address in addresses:
+        async with grpc.aio.insecure_channel(address) as channel:
+            try:
+                response = await rpb_grpc.CoordinationStub(channel).GetStatus(
+                    rpb.GetStatusRequest(), timeout=timeout_s
+                )
+            except grpc.aio.AioRpcError as error:
+                if error.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    notes.append(
+                        f"{address} does not serve GetStatus on its client port (a cluster "
+                        "pod serves it on its internal port): no counters"
+                    )
+                else:
+                    notes.append(f"GetStatus at {address} failed: {error.code().name}")
+                continue
+        for status in response.shards:
+            found[status.shard] = status
+    return found, notes
+
+
+async def storage_view(args: argparse.Namespace) -> dict[str, Any]:
+    async with await AsyncClient.connect(
+        args.address, namespace=args.namespace, options=client_options(args)
+    ) as client:
+        shard_map = client.shard_map
+    leaders = sorted({info.leader for info in shard_map.shards if info.leader})
+    statuses, notes = await shard_statuses(leaders, args.timeout_s)
+    return {
+        "source": "storage",
+        "address": args.address,
+        "namespace": shard_map.namespace,
+        "key_order": shard_map.key_order.value,
+        "shards": [
+            {
+                "shard": info.shard,
+                "hash_range": [info.hash_range.min_inclusive, info.hash_range.max_inclusive],
+                "leader": info.leader,
+                "status": (
+                    shard_status_document(statuses[info.shard]) if info.shard in statuses else None
+                ),
+            }
+            for info in shard_map.shards
+        ],
+        "notes": notes,
+    }
+
+
+def format_storage_view(view: Mapping[str, Any]) -> str:
+    rows = []
+    for shard in view["shards"]:
+        status = shard["status"] or {}
+        requests = status.get("write_requests")
+        operations = status.get("write_operations")
+        per_request = f"{operations / requests:.1f}" if requests else None
+        low, high = shard["hash_range"]
+        rows.append(
+            [
+                shard["shard"],
+                f"{low:#010x}-{high:#010x}",
+                shard["leader"] or None,
+                status.get("role"),
+                status.get("term"),
+                status.get("commit_offset"),
+                requests,
+                operations,
+                per_request,
+                status.get("read_requests"),
+                status.get("read_gets"),
+            ]
+        )
+    header = (
+        f"namespace {view['namespace']} at {view['address']}: {len(rows)} shards, "
+        f"{view['key_order']} key order"
+    )
+    headers = [
+        "SHARD", "HASH RANGE", "LEADER", "ROLE", "TERM", "COMMIT",
+        "WRITE REQS", "WRITE OPS", "OPS/REQ", "READ REQS", "GETS",
+    ]  # fmt: skip
+    return header + "\n" + table(headers, rows)
+
+
+async def _status(args: argparse.Namespace, output: Output) -> None:
+    views, why_not = await controller_view(
+        args.admin_url, min(args.timeout_s, CONTROLLER_TIMEOUT_S)
+    )
+    if views is not None:
+        if output.as_json:
+            output.json({"source": "controller", "admin_url": args.admin_url, **views})
+        else:
+            output.line(format_controller_view(views))
+        return
+    output.note(f"{why_not}; showing what {args.address} serves")
+    view = await storage_view(args)
+    if output.as_json:
+        output.json(view)
+        return
+    output.line(format_storage_view(view))
+    for note in view["notes"]:
+        output.note(note)
+
+
+# ---- perf ------------------------------------------------------------------------------
+
+
+async def _perf(args: argparse.Namespace, output: Output) -> None:
+    from cairn.client.perf.driver import mode_of, run
+    from cairn.client.perf.options import options_from
+    from cairn.client.perf.stats import format_interval, format_summary, interval_header
+
+    try:
+        options = options_from(args)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    # With --json, stdout carries the summary alone; the interval lines go to stderr.
+    lines = output.note if options.json else output.line
+    lines(f"cairn perf: {options.target} ({mode_of(options)})")
+    lines(interval_header())
+    summary = await run(options, lambda line: lines(format_interval(line)), output.note)
+    if options.json:
+        output.json(summary.to_dict())
+    else:
+        output.line(format_summary(summary))
+
+
+# ---- entry point -----------------------------------------------------------------------
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    stdin: Any = None,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> int:
+    parser = build_parser(env)
+    args = parser.parse_args(argv)
+    output = Output(stdout or sys.stdout, stderr or sys.stderr, args.json)
+    try:
+        if args.command == "put":
+            args.value_bytes = read_value(args, sys.stdin if stdin is None else stdin)
+        if args.command == "perf":
+            import uvloop
+
+            uvloop.run(_perf(args, output))
+        elif args.command == "status":
+            asyncio.run(_status(args, output))
+        else:
+            asyncio.run(_run_data_command(args.handler, args, output))
+    except UsageError as error:
+        output.note(f"cairn {args.command}: error: {error}")
+        return EXIT_USAGE
+    except errors.ClientError as error:
+        output.note(f"cairn: {_describe(error)}")
+        return exit_code_of(error)
+    except KeyboardInterrupt:
+        output.note("cairn: interrupted")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # A reader that went away (`cairn list ... | head`): nothing left to say.
+        _quiet_stdout()
+        return EXIT_OK
+    return EXIT_OK
+
+
+def _describe(error: errors.ClientError) -> str:
+    # The client's messages name the call and what happened ("get '/a': no such record").
+    return str(error) or type(error).__name__
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

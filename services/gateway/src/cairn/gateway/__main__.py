@@ -1,0 +1,194 @@
+"""`cairn-gateway`: Cairn's REST gateway.
+
+    cairn-gateway --address 127.0.0.1:6648 --controller-url http://127.0.0.1:6650
+
+Serves HTTP on --host/--port (8080; 0 picks a free port) and prints
+`cairn-gateway: listening on http://HOST:PORT` once it does. With a token
+(--token-file, or the CAIRN_GATEWAY_TOKEN environment variable) every request
+but /livez and /readyz needs `Authorization: Bearer <token>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import math
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+
+import uvicorn
+
+from cairn.client.options import ClientOptions
+from cairn.gateway.app import Lifecycle, create_app
+from cairn.gateway.settings import GatewaySettings
+
+LISTENING = "cairn-gateway: listening on"
+TOKEN_ENV = "CAIRN_GATEWAY_TOKEN"
+DEFAULTS = GatewaySettings(storage_addresses=("-",))
+# The identity recorded on ephemeral records written through a gateway: the same
+# from every gateway process, as a REST session is used through any of them.
+CLIENT_IDENTITY = "cairn-gateway"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cairn-gateway", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--address",
+        required=True,
+        help="storage pods serving the shard map: host:port[,host:port...]",
+    )
+    parser.add_argument(
+        "--controller-url", default=None, help="the controller's admin API (for /v1/admin)"
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8080, help="HTTP port; 0 picks a free one")
+    parser.add_argument(
+        "--namespace",
+        default="default",
+        help="the namespace to connect through first (any existing one)",
+    )
+    parser.add_argument(
+        "--token-file",
+        type=Path,
+        default=None,
+        help=f"a file holding the bearer token to require (else ${TOKEN_ENV}, else none)",
+    )
+    parser.add_argument(
+        "--request-timeout-s",
+        type=float,
+        default=DEFAULTS.client_options.request_timeout_s,
+        help="storage calls (with their retries) fail with 503 after this long",
+    )
+    parser.add_argument(
+        "--connect-timeout-s",
+        type=float,
+        default=DEFAULTS.client_options.connect_timeout_s,
+        help="how long to wait for a namespace's shard map",
+    )
+    parser.add_argument(
+        "--feed-keepalive-s",
+        type=float,
+        default=DEFAULTS.feed_keepalive_interval_s,
+        help="a change feed without events sends a comment line this often",
+    )
+    parser.add_argument(
+        "--max-open-feeds",
+        type=int,
+        default=DEFAULTS.max_open_feeds,
+        help="change feed streams served at once (more get 503)",
+    )
+    parser.add_argument("--log-level", default="WARNING")
+    return parser
+
+
+def _token(token_file: Path | None) -> str | None:
+    if token_file is not None:
+        token = token_file.read_text(encoding="utf-8").strip()
+        if not token:
+            raise SystemExit(f"cairn-gateway: {token_file} holds no token")
+        return token
+    return os.environ.get(TOKEN_ENV, "").strip() or None
+
+
+def settings_from(args: argparse.Namespace) -> GatewaySettings:
+    addresses = tuple(a.strip() for a in args.address.split(",") if a.strip())
+    try:
+        return GatewaySettings(
+            storage_addresses=addresses,
+            controller_url=args.controller_url,
+            token=_token(args.token_file),
+            root_namespace=args.namespace,
+            client_options=ClientOptions(
+                request_timeout_s=args.request_timeout_s,
+                connect_timeout_s=args.connect_timeout_s,
+                client_identity=CLIENT_IDENTITY,
+            ),
+            feed_keepalive_interval_s=args.feed_keepalive_s,
+            max_open_feeds=args.max_open_feeds,
+        )
+    except ValueError as error:
+        raise SystemExit(f"cairn-gateway: {error}") from None
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, telling the app when a signal asks it to stop (before
+    uvicorn waits for open connections to finish)."""
+
+    def __init__(self, on_exit: Callable[[], object], config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self._on_exit = on_exit
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self._on_exit()
+        super().handle_exit(sig, frame)
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+async def _serve(settings: GatewaySettings, host: str, port: int, log_level: str) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    bound_port = sock.getsockname()[1]
+    app = create_app(settings)
+    lifecycle: Lifecycle = app.state.lifecycle
+    loop = asyncio.get_running_loop()
+    server = _Server(
+        lambda: loop.call_soon_threadsafe(lifecycle.begin_drain),
+        uvicorn.Config(
+            app,
+            log_level=log_level.lower(),
+            timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s),
+            h11_max_incomplete_event_size=settings.max_request_head_bytes,
+            # The gateway's own answer for every error: no server banner.
+            server_header=False,
+        ),
+    )
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    http = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        if http.done():
+            http.result()
+            return
+        await asyncio.sleep(0.01)
+    print(f"{LISTENING} {_url(host, bound_port)}", flush=True)
+    stopped = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({http, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        lifecycle.begin_drain()
+        server.should_exit = True
+        await http
+        stopped.cancel()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    settings = settings_from(args)
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # pragma: no cover - uvloop is a dependency
+        pass
+    asyncio.run(_serve(settings, args.host, args.port, args.log_level))
+
+
+if __name__ == "__main__":
+    main()

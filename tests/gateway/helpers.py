@@ -1,0 +1,296 @@
+"""Real gateway and cluster processes for the gateway's end-to-end tests, and
+small HTTP helpers (a Server-Sent Events reader, waiting)."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+GATEWAY_LISTENING = "cairn-gateway: listening on "
+
+
+class _Piped:
+    """A child process whose output lines are collected by a thread."""
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen[str] | None = None
+        self.output: list[str] = []
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._pump: threading.Thread | None = None
+
+    def _spawn(self, command: Sequence[str], env: dict[str, str] | None = None) -> None:
+        self.output = []
+        self._lines = queue.Queue()
+        self.process = subprocess.Popen(
+            list(command),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+        )
+        stdout = self.process.stdout
+        assert stdout is not None
+        lines = self._lines
+
+        def pump() -> None:
+            with stdout:
+                for line in stdout:
+                    self.output.append(line)
+                    lines.put(line)
+            lines.put(None)
+
+        self._pump = threading.Thread(target=pump, daemon=True)
+        self._pump.start()
+
+    def _wait_for(self, predicate: Callable[[str], bool], timeout_s: float) -> str:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.kill()
+                raise TimeoutError("process did not start:\n" + "".join(self.output))
+            try:
+                line = self._lines.get(timeout=remaining)
+            except queue.Empty:
+                continue
+            if line is None:
+                raise RuntimeError("process exited at start:\n" + "".join(self.output))
+            if predicate(line):
+                return line
+
+    def signal(self, signum: int) -> None:
+        assert self.process is not None
+        self.process.send_signal(signum)
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=30)
+        self._join()
+
+    def stop(self, timeout_s: float = 30.0) -> int | None:
+        """SIGTERM, then wait for the exit (SIGKILL after `timeout_s`)."""
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=30)
+            raise
+        finally:
+            self._join()
+
+    def _join(self) -> None:
+        if self._pump is not None:
+            self._pump.join(timeout=30)
+            self._pump = None
+
+
+class GatewayProcess(_Piped):
+    """`cairn-gateway` on an ephemeral port."""
+
+    def __init__(
+        self,
+        storage: Sequence[str],
+        controller_url: str | None = None,
+        extra_args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__()
+        self.storage = list(storage)
+        self.controller_url = controller_url
+        self.extra_args = list(extra_args)
+        self.env = env
+        self.url = ""
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable, "-m", "cairn.gateway",
+            "--address", ",".join(self.storage), "--port", "0", "--log-level", "WARNING",
+            *(["--controller-url", self.controller_url] if self.controller_url else []),
+            *self.extra_args,
+        ]  # fmt: skip
+
+    def start(self, timeout_s: float = 30.0) -> str:
+        self._spawn(self.command(), self.env)
+        line = self._wait_for(lambda text: text.startswith(GATEWAY_LISTENING), timeout_s)
+        self.url = line[len(GATEWAY_LISTENING) :].strip()
+        return self.url
+
+    def client(self, **kwargs: Any) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=30.0, **kwargs)
+
+
+@dataclass
+class Banner:
+    client_address: str = ""
+    admin_url: str = ""
+    gateway_url: str = ""
+    addresses: list[str] = field(default_factory=list)
+
+
+class LocalClusterProcess(_Piped):
+    """`cairn-local` (the launcher) in a child process, on free ports, with
+    failure detection tuned for a test machine."""
+
+    CONTROLLER_ARGS = (
+        "--heartbeat-timeout-ms=1000",
+        "--status-interval-ms=500",
+        "--replace-after-ms=60000",
+        "--rebalance-after-ms=2000",
+        "--startup-grace-ms=1500",
+    )
+    SIDECAR_ARGS = (
+        "--probe-interval-ms=100",
+        "--probe-timeout-ms=300",
+        "--heartbeat-interval-ms=200",
+        "--heartbeat-timeout-ms=500",
+    )
+
+    def __init__(self, directory: Path, pods: int = 3, shards: int = 3) -> None:
+        super().__init__()
+        self.directory = directory
+        self.pods = pods
+        self.shards = shards
+        self.banner = Banner()
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable, "-m", "cairn.controller.local",
+            "--dir", str(self.directory), "--free-ports", "--log-level", "WARNING",
+            "--pods", str(self.pods), "--shards", str(self.shards),
+            *(f"--controller-arg={arg}" for arg in self.CONTROLLER_ARGS),
+            *(f"--sidecar-arg={arg}" for arg in self.SIDECAR_ARGS),
+        ]  # fmt: skip
+
+    def start(self, timeout_s: float = 120.0) -> Banner:
+        self._spawn(self.command())
+        self._wait_for(lambda text: text.startswith("Ctrl-C stops it"), timeout_s)
+        text = "".join(self.output)
+        banner = Banner()
+        match = re.search(
+            r"client address:\s+(\S+)\s+\(any pod serves the shard map: ([^)]*)\)", text
+        )
+        assert match, text
+        banner.client_address = match.group(1)
+        banner.addresses = [a.strip() for a in match.group(2).split(",")]
+        match = re.search(r"admin API:\s+(\S+)\s+\(docs: \S+/docs\)", text)
+        assert match, text
+        banner.admin_url = match.group(1)
+        match = re.search(r"gateway:\s+(\S+)\s+\(docs: (\S+)\)", text)
+        assert match, text
+        banner.gateway_url = match.group(1)
+        assert match.group(2) == f"{banner.gateway_url}/docs"
+        self.banner = banner
+        return banner
+
+    def processes(self) -> dict[str, Any]:
+        document: dict[str, Any] = json.loads((self.directory / "processes.json").read_text())
+        return document
+
+
+def wait_until(
+    predicate: Callable[[], Any], timeout_s: float = 30.0, interval_s: float = 0.1
+) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s} s")
+        time.sleep(interval_s)
+
+
+@dataclass
+class SseEvent:
+    id: str | None
+    data: str
+    event: str = "message"
+
+    def json(self) -> Any:
+        return json.loads(self.data)
+
+
+@dataclass
+class SseStream:
+    """Reads a text/event-stream response: events, comments, the retry field."""
+
+    lines: Iterator[str]
+    comments: list[str] = field(default_factory=list)
+    retry_ms: int | None = None
+
+    def next_event(self) -> SseEvent:
+        event_id: str | None = None
+        data: list[str] = []
+        kind = "message"
+        for line in self.lines:
+            if line == "":
+                if data:
+                    return SseEvent(event_id, "\n".join(data), kind)
+                continue
+            if line.startswith(":"):
+                self.comments.append(line[1:].strip())
+                continue
+            name, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if name == "id":
+                event_id = value
+            elif name == "data":
+                data.append(value)
+            elif name == "event":
+                kind = value
+            elif name == "retry":
+                self.retry_ms = int(value)
+        raise EOFError("the stream ended")
+
+    def rest(self) -> list[SseEvent]:
+        """Every event until the stream ends."""
+        events = []
+        while True:
+            try:
+                events.append(self.next_event())
+            except EOFError:
+                return events
+
+    def events_until(self, predicate: Callable[[SseEvent], bool]) -> list[SseEvent]:
+        """Events up to and including the first that satisfies `predicate`."""
+        events = []
+        while True:
+            event = self.next_event()
+            events.append(event)
+            if predicate(event):
+                return events
+
+
+def sse(response: httpx.Response) -> SseStream:
+    assert response.headers["content-type"].startswith("text/event-stream"), response.headers
+    return SseStream(response.iter_lines())
+
+
+def problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    """Asserts an RFC 9457 problem document with this status and code."""
+    assert response.status_code == status, (response.status_code, response.text)
+    assert response.headers["content-type"] == "application/problem+json", response.headers
+    document: dict[str, Any] = response.json()
+    assert document["status"] == status
+    assert document["code"] == code, document
+    assert document["type"] == f"https://cairn.dev/problems/{code}"
+    assert document["title"] and document["detail"]
+    return document
