@@ -34,23 +34,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
-import json
 import os
 import signal
 import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TextIO
 
-import grpc
-import httpx
-
 from cairn.client import errors
+from cairn.client.cli_output import (
+    Output,
+    notification_document,
+    notification_line,
+    record_document,
+    text_of,
+    version_document,
+)
+from cairn.client.cli_status import status_command
 from cairn.client.client import AsyncClient
 from cairn.client.options import ClientOptions
-from cairn.client.records import Comparison, Notification, NotificationBatch, Record, Version
-from cairn.proto import replication_pb2 as rpb
-from cairn.proto import replication_pb2_grpc as rpb_grpc
+from cairn.client.records import Comparison
 
 DEFAULT_ADDRESS = "127.0.0.1:6648"
 DEFAULT_NAMESPACE = "default"
@@ -250,111 +252,6 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
 
 
 # ---- output ----------------------------------------------------------------------------
-
-
-class Output:
-    """Where answers go (stdout) and remarks go (stderr)."""
-
-    def __init__(self, out: TextIO, err: TextIO, as_json: bool) -> None:
-        self.out = out
-        self.err = err
-        self.as_json = as_json
-
-    def line(self, text: str) -> None:
-        self.out.write(text + "\n")
-        self.out.flush()
-
-    def json(self, document: Any) -> None:
-        self.line(json.dumps(document, ensure_ascii=False))
-
-    def note(self, text: str) -> None:
-        self.err.write(text + "\n")
-        self.err.flush()
-
-    def raw(self, value: bytes) -> None:
-        """A value as it is; a terminal also gets a final newline."""
-        self.out.flush()
-        buffer = getattr(self.out, "buffer", None)
-        if buffer is not None:
-            buffer.write(value)
-            buffer.flush()
-        else:  # a text-only stream (tests): what text there is
-            self.out.write(value.decode("utf-8", errors="backslashreplace"))
-        if self.out.isatty() and not value.endswith(b"\n"):
-            self.out.write("\n")
-        self.out.flush()
-
-
-def value_fields(value: bytes | None) -> dict[str, Any]:
-    if value is None:
-        return {}
-    try:
-        return {"value": value.decode("utf-8")}
-    except UnicodeDecodeError:
-        return {"value_base64": base64.b64encode(value).decode("ascii")}
-
-
-def version_document(version: Version) -> dict[str, Any]:
-    document: dict[str, Any] = {
-        "version_id": version.version_id,
-        "modifications_count": version.modifications_count,
-        "created_timestamp_ms": version.created_timestamp_ms,
-        "modified_timestamp_ms": version.modified_timestamp_ms,
-    }
-    if version.session_id is not None:
-        document["session_id"] = version.session_id
-    if version.client_identity is not None:
-        document["client_identity"] = version.client_identity
-    return document
-
-
-def record_document(record: Record) -> dict[str, Any]:
-    document: dict[str, Any] = {"key": record.key, **value_fields(record.value)}
-    document["version"] = version_document(record.version)
-    if record.secondary_index_key is not None:
-        document["secondary_index_key"] = record.secondary_index_key
-    return document
-
-
-def notification_document(batch: NotificationBatch, item: Notification) -> dict[str, Any]:
-    document: dict[str, Any] = {
-        "shard": batch.shard,
-        "offset": batch.offset,
-        "timestamp_ms": batch.timestamp_ms,
-        "type": item.type.name.lower(),
-        "key": item.key,
-    }
-    if item.version_id is not None:
-        document["version_id"] = item.version_id
-    if item.key_range_last is not None:
-        document["key_range_end"] = item.key_range_last
-    return document
-
-
-def notification_line(batch: NotificationBatch, item: Notification) -> str:
-    text = f"shard {batch.shard} offset {batch.offset}: {item.type.name.lower()} {item.key}"
-    if item.version_id is not None:
-        text += f" (version {item.version_id})"
-    if item.key_range_last is not None:
-        text += f" .. {item.key_range_last}"
-    return text
-
-
-def text_of(value: bytes | None) -> str:
-    """A value on one line of text: UTF-8, undecodable bytes and newlines escaped."""
-    if value is None:
-        return ""
-    text = value.decode("utf-8", errors="backslashreplace")
-    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t")
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in cells
-    )
 
 
 # ---- the data commands -----------------------------------------------------------------
@@ -563,212 +460,6 @@ async def until_stopped(work: Coroutine[Any, Any, None]) -> None:
                 raise
 
 
-# ---- status ----------------------------------------------------------------------------
-
-
-async def controller_view(admin_url: str, timeout_s: float) -> tuple[dict[str, Any] | None, str]:
-    """The cluster, shards and nodes views of the controller's admin API, or None
-    and why not."""
-    try:
-        async with httpx.AsyncClient(base_url=admin_url, timeout=timeout_s) as http:
-            views = {}
-            for name in ("cluster", "shards", "nodes"):
-                response = await http.get(f"/v1/{name}")
-                if response.status_code != 200:
-                    detail = response.text.strip()[:200]
-                    return (
-                        None,
-                        f"{admin_url}/v1/{name} answered HTTP {response.status_code}: {detail}",
-                    )
-                views[name] = response.json()
-    except (httpx.HTTPError, ValueError) as error:
-        return None, f"no controller at {admin_url} ({type(error).__name__}: {error})"
-    return views, ""
-
-
-def format_controller_view(views: Mapping[str, Any]) -> str:
-    cluster = views["cluster"]
-    lines = [
-        f"cluster: generation {cluster['generation']} (observed {cluster['observedGeneration']}),"
-        f" assignments version {cluster['assignmentsVersion']}",
-        f"  shards {cluster['shards']} ({cluster['steadyShards']} steady),"
-        f" nodes {cluster['nodes']} ({cluster['healthyNodes']} healthy)",
-        "",
-    ]
-    shard_rows = []
-    for shard in views["shards"]:
-        lags = [follower["lag"] for follower in shard.get("followers", ())]
-        shard_rows.append(
-            [
-                shard["namespace"],
-                shard["id"],
-                shard["term"],
-                shard["state"],
-                shard["leader"] or None,
-                shard.get("headOffset"),
-                shard.get("commitOffset"),
-                max(lags) if lags else None,
-                ",".join(shard["ensemble"]),
-            ]
-        )
-    lines.append(
-        table(
-            [
-                "NAMESPACE",
-                "SHARD",
-                "TERM",
-                "STATE",
-                "LEADER",
-                "HEAD",
-                "COMMIT",
-                "MAX LAG",
-                "ENSEMBLE",
-            ],
-            shard_rows,
-        )
-    )
-    lines.append("")
-    node_rows = [
-        [
-            node["name"],
-            node["publicAddress"] or None,
-            "yes" if node["alive"] else "no",
-            "yes" if node["wanted"] else "no",
-            "yes" if node["draining"] else "no",
-            node["replicas"],
-            node["leaders"],
-        ]
-        for node in views["nodes"]
-    ]
-    lines.append(
-        table(["NODE", "ADDRESS", "ALIVE", "WANTED", "DRAINING", "REPLICAS", "LEADERS"], node_rows)
-    )
-    return "\n".join(lines)
-
-
-def shard_status_document(status: rpb.ShardStatus) -> dict[str, Any]:
-    return {
-        "role": rpb.ReplicaRole.Name(status.role).lower(),
-        "term": status.term,
-        "head_offset": status.head.offset,
-        "commit_offset": status.commit_offset,
-        "applied_offset": status.applied_offset,
-        "write_requests": status.write_requests,
-        "write_operations": status.write_operations,
-        "read_requests": status.read_requests,
-        "read_gets": status.read_gets,
-    }
-
-
-async def shard_statuses(
-    addresses: Sequence[str], timeout_s: float
-) -> tuple[dict[int, rpb.ShardStatus], list[str]]:
-    """GetStatus of every replica at each address (a standalone server serves it
-    on its client port): the statuses by shard, and remarks on addresses that did
-    not answer it."""
-    found: dict[int, rpb.ShardStatus] = {}
-    notes = []
-    for address in addresses:
-        async with grpc.aio.insecure_channel(address) as channel:
-            try:
-                response = await rpb_grpc.CoordinationStub(channel).GetStatus(
-                    rpb.GetStatusRequest(), timeout=timeout_s
-                )
-            except grpc.aio.AioRpcError as error:
-                if error.code() == grpc.StatusCode.UNIMPLEMENTED:
-                    notes.append(
-                        f"{address} does not serve GetStatus on its client port (a cluster "
-                        "pod serves it on its internal port): no counters"
-                    )
-                else:
-                    notes.append(f"GetStatus at {address} failed: {error.code().name}")
-                continue
-        for status in response.shards:
-            found[status.shard] = status
-    return found, notes
-
-
-async def storage_view(args: argparse.Namespace) -> dict[str, Any]:
-    async with await AsyncClient.connect(
-        args.address, namespace=args.namespace, options=client_options(args)
-    ) as client:
-        shard_map = client.shard_map
-    leaders = sorted({info.leader for info in shard_map.shards if info.leader})
-    statuses, notes = await shard_statuses(leaders, args.timeout_s)
-    return {
-        "source": "storage",
-        "address": args.address,
-        "namespace": shard_map.namespace,
-        "key_order": shard_map.key_order.value,
-        "shards": [
-            {
-                "shard": info.shard,
-                "hash_range": [info.hash_range.min_inclusive, info.hash_range.max_inclusive],
-                "leader": info.leader,
-                "status": (
-                    shard_status_document(statuses[info.shard]) if info.shard in statuses else None
-                ),
-            }
-            for info in shard_map.shards
-        ],
-        "notes": notes,
-    }
-
-
-def format_storage_view(view: Mapping[str, Any]) -> str:
-    rows = []
-    for shard in view["shards"]:
-        status = shard["status"] or {}
-        requests = status.get("write_requests")
-        operations = status.get("write_operations")
-        per_request = f"{operations / requests:.1f}" if requests else None
-        low, high = shard["hash_range"]
-        rows.append(
-            [
-                shard["shard"],
-                f"{low:#010x}-{high:#010x}",
-                shard["leader"] or None,
-                status.get("role"),
-                status.get("term"),
-                status.get("commit_offset"),
-                requests,
-                operations,
-                per_request,
-                status.get("read_requests"),
-                status.get("read_gets"),
-            ]
-        )
-    header = (
-        f"namespace {view['namespace']} at {view['address']}: {len(rows)} shards, "
-        f"{view['key_order']} key order"
-    )
-    headers = [
-        "SHARD", "HASH RANGE", "LEADER", "ROLE", "TERM", "COMMIT",
-        "WRITE REQS", "WRITE OPS", "OPS/REQ", "READ REQS", "GETS",
-    ]  # fmt: skip
-    return header + "\n" + table(headers, rows)
-
-
-async def _status(args: argparse.Namespace, output: Output) -> None:
-    views, why_not = await controller_view(
-        args.admin_url, min(args.timeout_s, CONTROLLER_TIMEOUT_S)
-    )
-    if views is not None:
-        if output.as_json:
-            output.json({"source": "controller", "admin_url": args.admin_url, **views})
-        else:
-            output.line(format_controller_view(views))
-        return
-    output.note(f"{why_not}; showing what {args.address} serves")
-    view = await storage_view(args)
-    if output.as_json:
-        output.json(view)
-        return
-    output.line(format_storage_view(view))
-    for note in view["notes"]:
-        output.note(note)
-
-
 # ---- perf ------------------------------------------------------------------------------
 
 
@@ -814,7 +505,7 @@ def main(
 
             uvloop.run(_perf(args, output))
         elif args.command == "status":
-            asyncio.run(_status(args, output))
+            asyncio.run(status_command(args, output, client_options(args)))
         else:
             asyncio.run(_run_data_command(args.handler, args, output))
     except UsageError as error:
