@@ -18,15 +18,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import grpc
 import pytest
 
 from cairn.client import errors
 from cairn.client.client import AsyncClient
 from cairn.client.options import ClientOptions
 from cairn.controller.bench.failover import FailoverBench, running_cluster
-from cairn.proto import replication_pb2 as rpb
-from cairn.proto import replication_pb2_grpc as rpb_grpc
 
 PLAIN_WRITERS = 16
 COUNTER_WORKERS = 8
@@ -118,21 +115,11 @@ def disrupt(bench: FailoverBench) -> int:
 
 
 def pod_counters(bench: FailoverBench) -> tuple[int, int]:
-    requests = operations = 0
-    cluster = bench.cluster
-    for name in sorted(cluster.pods):
-        internal = f"{cluster.host}:{cluster.ports.pods[name].internal}"
-        with grpc.insecure_channel(internal) as channel:
-            try:
-                reply = rpb_grpc.CoordinationStub(channel).GetStatus(
-                    rpb.GetStatusRequest(), timeout=5
-                )
-            except grpc.RpcError:
-                continue
-        for status in reply.shards:
-            requests += status.write_requests
-            operations += status.write_operations
-    return requests, operations
+    statuses = [status for shards in bench.pod_statuses().values() for status in shards]
+    return (
+        sum(status.write_requests for status in statuses),
+        sum(status.write_operations for status in statuses),
+    )
 
 
 async def scenario(bench: FailoverBench, addresses: list[str]) -> Tally:

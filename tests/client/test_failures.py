@@ -7,7 +7,7 @@ import grpc
 import pytest
 
 from cairn.client import errors
-from cairn.client.failures import Retry, ServerStatus, classify
+from cairn.client.failures import Retry, ServerStatus, classify, not_applied_by_version
 
 Code = grpc.StatusCode
 
@@ -74,3 +74,10 @@ def test_the_leader_hint_travels_with_the_retry() -> None:
     outcome = classify(status(Code.UNAVAILABLE, "NODE_IS_NOT_LEADER", "pod-2:6648"), sent=True)
     assert isinstance(outcome, Retry)
     assert outcome.status.leader_hint == "pod-2:6648"
+
+
+def test_only_an_unmoved_version_proves_a_lost_conditional_write_did_not_apply() -> None:
+    assert not_applied_by_version(7, 7)
+    assert not not_applied_by_version(7, 9)  # it, or another write, applied
+    assert not not_applied_by_version(7, None)  # applied, then deleted, maybe
+    assert not not_applied_by_version(-1, None)  # created, then deleted, maybe

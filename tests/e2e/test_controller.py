@@ -20,14 +20,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import grpc
 import httpx
 import pytest
 import xxhash
 
 from cairn.controller.bench.failover import FailoverBench, running_cluster
 from cairn.proto import replication_pb2 as rpb
-from cairn.proto import replication_pb2_grpc as rpb_grpc
 from support.oxia_writer import OxiaWriter
 
 pytestmark = pytest.mark.e2e
@@ -70,19 +68,7 @@ class Harness:
         return self.bench.shards()
 
     def pod_statuses(self) -> dict[str, list[rpb.ShardStatus]]:
-        """Every live pod's own view of its replicas."""
-        answer = {}
-        for name in sorted(self.cluster.pods):
-            internal = f"{self.cluster.host}:{self.cluster.ports.pods[name].internal}"
-            with grpc.insecure_channel(internal) as channel:
-                try:
-                    reply = rpb_grpc.CoordinationStub(channel).GetStatus(
-                        rpb.GetStatusRequest(), timeout=5
-                    )
-                except grpc.RpcError:
-                    continue
-                answer[name] = list(reply.shards)
-        return answer
+        return self.bench.pod_statuses()
 
     def assert_one_leader_per_shard(self, timeout_s: float = 30.0) -> None:
         """Each shard has exactly one replica leading its recorded term, where the

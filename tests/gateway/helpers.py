@@ -4,13 +4,8 @@ small HTTP helpers (a Server-Sent Events reader, waiting)."""
 from __future__ import annotations
 
 import json
-import os
-import queue
 import re
-import signal
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -19,90 +14,12 @@ from typing import Any
 
 import httpx
 
+from support.processes import PipedProcess
+
 GATEWAY_LISTENING = "cairn-gateway: listening on "
 
 
-class _Piped:
-    """A child process whose output lines are collected by a thread."""
-
-    def __init__(self) -> None:
-        self.process: subprocess.Popen[str] | None = None
-        self.output: list[str] = []
-        self._lines: queue.Queue[str | None] = queue.Queue()
-        self._pump: threading.Thread | None = None
-
-    def _spawn(self, command: Sequence[str], env: dict[str, str] | None = None) -> None:
-        self.output = []
-        self._lines = queue.Queue()
-        self.process = subprocess.Popen(
-            list(command),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
-        )
-        stdout = self.process.stdout
-        assert stdout is not None
-        lines = self._lines
-
-        def pump() -> None:
-            with stdout:
-                for line in stdout:
-                    self.output.append(line)
-                    lines.put(line)
-            lines.put(None)
-
-        self._pump = threading.Thread(target=pump, daemon=True)
-        self._pump.start()
-
-    def _wait_for(self, predicate: Callable[[str], bool], timeout_s: float) -> str:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                self.kill()
-                raise TimeoutError("process did not start:\n" + "".join(self.output))
-            try:
-                line = self._lines.get(timeout=remaining)
-            except queue.Empty:
-                continue
-            if line is None:
-                raise RuntimeError("process exited at start:\n" + "".join(self.output))
-            if predicate(line):
-                return line
-
-    def signal(self, signum: int) -> None:
-        assert self.process is not None
-        self.process.send_signal(signum)
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(timeout=30)
-        self._join()
-
-    def stop(self, timeout_s: float = 30.0) -> int | None:
-        """SIGTERM, then wait for the exit (SIGKILL after `timeout_s`)."""
-        if self.process is None:
-            return None
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=30)
-            raise
-        finally:
-            self._join()
-
-    def _join(self) -> None:
-        if self._pump is not None:
-            self._pump.join(timeout=30)
-            self._pump = None
-
-
-class GatewayProcess(_Piped):
+class GatewayProcess(PipedProcess):
     """`cairn-gateway` on an ephemeral port."""
 
     def __init__(
@@ -128,8 +45,8 @@ class GatewayProcess(_Piped):
         ]  # fmt: skip
 
     def start(self, timeout_s: float = 30.0) -> str:
-        self._spawn(self.command(), self.env)
-        line = self._wait_for(lambda text: text.startswith(GATEWAY_LISTENING), timeout_s)
+        self.spawn(self.command(), self.env)
+        line = self.wait_for(lambda text: text.startswith(GATEWAY_LISTENING), timeout_s)
         self.url = line[len(GATEWAY_LISTENING) :].strip()
         return self.url
 
@@ -145,7 +62,7 @@ class Banner:
     addresses: list[str] = field(default_factory=list)
 
 
-class LocalClusterProcess(_Piped):
+class LocalClusterProcess(PipedProcess):
     """`cairn-local` (the launcher) in a child process, on free ports, with
     failure detection tuned for a test machine."""
 
@@ -180,8 +97,8 @@ class LocalClusterProcess(_Piped):
         ]  # fmt: skip
 
     def start(self, timeout_s: float = 120.0) -> Banner:
-        self._spawn(self.command())
-        self._wait_for(lambda text: text.startswith("Ctrl-C stops it"), timeout_s)
+        self.spawn(self.command())
+        self.wait_for(lambda text: text.startswith("Ctrl-C stops it"), timeout_s)
         text = "".join(self.output)
         banner = Banner()
         match = re.search(

@@ -4,10 +4,6 @@ heartbeats, and the sidecar as a child process (`python -m cairn.health`)."""
 from __future__ import annotations
 
 import json
-import os
-import queue
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -19,6 +15,7 @@ from typing import Any
 import httpx
 
 from cairn.common.heartbeat import Heartbeat, parse_heartbeat
+from support.processes import PipedProcess
 
 SIDECAR_LISTENING_PREFIX = "cairn-health listening on "
 # Fast timings, so that every transition takes well under a second or two.
@@ -123,73 +120,23 @@ class FakeController:
 # -- the sidecar ---------------------------------------------------------------------
 
 
-class SidecarProcess:
+class SidecarProcess(PipedProcess):
     """`python -m cairn.health` in a child process, its HTTP server on a free port."""
 
     def __init__(self, node_name: str, storage_internal: str, *extra: str) -> None:
+        super().__init__()
         self.node_name = node_name
         self.args = (
             "--node-name", node_name, "--storage-internal", storage_internal,
             "--port", "0", "--log-level", "INFO", *extra,
         )  # fmt: skip
-        self.process: subprocess.Popen[str] | None = None
         self.url = ""
-        self.output: list[str] = []
-        self._pump: threading.Thread | None = None
 
     def start(self, timeout_s: float = 30.0) -> str:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "cairn.health", *self.args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        stdout = self.process.stdout
-        assert stdout is not None
-        lines: queue.Queue[str | None] = queue.Queue()
-
-        def pump() -> None:
-            with stdout:
-                for line in stdout:
-                    self.output.append(line)
-                    lines.put(line)
-            lines.put(None)
-
-        self._pump = threading.Thread(target=pump, daemon=True)
-        self._pump.start()
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                self.kill()
-                raise TimeoutError("sidecar did not start:\n" + self.log_text()) from None
-            if line is None:
-                raise RuntimeError("sidecar exited before listening:\n" + self.log_text())
-            if line.startswith(SIDECAR_LISTENING_PREFIX):
-                self.url = line[len(SIDECAR_LISTENING_PREFIX) :].strip()
-                return self.url
+        self.spawn([sys.executable, "-m", "cairn.health", *self.args])
+        line = self.wait_for(lambda text: text.startswith(SIDECAR_LISTENING_PREFIX), timeout_s)
+        self.url = line[len(SIDECAR_LISTENING_PREFIX) :].strip()
+        return self.url
 
     def get(self, path: str) -> httpx.Response:
         return httpx.get(self.url + path, timeout=5.0)
-
-    def log_text(self) -> str:
-        return "".join(self.output)
-
-    def stop(self, timeout_s: float = 10.0) -> int:
-        """SIGTERM; the exit status."""
-        assert self.process is not None
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout=timeout_s)
-        finally:
-            self.kill()
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(timeout=30)
-        if self._pump is not None:
-            self._pump.join(timeout=30)
-            self._pump = None

@@ -18,8 +18,9 @@ from collections.abc import Callable, Sequence
 import grpc.aio
 
 from cairn.client import errors
+from cairn.client.attempts import Attempts
 from cairn.client.channels import ChannelPool
-from cairn.client.failures import classify, server_status
+from cairn.client.failures import Retry, classify, server_status
 from cairn.client.routing import ShardMap, ShardMapError
 from cairn.proto import oxia_client_pb2 as pb
 
@@ -96,6 +97,19 @@ class ShardMapFollower:
     def forget_leader_hint(self, shard: int) -> None:
         if self._hints.pop(shard, None) is not None:
             self._on_change()
+
+    async def pause(self, shard: int, retry: Retry, attempts: Attempts) -> None:
+        """Between two attempts at a shard: take note of a leader hint, then wait for
+        the backoff or a newer map, whichever comes first (RequestTimeout when the
+        call's deadline would pass)."""
+        delay_s = attempts.next_delay_s(retry)
+        if retry.status.leader_hint:
+            self.note_leader_hint(shard, retry.status.leader_hint)
+        else:
+            # A hint is worth one try: a pod's view of the leaders can be stale
+            # (it restarted, or missed a push), and the map is the authority.
+            self.forget_leader_hint(shard)
+        await self.wait_for_change(self.version, delay_s)
 
     async def wait_for_change(self, seen_version: int, timeout_s: float) -> None:
         """Return once the map is newer than `seen_version`, or after the timeout."""

@@ -9,6 +9,7 @@ import random
 
 from cairn.client import errors
 from cairn.client.failures import Retry
+from cairn.client.options import ClientOptions
 
 
 class Attempts:
@@ -30,6 +31,16 @@ class Attempts:
         self.verb = verb
         self.subject = subject
         self.last: Retry | None = None
+
+    @classmethod
+    def of(cls, verb: str, subject: object, options: ClientOptions) -> Attempts:
+        return cls(
+            verb,
+            subject,
+            options.request_timeout_s,
+            options.retry_initial_backoff_s,
+            options.retry_max_backoff_s,
+        )
 
     def remaining_s(self) -> float:
         return self.deadline - self._loop.time()

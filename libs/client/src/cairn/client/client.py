@@ -22,7 +22,7 @@ from cairn.client import errors
 from cairn.client.assignments import ShardMapFollower
 from cairn.client.attempts import Attempts
 from cairn.client.channels import ChannelPool
-from cairn.client.failures import Retry
+from cairn.client.failures import Retry, not_applied_by_version
 from cairn.client.merge import nearest
 from cairn.client.options import ClientOptions
 from cairn.client.reads import ReadOp, ShardReader
@@ -66,17 +66,6 @@ def _status_error(status: int, what: str) -> errors.ClientError:
     if status == _SESSION_DOES_NOT_EXIST:
         return errors.SessionExpired(f"{what}: the session does not exist (closed or expired)")
     return errors.InvalidArgument(f"{what}: refused by the server")
-
-
-def _record(response: pb.GetResponse, asked_key: str) -> Record:
-    return Record(
-        key=response.key if response.HasField("key") else asked_key,
-        value=response.value if response.HasField("value") else None,
-        version=Version.from_proto(response.version),
-        secondary_index_key=(
-            response.secondary_index_key if response.HasField("secondary_index_key") else None
-        ),
-    )
 
 
 class AsyncClient:
@@ -230,26 +219,7 @@ class AsyncClient:
         return reader
 
     def _attempts(self, verb: str, subject: object = None) -> Attempts:
-        options = self.options
-        return Attempts(
-            verb,
-            subject,
-            options.request_timeout_s,
-            options.retry_initial_backoff_s,
-            options.retry_max_backoff_s,
-        )
-
-    async def _pause(self, shard: int, retry: Retry, attempts: Attempts) -> None:
-        """Between attempts: take note of a leader hint, then wait for the backoff
-        or a newer shard map, whichever comes first."""
-        delay_s = attempts.next_delay_s(retry)
-        if retry.status.leader_hint:
-            self._follower.note_leader_hint(shard, retry.status.leader_hint)
-        else:
-            # A hint is worth one try: a pod's view of the leaders can be stale
-            # (it restarted, or missed a push), and the map is the authority.
-            self._follower.forget_leader_hint(shard)
-        await self._follower.wait_for_change(self._follower.version, delay_s)
+        return Attempts.of(verb, subject, self.options)
 
     # ---- writes ---------------------------------------------------------------------
 
@@ -287,10 +257,8 @@ class AsyncClient:
                 if not idempotent:
                     return outcome, ambiguous_before
                 ambiguous_before = True
-            await self._pause(shard, outcome, attempts)
-            solo = op.solo
-            op = WriteOp(kind, message, size_bytes, loop)
-            op.solo = solo
+            await self._follower.pause(shard, outcome, attempts)
+            op = op.again(loop)
 
     async def put(
         self,
@@ -352,7 +320,7 @@ class AsyncClient:
                 await self._settle_ambiguous_put(
                     key, partition_key, expected_version, bool(sequence_key_deltas), attempts
                 )
-                await self._pause(shard, outcome, attempts)
+                await self._follower.pause(shard, outcome, attempts)
                 continue
             if outcome.status == _OK:
                 return PutResult(
@@ -382,9 +350,9 @@ class AsyncClient:
         """A conditional or sequence put's attempt may have applied. Return only when
         reading proves it did not (the record still has the expected version, which
         version ids never return to), else raise OutcomeUnknown."""
-        if not sequence and expected_version is not None and expected_version >= 0:
+        if not sequence and expected_version is not None:
             current = await self._current_version(key, partition_key, attempts)
-            if current == expected_version:
+            if not_applied_by_version(expected_version, current):
                 return
         raise errors.OutcomeUnknown(
             f"put {key!r}: the shard's leader changed while the write was in flight and "
@@ -429,12 +397,12 @@ class AsyncClient:
             if isinstance(outcome, Retry):
                 assert expected_version is not None
                 current = await self._current_version(key, partition_key, attempts)
-                if current != expected_version:
+                if not not_applied_by_version(expected_version, current):
                     raise errors.OutcomeUnknown(
                         f"delete {key!r}: the shard's leader changed while the delete was in "
                         "flight and it may or may not have applied"
                     )
-                await self._pause(shard, outcome, attempts)
+                await self._follower.pause(shard, outcome, attempts)
                 continue
             if outcome.status == _OK:
                 return
@@ -516,7 +484,7 @@ class AsyncClient:
             if not isinstance(outcome, Retry):
                 response: pb.GetResponse = outcome
                 return response
-            await self._pause(shard, outcome, attempts)
+            await self._follower.pause(shard, outcome, attempts)
 
     async def get(
         self,
@@ -547,12 +515,12 @@ class AsyncClient:
             )
             if response.status != _OK:
                 raise _status_error(response.status, f"get {key!r}")
-            return _record(response, key)
+            return Record.from_proto(response, key)
         responses = await _all(
             self._send_read(shard, message, attempts) for shard in shard_map.shard_ids()
         )
-        found = [_record(r, key) for r in responses if r.status == _OK]
-        chosen = _nearest(found, comparison, shard_map)
+        found = [Record.from_proto(r, key) for r in responses if r.status == _OK]
+        chosen = nearest(found, comparison, shard_map.key_order.encoder)
         if chosen is None:
             raise errors.KeyNotFound(f"get {key!r}: no such record")
         return chosen
@@ -626,10 +594,6 @@ class AsyncClient:
         """The highest sequence key under `key`: at once if one exists, then each new one."""
         self._check_open()
         return self._scans.sequence_updates(key, partition_key)
-
-
-def _nearest(found: list[Record], comparison: Comparison, shard_map: ShardMap) -> Record | None:
-    return nearest(found, comparison, shard_map.key_order.encoder)
 
 
 async def _all(awaitables: Any) -> list[Any]:

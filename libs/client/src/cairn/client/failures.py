@@ -14,7 +14,9 @@ the leader's address. Three answers matter to a caller:
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -100,6 +102,24 @@ def classify(status: ServerStatus, sent: bool) -> Retry | errors.ClientError:
     if code in _RETRYABLE_CODES:
         return Retry(status, ambiguous=sent)
     return errors.InvalidArgument(f"{code.name}: {status.message}")
+
+
+def not_applied_by_version(expected_version: int, current_version: int | None) -> bool:
+    """Whether a conditional write whose outcome was lost is proven not applied by
+    the record's version read afterwards: only if the record still has the version
+    the write expected (version ids only grow, so an applied write would have moved
+    it). Absence proves nothing for a create-only write: created, then deleted."""
+    return expected_version >= 0 and current_version == expected_version
+
+
+def settle(future: asyncio.Future[Any], outcome: Any) -> None:
+    """Deliver an operation's outcome (a ClientError is raised to its caller; a
+    response or a Retry is returned), unless its caller stopped waiting."""
+    if not future.done():
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
 
 
 def connection_status(message: str) -> ServerStatus:

@@ -9,7 +9,7 @@ every shard and keeps the nearest answer.
 from __future__ import annotations
 
 import heapq
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
 
 from cairn.client.records import Comparison, Record
@@ -19,7 +19,7 @@ T = TypeVar("T")
 
 async def merge_sorted(
     streams: Sequence[AsyncIterator[T]], sort_key: Callable[[T], Any]
-) -> AsyncIterator[T]:
+) -> AsyncGenerator[T]:
     """The items of already-sorted streams, in order. Holds one item per stream."""
     heap: list[tuple[Any, int, T]] = []
     for index, stream in enumerate(streams):

@@ -16,7 +16,7 @@ import grpc.aio
 
 from cairn.client import errors
 from cairn.client.channels import ChannelPool
-from cairn.client.failures import Retry, classify, connection_status, server_status
+from cairn.client.failures import Retry, classify, connection_status, server_status, settle
 from cairn.proto import oxia_client_pb2 as pb
 
 
@@ -26,14 +26,6 @@ class ReadOp:
     def __init__(self, message: pb.GetRequest, loop: asyncio.AbstractEventLoop) -> None:
         self.message = message
         self.future: asyncio.Future[Any] = loop.create_future()
-
-
-def _settle(op: ReadOp, outcome: Any) -> None:
-    if not op.future.done():
-        if isinstance(outcome, BaseException):
-            op.future.set_exception(outcome)
-        else:
-            op.future.set_result(outcome)
 
 
 class ShardReader:
@@ -98,7 +90,7 @@ class ShardReader:
         if address is None:
             outcome: Any = Retry(connection_status(f"shard {self.shard} has no leader yet"))
             for op in batch:
-                _settle(op, outcome)
+                settle(op.future, outcome)
             return
         answered = 0
         try:
@@ -109,7 +101,7 @@ class ShardReader:
             async for response in call:
                 for get in response.gets:
                     if answered < len(batch):
-                        _settle(batch[answered], get)
+                        settle(batch[answered].future, get)
                     answered += 1
             if answered != len(batch):
                 outcome = Retry(connection_status("the read answered too few gets"))
@@ -121,10 +113,10 @@ class ShardReader:
             outcome = errors.ClientClosed(str(error))
         except asyncio.CancelledError:
             for op in batch[answered:]:
-                _settle(op, errors.ClientClosed("the client is closed"))
+                settle(op.future, errors.ClientClosed("the client is closed"))
             raise
         for op in batch[answered:]:
-            _settle(op, outcome)
+            settle(op.future, outcome)
 
     async def close(self) -> None:
         self._closed = True
@@ -134,5 +126,5 @@ class ShardReader:
                 await task
         closed = errors.ClientClosed("the client is closed")
         while self._queue:
-            _settle(self._queue.popleft(), closed)
+            settle(self._queue.popleft().future, closed)
         self._room.set()

@@ -69,6 +69,18 @@ class Record:
     version: Version
     secondary_index_key: str | None = None
 
+    @classmethod
+    def from_proto(cls, response: pb.GetResponse, asked_key: str = "") -> Record:
+        """`asked_key` stands in for a response without a key (an EQUAL get's)."""
+        return cls(
+            key=response.key if response.HasField("key") else asked_key,
+            value=response.value if response.HasField("value") else None,
+            version=Version.from_proto(response.version),
+            secondary_index_key=(
+                response.secondary_index_key if response.HasField("secondary_index_key") else None
+            ),
+        )
+
 
 class NotificationType(enum.IntEnum):
     CREATED = pb.KEY_CREATED

@@ -23,7 +23,7 @@ from cairn.client.channels import ChannelPool
 from cairn.client.failures import Retry, classify, connection_status, server_status
 from cairn.client.merge import merge_sorted
 from cairn.client.options import ClientOptions
-from cairn.client.records import Notification, NotificationBatch, NotificationType, Record, Version
+from cairn.client.records import Notification, NotificationBatch, NotificationType, Record
 from cairn.proto import oxia_client_pb2 as pb
 
 # A list through a secondary index cannot be merged as it streams (each shard
@@ -37,17 +37,6 @@ MAX_QUEUED_NOTIFICATION_BATCHES = 1024
 def _successor(key: str) -> str:
     """The smallest key after `key`, in both key orders."""
     return key + "\x00"
-
-
-def _record(response: pb.GetResponse) -> Record:
-    return Record(
-        key=response.key,
-        value=response.value if response.HasField("value") else None,
-        version=Version.from_proto(response.version),
-        secondary_index_key=(
-            response.secondary_index_key if response.HasField("secondary_index_key") else None
-        ),
-    )
 
 
 def _batch(message: pb.NotificationBatch) -> NotificationBatch:
@@ -81,23 +70,7 @@ class Scans:
         self._check_open = check_open
 
     def _attempts(self, what: str) -> Attempts:
-        return Attempts(
-            what,
-            None,
-            self._options.request_timeout_s,
-            self._options.retry_initial_backoff_s,
-            self._options.retry_max_backoff_s,
-        )
-
-    async def _pause(self, shard: int, retry: Retry, attempts: Attempts) -> None:
-        delay_s = attempts.next_delay_s(retry)
-        if retry.status.leader_hint:
-            self._follower.note_leader_hint(shard, retry.status.leader_hint)
-        else:
-            # A hint is worth one try: a pod's view of the leaders can be stale
-            # (it restarted, or missed a push), and the map is the authority.
-            self._follower.forget_leader_hint(shard)
-        await self._follower.wait_for_change(self._follower.version, delay_s)
+        return Attempts.of(what, None, self._options)
 
     def _stubs(self, shard: int) -> Any:
         self._check_open()
@@ -125,7 +98,7 @@ class Scans:
                     return await getattr(stubs, method)(request, timeout=attempts.check())
                 except grpc.aio.AioRpcError as error:
                     retry = self._failure(error)
-            await self._pause(shard, retry, attempts)
+            await self._follower.pause(shard, retry, attempts)
 
     # ---- lists and scans ------------------------------------------------------------
 
@@ -170,7 +143,7 @@ class Scans:
                     return
                 except grpc.aio.AioRpcError as error:
                     retry = self._failure(error)
-            await self._pause(shard, retry, attempts)
+            await self._follower.pause(shard, retry, attempts)
 
     def iter_list(
         self, start: str, end: str, partition_key: str | None, index: str | None
@@ -223,7 +196,7 @@ class Scans:
             return call
 
         def records_of(response: pb.RangeScanResponse) -> Any:
-            return [_record(r) for r in response.records]
+            return [Record.from_proto(r) for r in response.records]
 
         def sort_key(record: Record) -> tuple[bytes, bytes]:
             if index is not None and record.secondary_index_key is not None:
@@ -296,7 +269,7 @@ class Scans:
                         retry = Retry(connection_status("the notification stream ended"))
                     except grpc.aio.AioRpcError as error:
                         retry = self._failure(error)
-                await self._pause(shard, retry, attempts)
+                await self._follower.pause(shard, retry, attempts)
         except errors.ClientError as error:
             await queue.put(error)
 
@@ -319,12 +292,12 @@ class Scans:
                     retry = Retry(connection_status("the sequence update stream ended"))
                 except grpc.aio.AioRpcError as error:
                     retry = self._failure(error)
-            await self._pause(shard, retry, attempts)
+            await self._follower.pause(shard, retry, attempts)
 
 
 async def _gathered_sorted(
     streams: list[AsyncIterator[str]], sort_key: Callable[[str], bytes]
-) -> AsyncIterator[str]:
+) -> AsyncGenerator[str]:
     keys: set[str] = set()
     for stream in streams:
         async for key in stream:
@@ -338,14 +311,12 @@ async def _gathered_sorted(
         yield key
 
 
-async def _closing(merged: AsyncIterator[Any], streams: list[Any]) -> AsyncGenerator[Any]:
+async def _closing(merged: AsyncGenerator[Any], streams: list[Any]) -> AsyncGenerator[Any]:
     """`merged`, closing every shard stream when the consumer stops early."""
     try:
         async for item in merged:
             yield item
     finally:
-        aclose = getattr(merged, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        await merged.aclose()
         for stream in streams:
             await stream.aclose()

@@ -28,7 +28,7 @@ import grpc.aio
 
 from cairn.client import errors
 from cairn.client.channels import NAMESPACE_HEADER, SHARD_ID_HEADER, ChannelPool
-from cairn.client.failures import Retry, classify, connection_status, server_status
+from cairn.client.failures import Retry, classify, connection_status, server_status, settle
 from cairn.proto import oxia_client_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,13 @@ class WriteOp:
         # Sent alone: after its batch was refused as invalid, to find the culprit.
         self.solo = False
         self.future: asyncio.Future[Any] = loop.create_future()
+
+    def again(self, loop: asyncio.AbstractEventLoop) -> WriteOp:
+        """The same operation for another attempt (a new future; still alone if it
+        had to be)."""
+        op = WriteOp(self.kind, self.message, 0, loop)
+        op.size_bytes, op.solo = self.size_bytes, self.solo
+        return op
 
 
 class _Batch:
@@ -80,14 +87,6 @@ class _Batch:
             deletes=[op.message for op in self.deletes],
             delete_ranges=[op.message for op in self.ranges],
         )
-
-
-def _settle(op: WriteOp, outcome: Any) -> None:
-    if not op.future.done():
-        if isinstance(outcome, BaseException):
-            op.future.set_exception(outcome)
-        else:
-            op.future.set_result(outcome)
 
 
 class _Stream:
@@ -175,7 +174,7 @@ class ShardWriter:
             self._break(self._stream, connection_status("the client is closed"), cancel=True)
         closed = errors.ClientClosed("the client is closed")
         while self._queue:
-            _settle(self._queue.popleft(), closed)
+            settle(self._queue.popleft().future, closed)
         self._room.set()
 
     # ---- the writer task ------------------------------------------------------------
@@ -286,7 +285,7 @@ class ShardWriter:
 
     def _fail_queued(self, outcome: Any) -> None:
         while self._queue:
-            _settle(self._queue.popleft(), outcome)
+            settle(self._queue.popleft().future, outcome)
         self._room.set()
 
     async def _read(self, stream: _Stream) -> None:
@@ -310,11 +309,11 @@ class ShardWriter:
                     # what they queued, then wake the rest: see `_ready`.
                     half = len(settled) // 2
                     for op, outcome in settled[:half]:
-                        _settle(op, outcome)
+                        settle(op.future, outcome)
                     await asyncio.sleep(0)
                     settled = settled[half:]
                 for op, outcome in settled:
-                    _settle(op, outcome)
+                    settle(op.future, outcome)
         except grpc.aio.AioRpcError as error:
             self._break(stream, server_status(error))
         except asyncio.CancelledError:
@@ -372,5 +371,5 @@ class ShardWriter:
                 outcome = Retry(status, ambiguous=True)
             first = False
             for op in ops:
-                _settle(op, outcome)
+                settle(op.future, outcome)
         self._wake.set()

@@ -48,6 +48,8 @@ from cairn.common.hashing import HashRange, key_hash
 from cairn.controller.local.launcher import LocalCluster
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import oxia_client_pb2_grpc as pb_grpc
+from cairn.proto import replication_pb2 as rpb
+from cairn.proto import replication_pb2_grpc as rpb_grpc
 
 WRITE_TIMEOUT_S = 0.5
 # Successes remembered per probe (timestamps, for finding the first after a kill).
@@ -215,6 +217,22 @@ class FailoverBench:
             probe = ShardProbe(shard["id"], HashRange(low, high), addresses)
             probe.start()
             self.probes[shard["id"]] = probe
+
+    def pod_statuses(self) -> dict[str, list[rpb.ShardStatus]]:
+        """Every live pod's own view of its replicas (GetStatus on its internal port)."""
+        answer = {}
+        cluster = self.cluster
+        for name in sorted(cluster.pods):
+            internal = f"{cluster.host}:{cluster.ports.pods[name].internal}"
+            with grpc.insecure_channel(internal) as channel:
+                try:
+                    reply = rpb_grpc.CoordinationStub(channel).GetStatus(
+                        rpb.GetStatusRequest(), timeout=5
+                    )
+                except grpc.RpcError:
+                    continue
+                answer[name] = list(reply.shards)
+        return answer
 
     def pids(self, pod: str) -> tuple[int, int]:
         document = json.loads((self.cluster.directory / "processes.json").read_text())
