@@ -13,34 +13,27 @@ from cairn.client.options import ClientOptions
 
 
 class Attempts:
-    __slots__ = ("_backoff_s", "_loop", "_max_backoff_s", "deadline", "last", "subject", "verb")
+    __slots__ = ("_backoff_s", "_loop", "_options", "deadline", "last", "subject", "verb")
 
     def __init__(
         self,
         verb: str,
         subject: object,
-        timeout_s: float,
-        initial_backoff_s: float,
-        max_backoff_s: float,
+        options: ClientOptions,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         # On the event loop's clock, for timeout_at and call_at.
-        self._loop = asyncio.get_running_loop()
-        self.deadline = self._loop.time() + timeout_s
-        self._backoff_s = initial_backoff_s
-        self._max_backoff_s = max_backoff_s
+        self._loop = loop = loop or asyncio.get_running_loop()
+        self.deadline = loop.time() + options.request_timeout_s
+        self._options = options
+        self._backoff_s = -1.0  # set at the first retry: most calls never retry
         self.verb = verb
         self.subject = subject
         self.last: Retry | None = None
 
     @classmethod
     def of(cls, verb: str, subject: object, options: ClientOptions) -> Attempts:
-        return cls(
-            verb,
-            subject,
-            options.request_timeout_s,
-            options.retry_initial_backoff_s,
-            options.retry_max_backoff_s,
-        )
+        return cls(verb, subject, options)
 
     def remaining_s(self) -> float:
         return self.deadline - self._loop.time()
@@ -62,8 +55,10 @@ class Attempts:
         would pass first)."""
         self.last = retry
         remaining = self.check()
+        if self._backoff_s < 0:
+            self._backoff_s = self._options.retry_initial_backoff_s
         delay = random.uniform(0, self._backoff_s)
-        self._backoff_s = min(self._backoff_s * 2, self._max_backoff_s)
+        self._backoff_s = min(self._backoff_s * 2, self._options.retry_max_backoff_s)
         if delay >= remaining:
             raise self.timeout()
         return delay

@@ -219,7 +219,7 @@ class AsyncClient:
         return reader
 
     def _attempts(self, verb: str, subject: object = None) -> Attempts:
-        return Attempts.of(verb, subject, self.options)
+        return Attempts(verb, subject, self.options, self._loop)
 
     # ---- writes ---------------------------------------------------------------------
 
@@ -291,7 +291,7 @@ class AsyncClient:
             if expected_version is not None:
                 raise errors.InvalidArgument("a sequence put cannot have an expected version")
         shard = self._follower.map.shard_for(key, partition_key)
-        attempts = self._attempts("put", key)
+        attempts = Attempts("put", key, self.options, self._loop)
         session_renewed = False
         while True:
             message = pb.PutRequest(key=key, value=bytes(value))
@@ -323,7 +323,7 @@ class AsyncClient:
                 await self._follower.pause(shard, outcome, attempts)
                 continue
             if outcome.status == _OK:
-                return PutResult(
+                return PutResult.of(
                     outcome.key if outcome.HasField("key") else key,
                     Version.from_proto(outcome.version),
                 )

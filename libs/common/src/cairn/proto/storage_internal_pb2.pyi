@@ -37,6 +37,18 @@ class NarrowPut(_message.Message):
     expected_version_id: int
     def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ..., expected_version_id: _Optional[int] = ...) -> None: ...
 
+class FoldedWrites(_message.Message):
+    __slots__ = ("requests",)
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[_oxia_client_pb2.WriteRequest]
+    def __init__(self, requests: _Optional[_Iterable[_Union[_oxia_client_pb2.WriteRequest, _Mapping]]] = ...) -> None: ...
+
+class NarrowFoldedWrites(_message.Message):
+    __slots__ = ("requests",)
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[NarrowWriteRequest]
+    def __init__(self, requests: _Optional[_Iterable[_Union[NarrowWriteRequest, _Mapping]]] = ...) -> None: ...
+
 class CreateSessionEntry(_message.Message):
     __slots__ = ("timeout_ms", "client_identity")
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]

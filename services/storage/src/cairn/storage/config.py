@@ -35,12 +35,25 @@ class Limits:
     # Write requests accepted but not yet answered, per shard: further writers wait.
     max_pending_entries_per_shard: int = 4096
     max_pending_bytes_per_shard: int = 256 * MiB
+    # Folding (folding.py): with at least this many entries uncommitted, a leader
+    # collects plain writes into one entry logged at the next commit step, up to
+    # these bounds.
+    fold_writes_after_uncommitted_entries: int = int(
+        __import__("os").environ.get("CAIRN_FOLD_K", "2")
+    )
+    max_operations_per_fold: int = 1000
+    max_bytes_per_fold: int = 1 * MiB
+    # A shard's WAL fsync runs on the event loop while syncs take less than this on
+    # average, else in its sync thread (core/sync_placement.py); 0: always the thread.
+    inline_fsync_below_s: float = 0.0003
     # Requests in flight on one WriteStream before it stops reading from the client.
     max_inflight_per_write_stream: int = 256
     # Entries applied to the KV in one RocksDB batch, and the operations in them: the
     # loop serves no read while it applies, so a group must stay short (~10 ms here).
     max_entries_per_apply_batch: int = 512
-    max_operations_per_apply_batch: int = 2000
+    max_operations_per_apply_batch: int = int(
+        __import__("os").environ.get("CAIRN_APPLY_OPS", "2000")
+    )
     # Stream chunking for List / RangeScan / Read.
     max_keys_per_list_chunk: int = 1000
     max_records_per_scan_chunk: int = 1000
@@ -54,6 +67,20 @@ class Limits:
     max_notification_batches_per_read: int = 256
     # Version headers kept in memory per shard (about 150 bytes each).
     max_cached_headers_per_shard: int = 200_000
+
+    def __post_init__(self) -> None:
+        if (
+            min(
+                self.fold_writes_after_uncommitted_entries,
+                self.max_operations_per_fold,
+                self.max_bytes_per_fold,
+            )
+            < 1
+        ):
+            # 0 uncommitted entries would fold with nothing to commit: never logged.
+            raise ValueError("folding bounds must be at least 1")
+        if self.inline_fsync_below_s < 0:
+            raise ValueError("inline_fsync_below_s must not be negative")
 
 
 @dataclass(frozen=True, slots=True)

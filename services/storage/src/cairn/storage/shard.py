@@ -68,12 +68,15 @@ from cairn.storage.core.entries import (
     CLIENT_WRITE,
     CLOSE_SESSION,
     CREATE_SESSION,
+    FOLDED_WRITES,
     TERM_START,
+    Folded,
     decode_entry,
     encode_entry,
+    encode_folded_writes,
 )
 from cairn.storage.core.entry_apply import ShardRules, apply_entry
-from cairn.storage.core.fastpath import has_plain_puts
+from cairn.storage.core.fastpath import folds_only_plain_puts, has_plain_puts
 from cairn.storage.core.meta import (
     COMMIT_OFFSET_KEY,
     LOG_BASE_KEY,
@@ -97,6 +100,8 @@ from cairn.storage.core.sessions import (
     SessionTracker,
     stored_sessions,
 )
+from cairn.storage.core.sync_placement import SyncPlacement
+from cairn.storage.folding import WriteFold, keys_of, may_fold
 from cairn.storage.kv import Column, KvStore, RocksKv
 from cairn.storage.replication.wire import entry_id_message, node_message, spec_message
 from cairn.storage.snapshot import SnapshotInstaller, finish_pending_install
@@ -121,11 +126,14 @@ def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
-def _operation_count(kind: int, body: Message) -> int:
+def _operation_count(kind: int, body: Message | Folded) -> int:
     """What an entry may cost to apply, in record operations."""
     if kind == CLIENT_WRITE:
         assert isinstance(body, pb.WriteRequest)
         return len(body.puts) + len(body.deletes) + len(body.delete_ranges)
+    if kind == FOLDED_WRITES:
+        assert isinstance(body, Folded)
+        return sum(len(request.puts) + len(request.deletes) for request in body.requests)
     if kind == CLOSE_SESSION:
         return MAX_RECORDS_PER_CLOSE_ENTRY
     return 1
@@ -138,7 +146,7 @@ class _Pending:
 
     entry: WalEntry
     kind: int
-    body: Message
+    body: Message | Folded
     plain_puts: bool
     future: asyncio.Future[Any] | None
 
@@ -153,7 +161,10 @@ class _Pending:
 
 def _decoded(entry: WalEntry, future: asyncio.Future[Any] | None = None) -> _Pending:
     kind, body = decode_entry(entry.payload)
-    plain = kind == CLIENT_WRITE and has_plain_puts(entry.payload[1:])
+    if kind == CLIENT_WRITE:
+        plain = has_plain_puts(entry.payload[1:])
+    else:
+        plain = kind == FOLDED_WRITES and folds_only_plain_puts(entry.payload[1:])
     return _Pending(entry, kind, body, plain, future)
 
 
@@ -224,6 +235,8 @@ class ShardReplica:
         self._leader_commit_offset = NO_OFFSET
         self._pending: deque[_Pending] = deque()
         self._pending_bytes = 0
+        # Client writes collected for the next entry (leader; see folding.py).
+        self._fold: WriteFold | None = None
         self._space_freed = asyncio.Event()
         self._wake_syncer = asyncio.Event()
         self._wake_applier = asyncio.Event()
@@ -242,6 +255,7 @@ class ShardReplica:
         # new stream then.
         self._log_busy = False
         self._sync_executor = ThreadPoolExecutor(1, thread_name_prefix=f"wal-sync-{shard_id}")
+        self._sync_placement = SyncPlacement(limits.inline_fsync_below_s)
         self._wal_retention = wal_retention
         # Client requests taken in since this replica started, and the operations in
         # them (GetStatus reports them): operations per request is what client-side
@@ -436,6 +450,7 @@ class ShardReplica:
         elsewhere. Their entries stay in the log: a later leader decides them."""
         leader, self._leader = self._leader, None
         self._serving.clear()
+        self._drop_fold(Unavailable(f"shard {self.shard_id}: leadership changed"))
         error = WriteOutcomeUnknown(
             f"shard {self.shard_id}: leadership changed; the write may or may not commit"
         )
@@ -688,13 +703,27 @@ class ShardReplica:
         a task switch."""
         self._check_writable()
         self.core.check_leader()
-        payload = encode_entry(kind, raw_body)
-        if wait_for_space and (
+        if wait_for_space:
+            await self._make_room(len(raw_body) + 1)
+        return self._log(kind, encode_entry(kind, raw_body), body, plain_puts)
+
+    async def _make_room(self, size: int) -> None:
+        if (
             len(self._pending) >= self.limits.max_pending_entries_per_shard
-            or self._pending_bytes + len(payload) > self.limits.max_pending_bytes_per_shard
+            or self._pending_bytes + size > self.limits.max_pending_bytes_per_shard
         ):
-            await self._wait_for_space(len(payload))
+            await self._wait_for_space(size)
             self.core.check_leader()
+
+    def _log(
+        self, kind: int, payload: bytes, body: Message | Folded, plain_puts: bool
+    ) -> asyncio.Future[Any]:
+        """Append an entry to the WAL as leader (after any fold collected so far, so
+        that entries keep the order their requests came in)."""
+        if self._fold is not None:
+            self._seal_fold()
+        self._check_writable()
+        self.core.check_leader()
         leader = self._leader
         assert leader is not None
         timestamp_ms = max(self._clock_ms(), self._last_timestamp_ms)
@@ -721,15 +750,78 @@ class ShardReplica:
         self, raw_request: bytes, request: pb.WriteRequest, plain_puts: bool = False
     ) -> asyncio.Future[bytes]:
         """Log a client write request (validated by the caller); the future holds the
-        serialized WriteResponse."""
-        future = await self._append(CLIENT_WRITE, raw_request, request, plain_puts)
-        # Counted once logged; the request is parsed already, so counting its
+        serialized WriteResponse. With entries uncommitted, a request of plain puts
+        and deletes joins the fold that the next commit step logs (folding.py)."""
+        self._check_writable()
+        self.core.check_leader()
+        await self._make_room(len(raw_request) + 1)
+        future: asyncio.Future[bytes]
+        if may_fold(request, plain_puts) and (
+            self._fold is not None
+            or self.core.log.last_offset - self.core.commit_offset
+            >= self.limits.fold_writes_after_uncommitted_entries
+        ):
+            future = self._fold_in(raw_request, request)
+        else:
+            future = self._log(
+                CLIENT_WRITE, encode_entry(CLIENT_WRITE, raw_request), request, plain_puts
+            )
+        # Counted once taken in; the request is parsed already, so counting its
         # operations is three C-level length reads, plain puts or not.
         self.write_requests += 1
         self.write_operations += (
             len(request.puts) + len(request.deletes) + len(request.delete_ranges)
         )
         return future
+
+    def _fold_in(self, raw_request: bytes, request: pb.WriteRequest) -> asyncio.Future[bytes]:
+        keys = keys_of(request)
+        operations = len(request.puts) + len(request.deletes)
+        limits = self.limits
+        fold = self._fold
+        if fold is not None and not fold.fits(
+            keys,
+            operations,
+            len(raw_request),
+            limits.max_operations_per_fold,
+            limits.max_bytes_per_fold,
+        ):
+            self._seal_fold()
+            fold = None
+        if fold is None:
+            fold = self._fold = WriteFold()
+        future: asyncio.Future[bytes] = self._loop.create_future()
+        fold.add(raw_request, request, keys, future)
+        return future
+
+    def _seal_fold(self) -> None:
+        """Log the collected requests: as a plain client write if there is just one."""
+        fold, self._fold = self._fold, None
+        if fold is None:
+            return
+        try:
+            if len(fold.requests) == 1:
+                raw = fold.raw_requests[0]
+                logged = self._log(
+                    CLIENT_WRITE, encode_entry(CLIENT_WRITE, raw), fold.requests[0], True
+                )
+            else:
+                logged = self._log(
+                    FOLDED_WRITES,
+                    encode_folded_writes(fold.raw_requests),
+                    Folded(fold.requests),
+                    True,
+                )
+        except Exception as error:  # not logged: nothing was accepted
+            fold.fail(error)
+            return
+        logged.add_done_callback(fold.settle)
+
+    def _drop_fold(self, error: BaseException) -> None:
+        """Requests collected but never logged: not accepted, safe to send again."""
+        fold, self._fold = self._fold, None
+        if fold is not None:
+            fold.fail(error)
 
     def count_read(self, gets: int) -> None:
         """A client read request with `gets` gets is being served."""
@@ -900,11 +992,14 @@ class ShardReplica:
     # ---- the pipeline ---------------------------------------------------------------
 
     def commit_advanced(self) -> None:
-        """The leader's replication side moved the commit offset."""
+        """The leader's replication side moved the commit offset: the writes folded
+        meanwhile go out now (the caller wakes the followers' senders next)."""
         leader = self._leader
         if leader is not None and leader.commit_offset > self.core.commit_offset:
             self.core.commit_offset = leader.commit_offset
             self._wake_applier.set()
+            if self._fold is not None:
+                self._seal_fold()
 
     async def _sync_loop(self) -> None:
         loop = self._loop
@@ -917,11 +1012,20 @@ class ShardReplica:
                 self._wake_syncer.clear()
                 continue
             try:
-                await loop.run_in_executor(self._sync_executor, self.wal.sync)
+                if self._sync_placement.inline:
+                    took_s = self._timed_wal_sync()
+                else:
+                    took_s = await loop.run_in_executor(self._sync_executor, self._timed_wal_sync)
             except Exception as error:  # an fsync failure leaves the disk state unknown
                 self._fail(error)
                 return
+            self._sync_placement.observe(took_s)
             self._on_durable()
+
+    def _timed_wal_sync(self) -> float:
+        started = time.perf_counter()
+        self.wal.sync()
+        return time.perf_counter() - started
 
     def _on_durable(self) -> None:
         durable = self.durable_offset
@@ -1028,6 +1132,7 @@ class ShardReplica:
                 p.offset,
                 p.entry.timestamp_ms,
                 p.plain_puts,
+                p.future is not None,
             )
             for p in group
         ]
@@ -1041,6 +1146,7 @@ class ShardReplica:
     def _fail(self, error: BaseException) -> None:
         log.error("shard %d failed, refusing further writes: %r", self.shard_id, error)
         self._failure = error
+        self._drop_fold(Unavailable(f"shard {self.shard_id} failed: {error}"))
         failure = WriteOutcomeUnknown(f"shard {self.shard_id} failed: {error}")
         for pending in self._pending:
             if pending.future is not None and not pending.future.done():
@@ -1056,6 +1162,7 @@ class ShardReplica:
         """Finish what can commit without waiting on followers, fail the rest, then
         release the WAL and KV."""
         self._closing = True
+        self._drop_fold(Unavailable(f"shard {self.shard_id} is shutting down"))
         self._commit_advanced.set()  # subscribers waiting for commits see the close
         self._sequence_advanced.set()
         self._progress.set()

@@ -282,6 +282,7 @@ _DELETE_RESPONSES: dict[int, bytes] = {
     for status in (OK, KEY_NOT_FOUND, UNEXPECTED_VERSION_ID)
 }
 _DELETE_RANGE_OK = wire.field(wire.DELETE_RANGES, wire.status_only(OK))
+_NO_PUT_RESPONSES = wire.NoPutResponses()
 
 
 def apply_write(
@@ -292,9 +293,11 @@ def apply_write(
     key_order: KeyOrder,
     plain_puts: bool = False,
     notes: EntryNotifications | None = None,
+    answer: bool = True,
 ) -> bytes:
     """Apply one entry's write request (puts, then deletes, then delete ranges) and
-    return the serialized WriteResponse.
+    return the serialized WriteResponse (with `answer` False, what plain puts
+    would answer is left out: nobody waits for it).
 
     `plain_puts`: the caller established (see fastpath.py) that no put carries more
     than key, value and expected version, so the general checks can be skipped.
@@ -306,7 +309,7 @@ def apply_write(
     if plain_puts:
         # Every record created by this entry gets the same header and response.
         created_header = HEADER.pack(offset, 0, timestamp_ms, timestamp_ms, 0)
-        responses = wire.PutResponses(offset, timestamp_ms)
+        responses = wire.PutResponses(offset, timestamp_ms) if answer else _NO_PUT_RESPONSES
         for put in request.puts:
             append(
                 _apply_plain_put(

@@ -17,7 +17,14 @@ from cairn.storage.core.apply import (
     apply_create_session,
     apply_write,
 )
-from cairn.storage.core.entries import CLIENT_WRITE, CLOSE_SESSION, CREATE_SESSION, TERM_START
+from cairn.storage.core.entries import (
+    CLIENT_WRITE,
+    CLOSE_SESSION,
+    CREATE_SESSION,
+    FOLDED_WRITES,
+    TERM_START,
+    Folded,
+)
 from cairn.storage.core.meta import notification_key
 from cairn.storage.core.notifications import (
     EntryNotifications,
@@ -46,18 +53,30 @@ def apply_entry(
     rules: ShardRules,
     state: PendingChanges,
     kind: int,
-    body: Message,
+    body: Message | Folded,
     offset: int,
     timestamp_ms: int,
     plain_puts: bool,
+    answer: bool = True,
 ) -> Any:
-    """Apply the entry to `state` and return its result: a serialized WriteResponse,
-    a session id, whether a session was closed, or None (a term start)."""
+    """Apply the entry to `state` and return its result: a serialized WriteResponse
+    (a list of them, in order, for folded writes), a session id, whether a session
+    was closed, or None (a term start). `answer` False: nobody waits for the result
+    (a follower, a replay), so a write's response may be left incomplete."""
     notes = EntryNotifications() if rules.notifications_enabled else None
     result: Any
     if kind == CLIENT_WRITE:
         assert isinstance(body, pb.WriteRequest)
-        result = apply_write(state, body, offset, timestamp_ms, rules.key_order, plain_puts, notes)
+        result = apply_write(
+            state, body, offset, timestamp_ms, rules.key_order, plain_puts, notes, answer
+        )
+    elif kind == FOLDED_WRITES:
+        assert isinstance(body, Folded)
+        key_order = rules.key_order
+        result = [
+            apply_write(state, request, offset, timestamp_ms, key_order, plain_puts, notes, answer)
+            for request in body.requests
+        ]
     elif kind == CREATE_SESSION:
         assert isinstance(body, internal_pb.CreateSessionEntry)
         result = apply_create_session(state, body, offset)

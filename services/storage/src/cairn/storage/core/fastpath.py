@@ -15,10 +15,22 @@ from cairn.proto import storage_internal_pb2 as internal_pb
 
 
 def has_plain_puts(raw_request: bytes) -> bool:
+    return _narrows_exactly(internal_pb.NarrowWriteRequest, raw_request)
+
+
+def folds_only_plain_puts(raw_folded: bytes) -> bool:
+    """The same test for a FoldedWrites body: every request's puts are plain."""
+    return _narrows_exactly(internal_pb.NarrowFoldedWrites, raw_folded)
+
+
+def _narrows_exactly(
+    narrow_type: type[internal_pb.NarrowWriteRequest] | type[internal_pb.NarrowFoldedWrites],
+    raw: bytes,
+) -> bool:
     try:
-        narrow = internal_pb.NarrowWriteRequest.FromString(raw_request)
+        narrow = narrow_type.FromString(raw)
     except DecodeError:
         return False
     narrow.DiscardUnknownFields()
     size: int = narrow.ByteSize()
-    return size == len(raw_request)
+    return size == len(raw)

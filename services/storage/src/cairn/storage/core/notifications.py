@@ -31,38 +31,48 @@ _CREATED = pb.KEY_CREATED
 _MODIFIED = pb.KEY_MODIFIED
 _DELETED = pb.KEY_DELETED
 _RANGE_DELETED = pb.KEY_RANGE_DELETED
+_DELETED_VALUE = wire.notification_value(_DELETED, None, None)
 
 
 class EntryNotifications:
-    """The changes of one entry, keyed by user key; the last change of a key wins."""
+    """The changes of one entry, keyed by user key; the last change of a key wins.
+    Each key maps to its notification already encoded: all puts of an entry share
+    one version id, so they share a few encodings, made once."""
 
-    __slots__ = ("_changes",)
+    __slots__ = ("_changes", "_created", "_created_version", "_modified", "_modified_version")
 
     def __init__(self) -> None:
-        # key -> (type, version_id or None, range end or None)
-        self._changes: dict[str, tuple[int, int | None, str | None]] = {}
+        self._changes: dict[str, bytes] = {}
+        self._created_version = -1
+        self._created = b""
+        self._modified_version = -1
+        self._modified = b""
 
     def created(self, key: str, version_id: int) -> None:
-        self._changes[key] = (_CREATED, version_id, None)
+        if version_id != self._created_version:
+            self._created_version = version_id
+            self._created = wire.notification_value(_CREATED, version_id, None)
+        self._changes[key] = self._created
 
     def modified(self, key: str, version_id: int) -> None:
-        self._changes[key] = (_MODIFIED, version_id, None)
+        if version_id != self._modified_version:
+            self._modified_version = version_id
+            self._modified = wire.notification_value(_MODIFIED, version_id, None)
+        self._changes[key] = self._modified
 
     def deleted(self, key: str) -> None:
-        self._changes[key] = (_DELETED, None, None)
+        self._changes[key] = _DELETED_VALUE
 
     def range_deleted(self, start: str, end: str) -> None:
-        self._changes[start] = (_RANGE_DELETED, None, end)
+        self._changes[start] = wire.notification_value(_RANGE_DELETED, None, end)
 
     def __bool__(self) -> bool:
         return bool(self._changes)
 
     def encode(self, shard_id: int, offset: int, timestamp_ms: int) -> bytes:
         """The serialized NotificationBatch, hand-encoded (see wire.py for why)."""
-        parts = [wire.notification_batch_header(shard_id, offset, timestamp_ms)]
-        for key, (kind, version_id, range_end) in self._changes.items():
-            parts.append(wire.notification_entry(key, kind, version_id, range_end))
-        return b"".join(parts)
+        header = wire.notification_batch_header(shard_id, offset, timestamp_ms)
+        return header + b"".join(wire.notification_entries(self._changes))
 
 
 def trimmed_before(reader: KvReader) -> int:

@@ -90,6 +90,8 @@ class PutResponses:
     def __init__(self, version_id: int, modified_ms: int) -> None:
         self._version_id = _VERSION_ID + varint(version_id) if version_id else b""
         self._modified = _MODIFIED + _FIXED64.pack(modified_ms) if modified_ms else b""
+        # What an update adds besides its modification count: the created field.
+        self._update_size = len(self._version_id) + 1 + _FIXED64.size + len(self._modified)
         self.created = self._framed(0, modified_ms)
 
     def _framed(self, modifications_count: int, created_ms: int) -> bytes:
@@ -105,7 +107,34 @@ class PutResponses:
         return b"".join((PUTS, _SMALL[len(payload) + 2], _VERSION, _SMALL[len(payload)], payload))
 
     def updated(self, modifications_count: int, created_ms: int) -> bytes:
-        return self._framed(modifications_count, created_ms)
+        if not 0 < modifications_count < 128 or not created_ms:
+            return self._framed(modifications_count, created_ms)
+        # The common case in one join: a one-byte count and a created time.
+        size = self._update_size + 2
+        return b"".join(
+            (
+                PUTS,
+                _SMALL[size + 2],
+                _VERSION,
+                _SMALL[size],
+                self._version_id,
+                _MODIFICATIONS,
+                _SMALL[modifications_count],
+                _CREATED,
+                _FIXED64.pack(created_ms),
+                self._modified,
+            )
+        )
+
+
+class NoPutResponses(PutResponses):
+    """For a replica that answers no one (a follower, a replay): no bytes built."""
+
+    def __init__(self) -> None:
+        self.created = b""
+
+    def updated(self, modifications_count: int, created_ms: int) -> bytes:
+        return b""
 
 
 # NotificationBatch: shard (1, varint), offset (2, varint), timestamp (3, fixed64),
@@ -131,10 +160,9 @@ def notification_batch_header(shard_id: int, offset: int, timestamp_ms: int) -> 
     )
 
 
-def notification_entry(
-    key: str, kind: int, version_id: int | None, range_last: str | None
-) -> bytes:
-    """One map entry key -> Notification of a NotificationBatch, framed."""
+def notification_value(kind: int, version_id: int | None, range_last: str | None) -> bytes:
+    """A Notification framed as the value field of its map entry: shared by every
+    key that changed the same way in one entry."""
     value = b"".join(
         (
             _NOTIFICATION_TYPE + varint(kind) if kind else b"",
@@ -144,5 +172,24 @@ def notification_entry(
             else b"",
         )
     )
-    entry = field(_ENTRY_KEY, key.encode("utf-8")) + field(_ENTRY_VALUE, value)
-    return field(_BATCH_ENTRY, entry)
+    return field(_ENTRY_VALUE, value)
+
+
+def notification_entries(changes: dict[str, bytes]) -> list[bytes]:
+    """The framed map entries key -> Notification of a NotificationBatch, from
+    each key's framed value (notification_value). One flat list of parts and no
+    call per key: this runs for every change of every entry."""
+    parts: list[bytes] = []
+    extend = parts.extend
+    small = _SMALL
+    for key, value in changes.items():
+        encoded = key.encode("utf-8")
+        size = len(encoded)
+        if size < 126:
+            entry_size = size + 2 + len(value)
+            length = small[entry_size] if entry_size < 128 else varint(entry_size)
+            extend((_BATCH_ENTRY, length, _ENTRY_KEY, small[size], encoded, value))
+        else:
+            head = _ENTRY_KEY + varint(size)
+            extend((_BATCH_ENTRY, varint(len(head) + size + len(value)), head, encoded, value))
+    return parts

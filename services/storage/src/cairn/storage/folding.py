@@ -1,0 +1,104 @@
+"""Folding client writes into one log entry.
+
+Every log entry costs the same fixed work however many operations it carries: a
+replication message to each follower and its acknowledgement, an fsync on every
+replica, an apply step with its notification batch. While the entries already
+logged wait for their commit (a follower round trip), more client requests
+arrive; a leader that logs each as its own entry spends most of its CPU on that
+fixed work. So once a few entries are uncommitted, the leader collects what
+arrives in a `WriteFold` and logs it as a single FOLDED_WRITES entry as soon as
+the commit offset moves (or the fold is full). Nothing waits longer than it
+would have anyway: the fold goes out in the same step that would have let a new
+entry through.
+
+Only requests of plain puts and deletes fold, and only while their keys are
+disjoint from the fold's: a record then changes at most once per entry, so its
+version id (the entry's offset) still names exactly one state of it, and a
+conditional write cannot confuse two states with the same version id. A request
+that does not fit seals the fold and starts the next one; a request that cannot
+fold at all seals the fold before it is logged, so a client's pipelined requests
+are logged in the order they came.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from cairn.common.errors import WriteOutcomeUnknown
+from cairn.proto import oxia_client_pb2 as pb
+
+
+def may_fold(request: pb.WriteRequest, plain_puts: bool) -> bool:
+    """Plain puts and deletes only: no session, index, sequence or partition-key put
+    (their effects reach beyond their own key) and no delete range."""
+    return plain_puts and not request.delete_ranges
+
+
+def keys_of(request: pb.WriteRequest) -> set[str]:
+    keys = {put.key for put in request.puts}
+    keys.update(delete.key for delete in request.deletes)
+    return keys
+
+
+class WriteFold:
+    """Client write requests collected for one entry, with a future per request."""
+
+    __slots__ = ("futures", "keys", "operations", "raw_requests", "requests", "size_bytes")
+
+    def __init__(self) -> None:
+        self.raw_requests: list[bytes] = []
+        self.requests: list[pb.WriteRequest] = []
+        self.futures: list[asyncio.Future[bytes]] = []
+        self.keys: set[str] = set()
+        self.operations = 0
+        self.size_bytes = 0
+
+    def fits(
+        self, keys: set[str], operations: int, size_bytes: int, max_operations: int, max_bytes: int
+    ) -> bool:
+        """Whether a request can join: disjoint keys and within both bounds (an empty
+        fold takes any request)."""
+        if not self.requests:
+            return True
+        return (
+            self.operations + operations <= max_operations
+            and self.size_bytes + size_bytes <= max_bytes
+            and self.keys.isdisjoint(keys)
+        )
+
+    def add(
+        self,
+        raw_request: bytes,
+        request: pb.WriteRequest,
+        keys: set[str],
+        future: asyncio.Future[bytes],
+    ) -> None:
+        self.raw_requests.append(raw_request)
+        self.requests.append(request)
+        self.futures.append(future)
+        self.keys |= keys
+        self.operations += len(request.puts) + len(request.deletes)
+        self.size_bytes += len(raw_request)
+
+    def settle(self, logged: asyncio.Future[Any]) -> None:
+        """Done-callback of the entry's future: answer each request from the
+        entry's result (one response per request, or one response when the fold
+        was logged as a single plain write), or with its failure."""
+        if logged.cancelled():
+            self.fail(WriteOutcomeUnknown("the folded write's entry was abandoned"))
+            return
+        error = logged.exception()
+        if error is not None:
+            self.fail(error)
+            return
+        result = logged.result()
+        responses = [result] if isinstance(result, bytes) else result
+        for future, response in zip(self.futures, responses, strict=True):
+            if not future.done():
+                future.set_result(response)
+
+    def fail(self, error: BaseException) -> None:
+        for future in self.futures:
+            if not future.done():
+                future.set_exception(error)

@@ -1,0 +1,222 @@
+"""Folding client writes into one log entry, in process: a leader whose fsyncs
+are held back (so entries stay uncommitted) folds what arrives meanwhile, logs
+it at the next commit step, answers each request on its own, and a replica
+that replays the log ends with exactly the leader's records."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from cairn.common.errors import Unavailable
+from cairn.proto import oxia_client_pb2 as pb
+from cairn.storage.config import Limits, ShardSpec
+from cairn.storage.core.entries import (
+    CLIENT_WRITE,
+    FOLDED_WRITES,
+    TERM_START,
+    Folded,
+    decode_entry,
+)
+from cairn.storage.core.fastpath import has_plain_puts
+from cairn.storage.core.replication.replica import Member
+from cairn.storage.kv import Column, RocksKv
+from cairn.storage.replication.leader import lead_alone
+from cairn.storage.shard import ShardReplica
+from cairn.storage.wal import Wal
+
+ME = Member("127.0.0.1:1", "127.0.0.1:2")
+# Never on the loop: the held-back fsync must not block the test's own loop.
+LIMITS = Limits(inline_fsync_below_s=0, fold_writes_after_uncommitted_entries=2)
+
+
+class HeldSyncs:
+    """Makes a WAL's syncs wait until released (they run in the sync thread)."""
+
+    def __init__(self, wal: Wal) -> None:
+        self._released = threading.Event()
+        self._released.set()
+        original: Callable[[], int] = wal.sync
+
+        def held() -> int:
+            self._released.wait(timeout=10)
+            return original()
+
+        wal.sync = held  # type: ignore[method-assign]
+
+    def hold(self) -> None:
+        self._released.clear()
+
+    def release(self) -> None:
+        self._released.set()
+
+
+def put(*keys: str, value: bytes = b"v") -> pb.WriteRequest:
+    return pb.WriteRequest(shard=0, puts=[pb.PutRequest(key=key, value=value) for key in keys])
+
+
+@asynccontextmanager
+async def leader(
+    path: Path, limits: Limits = LIMITS
+) -> AsyncIterator[tuple[ShardReplica, HeldSyncs]]:
+    wal = Wal.open(path / "wal")
+    syncs = HeldSyncs(wal)
+    replica = ShardReplica(0, ShardSpec(), RocksKv(path / "kv"), wal, limits)
+    await lead_alone(replica, ME)
+    try:
+        yield replica, syncs
+    finally:
+        syncs.release()
+        await replica.close()
+
+
+async def submit(replica: ShardReplica, request: pb.WriteRequest) -> asyncio.Future[bytes]:
+    # Plainness judged as the client API does.
+    raw = request.SerializeToString()
+    return await replica.submit(raw, request, has_plain_puts(raw))
+
+
+def logged_kinds(wal: Wal) -> list[tuple[int, int]]:
+    """(kind, requests in it) of every WAL entry."""
+    kinds = []
+    for entry in wal.read(wal.first_offset):
+        kind, body = decode_entry(entry.payload)
+        kinds.append((kind, len(body.requests) if isinstance(body, Folded) else 1))
+    return kinds
+
+
+def records(kv: RocksKv) -> dict[bytes, bytes]:
+    return dict(kv.scan(Column.RECORDS, b"", None))
+
+
+def version_of(response: bytes, index: int = 0) -> pb.Version:
+    return pb.WriteResponse.FromString(response).puts[index].version
+
+
+async def _folds_while_uncommitted(tmp_path: Path) -> None:
+    async with leader(tmp_path / "leader") as (replica, syncs):
+        syncs.hold()
+        first = await submit(replica, put("/a"))
+        second = await submit(replica, put("/b"))
+        # Two entries uncommitted: plain writes on other keys fold together.
+        folded_c = await submit(replica, put("/c", value=b"c1"))
+        folded_d = await submit(replica, put("/d", "/e"))
+        # The same key again cannot share the fold's version id: a new fold.
+        again_c = await submit(replica, put("/c", value=b"c2"))
+        # Not foldable (a delete range): logged after the fold, in arrival order.
+        ranged = await submit(
+            replica,
+            pb.WriteRequest(
+                shard=0,
+                delete_ranges=[pb.DeleteRangeRequest(start_inclusive="/x", end_exclusive="/y")],
+            ),
+        )
+        assert not folded_c.done()
+        syncs.release()
+        answers = await asyncio.gather(first, second, folded_c, folded_d, again_c, ranged)
+
+        assert logged_kinds(replica.wal) == [
+            (TERM_START, 1),
+            (CLIENT_WRITE, 1),
+            (CLIENT_WRITE, 1),
+            (FOLDED_WRITES, 2),
+            (CLIENT_WRITE, 1),  # a fold of one goes out as a plain write
+            (CLIENT_WRITE, 1),
+        ]
+        offsets = [entry.offset for entry in replica.wal.read(replica.wal.first_offset)]
+        assert version_of(answers[0]).version_id == offsets[1]
+        assert version_of(answers[1]).version_id == offsets[2]
+        # Each folded request gets its own response, all under the fold's offset.
+        assert version_of(answers[2]).version_id == offsets[3]
+        assert [p.version.version_id for p in pb.WriteResponse.FromString(answers[3]).puts] == [
+            offsets[3],
+            offsets[3],
+        ]
+        rewritten = version_of(answers[4])
+        assert rewritten.version_id == offsets[4]
+        assert rewritten.modifications_count == 1
+        assert pb.WriteResponse.FromString(answers[5]).delete_ranges[0].status == pb.OK
+        leader_records = records(replica.kv)
+        assert len(leader_records) == 5
+
+    # A replica replaying the log (as a follower applies it) ends identical: the
+    # KV is wiped and rebuilt from the WAL.
+    replay = tmp_path / "replay"
+    replay.mkdir()
+    (tmp_path / "leader" / "wal").rename(replay / "wal")
+    async with leader(replay) as (rebuilt, _):
+        assert records(rebuilt.kv) == leader_records
+
+
+def test_writes_arriving_while_entries_are_uncommitted_fold_into_one_entry(
+    tmp_path: Path,
+) -> None:
+    asyncio.run(_folds_while_uncommitted(tmp_path))
+
+
+async def _fold_fails_cleanly_on_close(tmp_path: Path) -> None:
+    wal = Wal.open(tmp_path / "wal")
+    syncs = HeldSyncs(wal)
+    replica = ShardReplica(0, ShardSpec(), RocksKv(tmp_path / "kv"), wal, LIMITS)
+    await lead_alone(replica, ME)
+    syncs.hold()
+    logged = [await submit(replica, put(f"/logged/{i}")) for i in range(2)]
+    folded = [await submit(replica, put(f"/folded/{i}")) for i in range(3)]
+    closing = asyncio.create_task(replica.close())
+    # Folded requests were never logged: plainly not accepted (safe to send
+    # again), at once, while the close still waits for the held fsync.
+    for future in folded:
+        with pytest.raises(Unavailable):
+            await asyncio.wait_for(future, timeout=5)
+    assert not closing.done()
+    syncs.release()
+    await closing
+    # Logged ones were durable before the close finished, so they committed.
+    for future in logged:
+        assert version_of(await future).version_id > 0
+
+
+def test_a_fold_not_yet_logged_fails_as_not_accepted_when_the_shard_closes(
+    tmp_path: Path,
+) -> None:
+    asyncio.run(_fold_fails_cleanly_on_close(tmp_path))
+
+
+async def _bounds(tmp_path: Path, limits: Limits, requests: int, entries: int) -> None:
+    async with leader(tmp_path, limits) as (replica, syncs):
+        syncs.hold()
+        futures = [await submit(replica, put(f"/k/{i}", f"/j/{i}")) for i in range(requests)]
+        syncs.release()
+        await asyncio.gather(*futures)
+        kinds = logged_kinds(replica.wal)
+        assert len(kinds) == entries
+        assert sum(count for _, count in kinds[1:]) == requests
+
+
+@pytest.mark.parametrize(
+    ("limits", "requests", "entries"),
+    [
+        # 2 logged directly, then folds of at most 3 requests (6 operations).
+        (Limits(inline_fsync_below_s=0, max_operations_per_fold=6), 10, 1 + 2 + 3),
+        # Bytes bound: each request is about 20 bytes, so one per fold.
+        (Limits(inline_fsync_below_s=0, max_bytes_per_fold=1), 5, 1 + 5),
+        # Folding only once 100 entries wait: never here.
+        (Limits(inline_fsync_below_s=0, fold_writes_after_uncommitted_entries=100), 8, 1 + 8),
+    ],
+)
+def test_folds_stay_within_their_bounds(
+    tmp_path: Path, limits: Limits, requests: int, entries: int
+) -> None:
+    asyncio.run(_bounds(tmp_path, limits, requests, entries))
+
+
+def test_folding_bounds_are_validated() -> None:
+    with pytest.raises(ValueError, match="folding bounds"):
+        Limits(fold_writes_after_uncommitted_entries=0)
+    with pytest.raises(ValueError, match="inline_fsync_below_s"):
+        Limits(inline_fsync_below_s=-1)
