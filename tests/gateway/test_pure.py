@@ -69,11 +69,14 @@ keys = st.text(max_size=40)
 @given(
     namespace=st.text(min_size=1, max_size=20),
     ids=st.dictionaries(st.integers(0, 2**31), st.integers(0, 2**63 - 1), min_size=1, max_size=8),
+    identity=st.none() | st.text(min_size=1, max_size=20),
 )
-def test_session_tokens_round_trip(namespace: str, ids: dict[int, int]) -> None:
-    token = SessionToken(namespace, ids).encode()
+def test_session_tokens_round_trip(
+    namespace: str, ids: dict[int, int], identity: str | None
+) -> None:
+    token = SessionToken(namespace, ids, identity).encode()
     assert re.fullmatch(TOKEN_PATTERN, token)
-    assert SessionToken.decode(token, namespace) == SessionToken(namespace, ids)
+    assert SessionToken.decode(token, namespace) == SessionToken(namespace, ids, identity)
 
 
 @given(offsets=st.dictionaries(st.integers(0, 1000), st.integers(-1, 2**62), max_size=8))

@@ -46,7 +46,8 @@ def test_ephemeral_records_live_with_their_session(
     ephemeral = g2.get(f"/v1/namespaces/default/keys/{keys[0]}")
     assert ephemeral.headers["cairn-ephemeral"] == "true"
     assert int(ephemeral.headers["cairn-session-id"]) >= 0
-    assert ephemeral.headers["cairn-client-identity"] == "cairn-gateway"
+    # The session's identity, not the gateway's.
+    assert ephemeral.headers["cairn-client-identity"] == "worker-1"
     # Kept alive through the other gateway, past the timeout.
     for _ in range(3):
         assert g2.post(f"{SESSIONS}/{token}/keepalive").status_code == 204
@@ -101,7 +102,13 @@ def test_defaults_and_validation(g1: httpx.Client) -> None:
     answer = g1.post(SESSIONS)
     assert answer.status_code == 201
     assert answer.json()["timeoutMs"] == 30_000 and answer.json()["clientIdentity"] is None
-    assert g1.delete(f"{SESSIONS}/{answer.json()['session']}").status_code == 204
+    # Without an identity of its own, its records carry the gateway's.
+    token = answer.json()["session"]
+    written = g1.put("/v1/namespaces/default/keys/defaults/eph", params={"session": token})
+    assert written.status_code in (200, 201), written.text
+    read = g1.get("/v1/namespaces/default/keys/defaults/eph")
+    assert read.headers["cairn-client-identity"] == "cairn-gateway"
+    assert g1.delete(f"{SESSIONS}/{token}").status_code == 204
     for body in ({"timeoutMs": 1_999}, {"timeoutMs": 300_001}, {"timeoutMs": "soon"},
                  {"clientIdentity": ""}, {"clientIdentity": "x" * 257}, [1, 2]):  # fmt: skip
         problem(g1.post(SESSIONS, json=body), 400, "invalid-argument")

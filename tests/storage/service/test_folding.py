@@ -1,20 +1,21 @@
-"""Folding client writes into one log entry, in process: a leader whose fsyncs
-are held back (so entries stay uncommitted) folds what arrives meanwhile, logs
-it at the next commit step, answers each request on its own, and a replica
-that replays the log ends with exactly the leader's records."""
+"""Folding client writes into one log entry, in process: a leader whose
+commits wait on a follower the test plays (so entries stay uncommitted as long
+as the test likes) folds what arrives meanwhile, logs it at the next commit
+step, answers each request on its own, and a replica that replays the log ends
+with exactly the leader's records."""
 
 from __future__ import annotations
 
 import asyncio
-import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 
-from cairn.common.errors import Unavailable
+from cairn.common.errors import Unavailable, WriteOutcomeUnknown
 from cairn.proto import oxia_client_pb2 as pb
+from cairn.proto import replication_pb2 as rpb
 from cairn.storage.config import Limits, ShardSpec
 from cairn.storage.core.entries import (
     CLIENT_WRITE,
@@ -31,48 +32,80 @@ from cairn.storage.shard import ShardReplica
 from cairn.storage.wal import Wal
 
 ME = Member("127.0.0.1:1", "127.0.0.1:2")
-# Never on the loop: the held-back fsync must not block the test's own loop.
-LIMITS = Limits(inline_fsync_below_s=0, fold_writes_after_uncommitted_entries=2)
+LIMITS = Limits(fold_writes_after_uncommitted_entries=2)
 
 
-class HeldSyncs:
-    """Makes a WAL's syncs wait until released (they run in the sync thread)."""
+class FollowerPlayedByTest:
+    """A leader role with one follower whose acknowledgements the test gives: an
+    entry commits once the leader has it durable and the test acknowledged it."""
 
-    def __init__(self, wal: Wal) -> None:
-        self._released = threading.Event()
-        self._released.set()
-        original: Callable[[], int] = wal.sync
+    def __init__(self, shard: ShardReplica) -> None:
+        self.shard = shard
+        self._durable = -1
+        self._acknowledged = -1
+        self._commit = -1
 
-        def held() -> int:
-            self._released.wait(timeout=10)
-            return original()
+    @property
+    def commit_offset(self) -> int:
+        return self._commit
 
-        wal.sync = held  # type: ignore[method-assign]
+    @property
+    def has_followers(self) -> bool:
+        return True
 
-    def hold(self) -> None:
-        self._released.clear()
+    def entries_appended(self) -> None:
+        pass
 
-    def release(self) -> None:
-        self._released.set()
+    def local_durable(self, offset: int) -> None:
+        self._durable = offset
+        self._advance()
 
+    def acknowledge(self, offset: int) -> None:
+        self._acknowledged = max(self._acknowledged, offset)
+        self._advance()
 
-def put(*keys: str, value: bytes = b"v") -> pb.WriteRequest:
-    return pb.WriteRequest(shard=0, puts=[pb.PutRequest(key=key, value=value) for key in keys])
+    def _advance(self) -> None:
+        commit = min(self._durable, self._acknowledged)
+        if commit > self._commit:
+            self._commit = commit
+            self.shard.commit_advanced()
+
+    async def stop(self) -> None:
+        pass
+
+    def follower_status(self) -> list[rpb.FollowerStatus]:
+        return []
 
 
 @asynccontextmanager
 async def leader(
     path: Path, limits: Limits = LIMITS
-) -> AsyncIterator[tuple[ShardReplica, HeldSyncs]]:
-    wal = Wal.open(path / "wal")
-    syncs = HeldSyncs(wal)
-    replica = ShardReplica(0, ShardSpec(), RocksKv(path / "kv"), wal, limits)
-    await lead_alone(replica, ME)
+) -> AsyncIterator[tuple[ShardReplica, FollowerPlayedByTest]]:
+    replica = ShardReplica(0, ShardSpec(), RocksKv(path / "kv"), Wal.open(path / "wal"), limits)
+    roles: list[FollowerPlayedByTest] = []
+
+    def make_role(shard: ShardReplica, term_start_offset: int) -> FollowerPlayedByTest:
+        roles.append(FollowerPlayedByTest(shard))
+        return roles[0]
+
+    await replica.new_term(replica.term + 1)
+    term_start = await replica.become_leader(replica.term, ME, make_role)
+    roles[0].acknowledge(term_start.offset)
+    await replica.wait_serving(timeout_s=5)
     try:
-        yield replica, syncs
+        yield replica, roles[0]
     finally:
-        syncs.release()
-        await replica.close()
+        if not replica.closing:
+            await replica.close()
+
+
+async def settled(replica: ShardReplica) -> None:
+    """Until every entry logged so far is durable (so only the test holds commits)."""
+    for _ in range(500):
+        if replica.durable_offset >= replica.log.last_offset:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the leader's own fsync did not come")
 
 
 async def submit(replica: ShardReplica, request: pb.WriteRequest) -> asyncio.Future[bytes]:
@@ -98,9 +131,12 @@ def version_of(response: bytes, index: int = 0) -> pb.Version:
     return pb.WriteResponse.FromString(response).puts[index].version
 
 
+def put(*keys: str, value: bytes = b"v") -> pb.WriteRequest:
+    return pb.WriteRequest(shard=0, puts=[pb.PutRequest(key=key, value=value) for key in keys])
+
+
 async def _folds_while_uncommitted(tmp_path: Path) -> None:
-    async with leader(tmp_path / "leader") as (replica, syncs):
-        syncs.hold()
+    async with leader(tmp_path / "leader") as (replica, follower):
         first = await submit(replica, put("/a"))
         second = await submit(replica, put("/b"))
         # Two entries uncommitted: plain writes on other keys fold together.
@@ -116,8 +152,13 @@ async def _folds_while_uncommitted(tmp_path: Path) -> None:
                 delete_ranges=[pb.DeleteRangeRequest(start_inclusive="/x", end_exclusive="/y")],
             ),
         )
+        await settled(replica)
         assert not folded_c.done()
-        syncs.release()
+        # Each acknowledgement moves the commit offset, and logs the fold so far.
+        while not ranged.done():
+            follower.acknowledge(replica.log.last_offset)
+            await asyncio.sleep(0.01)
+            await settled(replica)
         answers = await asyncio.gather(first, second, folded_c, folded_d, again_c, ranged)
 
         assert logged_kinds(replica.wal) == [
@@ -149,8 +190,12 @@ async def _folds_while_uncommitted(tmp_path: Path) -> None:
     replay = tmp_path / "replay"
     replay.mkdir()
     (tmp_path / "leader" / "wal").rename(replay / "wal")
-    async with leader(replay) as (rebuilt, _):
+    rebuilt = ShardReplica(0, ShardSpec(), RocksKv(replay / "kv"), Wal.open(replay / "wal"), LIMITS)
+    await lead_alone(rebuilt, ME)
+    try:
         assert records(rebuilt.kv) == leader_records
+    finally:
+        await rebuilt.close()
 
 
 def test_writes_arriving_while_entries_are_uncommitted_fold_into_one_entry(
@@ -160,25 +205,24 @@ def test_writes_arriving_while_entries_are_uncommitted_fold_into_one_entry(
 
 
 async def _fold_fails_cleanly_on_close(tmp_path: Path) -> None:
-    wal = Wal.open(tmp_path / "wal")
-    syncs = HeldSyncs(wal)
-    replica = ShardReplica(0, ShardSpec(), RocksKv(tmp_path / "kv"), wal, LIMITS)
-    await lead_alone(replica, ME)
-    syncs.hold()
-    logged = [await submit(replica, put(f"/logged/{i}")) for i in range(2)]
-    folded = [await submit(replica, put(f"/folded/{i}")) for i in range(3)]
-    closing = asyncio.create_task(replica.close())
-    # Folded requests were never logged: plainly not accepted (safe to send
-    # again), at once, while the close still waits for the held fsync.
-    for future in folded:
-        with pytest.raises(Unavailable):
-            await asyncio.wait_for(future, timeout=5)
-    assert not closing.done()
-    syncs.release()
-    await closing
-    # Logged ones were durable before the close finished, so they committed.
-    for future in logged:
-        assert version_of(await future).version_id > 0
+    async with leader(tmp_path) as (replica, _):
+        logged = [await submit(replica, put(f"/logged/{i}")) for i in range(2)]
+        folded = [await submit(replica, put(f"/folded/{i}")) for i in range(3)]
+        await settled(replica)
+        assert [kind for kind, _ in logged_kinds(replica.wal)] == [
+            TERM_START,
+            CLIENT_WRITE,
+            CLIENT_WRITE,
+        ]
+        await replica.close()
+        # Folded requests were never logged: plainly not accepted, safe to send
+        # again. Logged ones, never acknowledged, may yet commit elsewhere.
+        for future in folded:
+            with pytest.raises(Unavailable):
+                await future
+        for future in logged:
+            with pytest.raises(WriteOutcomeUnknown):
+                await future
 
 
 def test_a_fold_not_yet_logged_fails_as_not_accepted_when_the_shard_closes(
@@ -188,10 +232,12 @@ def test_a_fold_not_yet_logged_fails_as_not_accepted_when_the_shard_closes(
 
 
 async def _bounds(tmp_path: Path, limits: Limits, requests: int, entries: int) -> None:
-    async with leader(tmp_path, limits) as (replica, syncs):
-        syncs.hold()
+    async with leader(tmp_path, limits) as (replica, follower):
         futures = [await submit(replica, put(f"/k/{i}", f"/j/{i}")) for i in range(requests)]
-        syncs.release()
+        while not all(future.done() for future in futures):
+            await settled(replica)
+            follower.acknowledge(replica.log.last_offset)
+            await asyncio.sleep(0.01)
         await asyncio.gather(*futures)
         kinds = logged_kinds(replica.wal)
         assert len(kinds) == entries
@@ -202,11 +248,11 @@ async def _bounds(tmp_path: Path, limits: Limits, requests: int, entries: int) -
     ("limits", "requests", "entries"),
     [
         # 2 logged directly, then folds of at most 3 requests (6 operations).
-        (Limits(inline_fsync_below_s=0, max_operations_per_fold=6), 10, 1 + 2 + 3),
+        (Limits(max_operations_per_fold=6), 10, 1 + 2 + 3),
         # Bytes bound: each request is about 20 bytes, so one per fold.
-        (Limits(inline_fsync_below_s=0, max_bytes_per_fold=1), 5, 1 + 5),
+        (Limits(max_bytes_per_fold=1), 5, 1 + 5),
         # Folding only once 100 entries wait: never here.
-        (Limits(inline_fsync_below_s=0, fold_writes_after_uncommitted_entries=100), 8, 1 + 8),
+        (Limits(fold_writes_after_uncommitted_entries=100), 8, 1 + 8),
     ],
 )
 def test_folds_stay_within_their_bounds(
@@ -218,5 +264,25 @@ def test_folds_stay_within_their_bounds(
 def test_folding_bounds_are_validated() -> None:
     with pytest.raises(ValueError, match="folding bounds"):
         Limits(fold_writes_after_uncommitted_entries=0)
-    with pytest.raises(ValueError, match="inline_fsync_below_s"):
-        Limits(inline_fsync_below_s=-1)
+    with pytest.raises(ValueError, match="folding bounds"):
+        Limits(max_bytes_per_fold=0)
+
+
+async def _alone(tmp_path: Path) -> None:
+    replica = ShardReplica(
+        0, ShardSpec(), RocksKv(tmp_path / "kv"), Wal.open(tmp_path / "wal"), LIMITS
+    )
+    await lead_alone(replica, ME)
+    try:
+        # Fifty requests logged back to back, before any fsync completes: many
+        # entries uncommitted, yet nothing folds (the next fsync covers them all).
+        futures = [await submit(replica, put(f"/alone/{i}")) for i in range(50)]
+        await asyncio.gather(*futures)
+        kinds = logged_kinds(replica.wal)
+        assert kinds[-50:] == [(CLIENT_WRITE, 1)] * 50
+    finally:
+        await replica.close()
+
+
+def test_a_leader_without_followers_never_folds(tmp_path: Path) -> None:
+    asyncio.run(_alone(tmp_path))

@@ -246,10 +246,10 @@ def router(settings: GatewaySettings, pool: ClientPool) -> APIRouter:
         indexes = secondary_indexes(index)
         value = await request.body()
         async with pool.lease(namespace) as client:
-            session_id = (
+            session_id, identity = (
                 session_for_key(session, namespace, client, key, partition_key)
                 if session is not None
-                else None
+                else (None, None)
             )
 
             async def put(expected_version: int | None) -> PutResult:
@@ -260,6 +260,7 @@ def router(settings: GatewaySettings, pool: ClientPool) -> APIRouter:
                     partition_key=partition_key,
                     session_id=session_id,
                     secondary_indexes=indexes or None,
+                    client_identity=identity,
                 )
 
             if precondition.condition is WriteCondition.NEVER:
@@ -371,10 +372,10 @@ def router(settings: GatewaySettings, pool: ClientPool) -> APIRouter:
         indexes = secondary_indexes(index)
         value = await request.body()
         async with pool.lease(namespace) as client:
-            session_id = (
+            session_id, identity = (
                 session_for_key(session, namespace, client, prefix, partition_key)
                 if session is not None
-                else None
+                else (None, None)
             )
             try:
                 result = await client.put(
@@ -384,6 +385,7 @@ def router(settings: GatewaySettings, pool: ClientPool) -> APIRouter:
                     sequence_key_deltas=deltas,
                     session_id=session_id,
                     secondary_indexes=indexes or None,
+                    client_identity=identity,
                 )
             except InvalidArgument as error:
                 # The request's form was checked above; what the store refuses

@@ -87,8 +87,8 @@ class SessionRequest(BaseModel):
         default=None,
         min_length=1,
         max_length=MAX_CLIENT_IDENTITY_CHARS,
-        description="Recorded with the storage sessions (ephemeral records written "
-        "through the gateway carry the gateway's identity, `cairn-gateway`)",
+        description="Recorded with the storage sessions and on the ephemeral records "
+        "written under the session (default: the gateway's identity, `cairn-gateway`)",
     )
 
 

@@ -105,8 +105,9 @@ def secondary_indexes(entries: Sequence[str]) -> dict[str, str]:
 
 def session_for_key(
     token: str, namespace: str, client: AsyncClient, key: str, partition_key: str | None
-) -> int:
-    """The storage session of a REST session on the shard that holds `key`."""
+) -> tuple[int, str | None]:
+    """The storage session of a REST session on the shard that holds `key`, and the
+    client identity its records carry (None: the gateway's own)."""
     try:
         session = SessionToken.decode(token, namespace)
     except TokenError as error:
@@ -118,4 +119,4 @@ def session_for_key(
             Code.INVALID_ARGUMENT,
             f"the session has no part on shard {shard}: it was made for another shard map",
         )
-    return session_id
+    return session_id, session.client_identity

@@ -130,7 +130,7 @@ def router(settings: GatewaySettings, pool: ClientPool) -> APIRouter:
                     return_exceptions=True,
                 )
                 raise failure
-        token = SessionToken(namespace, created).encode()
+        token = SessionToken(namespace, created, request.clientIdentity).encode()
         answer = SessionAnswer(
             session=token,
             timeoutMs=timeout_ms,

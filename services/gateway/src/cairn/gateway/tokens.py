@@ -106,19 +106,28 @@ class SessionToken:
 
     namespace: str
     session_ids: Mapping[int, int]  # shard -> session id
+    # Recorded on the ephemeral records written under it; None: the gateway's own.
+    client_identity: str | None = None
 
     KIND = "session"
 
     def encode(self) -> str:
         ids = {str(shard): session for shard, session in sorted(self.session_ids.items())}
-        return pack(self.KIND, {"ns": self.namespace, "s": ids})
+        body: dict[str, Any] = {"ns": self.namespace, "s": ids}
+        if self.client_identity is not None:
+            body["i"] = self.client_identity
+        return pack(self.KIND, body)
 
     @classmethod
     def decode(cls, token: str, namespace: str) -> SessionToken:
         document = unpack(cls.KIND, token)
+        identity = document.get("i")
+        if identity is not None and not isinstance(identity, str):
+            raise TokenError(f"not a {cls.KIND} token")
         decoded = cls(
             _string(document, "ns", cls.KIND),
             _shard_map(document.get("s"), cls.KIND, minimum=0),
+            identity,
         )
         if decoded.namespace != namespace:
             raise TokenError(f"the session belongs to namespace {decoded.namespace!r}")

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import uvloop
@@ -23,6 +24,7 @@ from cairn.storage.config import (
     DEFAULT_WAL_RETENTION_BYTES,
     DEFAULT_WAL_RETENTION_MS,
     DEFAULT_WAL_SEGMENT_BYTES,
+    Limits,
     NamespaceConfig,
     NodeConfig,
     StandaloneConfig,
@@ -32,6 +34,7 @@ from cairn.storage.node import NodeServer
 from cairn.storage.standalone import LayoutMismatch, StandaloneServer
 
 log = logging.getLogger("cairn.storage")
+_DEFAULT_LIMITS = Limits()
 
 
 _NOTIFICATIONS_OPTION = "notifications="
@@ -162,8 +165,25 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
             default=DEFAULT_WAL_RETENTION_MS,
             help="WAL entries older than this (and applied) are deleted, a segment at a time",
         )
+        command.add_argument(
+            "--fold-after-uncommitted-entries",
+            type=int,
+            default=_DEFAULT_LIMITS.fold_writes_after_uncommitted_entries,
+            help="a leader folds plain writes into one log entry while at least this many "
+            "entries wait for their commit (a large number: never)",
+        )
         command.add_argument("--log-level", default="INFO")
     return parser, standalone
+
+
+def _limits(args: argparse.Namespace) -> Limits:
+    try:
+        return replace(
+            _DEFAULT_LIMITS,
+            fold_writes_after_uncommitted_entries=args.fold_after_uncommitted_entries,
+        )
+    except ValueError as error:
+        raise SystemExit(f"cairn-storage: {error}") from None
 
 
 def _wal_retention(args: argparse.Namespace) -> WalRetention:
@@ -252,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
             internal_advertised_address=args.internal_advertise,
             wal_segment_size_bytes=args.wal_segment_bytes,
             wal_retention=_wal_retention(args),
+            limits=_limits(args),
         )
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             return runner.run(_run_node(node_config))
@@ -264,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         namespaces=namespaces,
         wal_segment_size_bytes=args.wal_segment_bytes,
         wal_retention=_wal_retention(args),
+        limits=_limits(args),
     )
     # uvloop: cheaper per-message event-loop work under grpc.aio (see BASELINES.md).
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

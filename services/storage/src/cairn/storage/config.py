@@ -43,9 +43,6 @@ class Limits:
     )
     max_operations_per_fold: int = 1000
     max_bytes_per_fold: int = 1 * MiB
-    # A shard's WAL fsync runs on the event loop while syncs take less than this on
-    # average, else in its sync thread (core/sync_placement.py); 0: always the thread.
-    inline_fsync_below_s: float = 0.0003
     # Requests in flight on one WriteStream before it stops reading from the client.
     max_inflight_per_write_stream: int = 256
     # Entries applied to the KV in one RocksDB batch, and the operations in them: the
@@ -79,8 +76,6 @@ class Limits:
         ):
             # 0 uncommitted entries would fold with nothing to commit: never logged.
             raise ValueError("folding bounds must be at least 1")
-        if self.inline_fsync_below_s < 0:
-            raise ValueError("inline_fsync_below_s must not be negative")
 
 
 @dataclass(frozen=True, slots=True)

@@ -100,7 +100,6 @@ from cairn.storage.core.sessions import (
     SessionTracker,
     stored_sessions,
 )
-from cairn.storage.core.sync_placement import SyncPlacement
 from cairn.storage.folding import WriteFold, keys_of, may_fold
 from cairn.storage.kv import Column, KvStore, RocksKv
 from cairn.storage.replication.wire import entry_id_message, node_message, spec_message
@@ -174,6 +173,9 @@ class LeaderRole(Protocol):
 
     @property
     def commit_offset(self) -> int: ...
+
+    @property
+    def has_followers(self) -> bool: ...
 
     def entries_appended(self) -> None: ...
 
@@ -255,7 +257,6 @@ class ShardReplica:
         # new stream then.
         self._log_busy = False
         self._sync_executor = ThreadPoolExecutor(1, thread_name_prefix=f"wal-sync-{shard_id}")
-        self._sync_placement = SyncPlacement(limits.inline_fsync_below_s)
         self._wal_retention = wal_retention
         # Client requests taken in since this replica started, and the operations in
         # them (GetStatus reports them): operations per request is what client-side
@@ -756,11 +757,7 @@ class ShardReplica:
         self.core.check_leader()
         await self._make_room(len(raw_request) + 1)
         future: asyncio.Future[bytes]
-        if may_fold(request, plain_puts) and (
-            self._fold is not None
-            or self.core.log.last_offset - self.core.commit_offset
-            >= self.limits.fold_writes_after_uncommitted_entries
-        ):
+        if may_fold(request, plain_puts) and (self._fold is not None or self._fold_now()):
             future = self._fold_in(raw_request, request)
         else:
             future = self._log(
@@ -773,6 +770,19 @@ class ShardReplica:
             len(request.puts) + len(request.deletes) + len(request.delete_ranges)
         )
         return future
+
+    def _fold_now(self) -> bool:
+        """Whether to start a fold: enough entries wait for their commit and the
+        commit waits on followers. Alone, a leader commits at its own fsync, which
+        already covers every entry appended before it (group commit): a fold would
+        only add a round of waiting."""
+        leader = self._leader
+        return (
+            self.core.log.last_offset - self.core.commit_offset
+            >= self.limits.fold_writes_after_uncommitted_entries
+            and leader is not None
+            and leader.has_followers
+        )
 
     def _fold_in(self, raw_request: bytes, request: pb.WriteRequest) -> asyncio.Future[bytes]:
         keys = keys_of(request)
@@ -1012,20 +1022,11 @@ class ShardReplica:
                 self._wake_syncer.clear()
                 continue
             try:
-                if self._sync_placement.inline:
-                    took_s = self._timed_wal_sync()
-                else:
-                    took_s = await loop.run_in_executor(self._sync_executor, self._timed_wal_sync)
+                await loop.run_in_executor(self._sync_executor, self.wal.sync)
             except Exception as error:  # an fsync failure leaves the disk state unknown
                 self._fail(error)
                 return
-            self._sync_placement.observe(took_s)
             self._on_durable()
-
-    def _timed_wal_sync(self) -> float:
-        started = time.perf_counter()
-        self.wal.sync()
-        return time.perf_counter() - started
 
     def _on_durable(self) -> None:
         durable = self.durable_offset

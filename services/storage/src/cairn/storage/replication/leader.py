@@ -58,6 +58,10 @@ class ReplicatingLeader:
     def commit_offset(self) -> int:
         return self.core.commit_offset
 
+    @property
+    def has_followers(self) -> bool:
+        return bool(self._senders)
+
     def entries_appended(self) -> None:
         for sender, _ in self._senders.values():
             sender.wake()
