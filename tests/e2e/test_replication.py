@@ -276,6 +276,50 @@ def test_a_paused_follower_catches_up_by_snapshot_after_the_leader_trimmed(
         driver.close()
 
 
+def test_writes_folded_while_followers_pause_replicate_and_apply_alike(
+    cluster: Callable[..., list[NodeProcess]],
+) -> None:
+    """Both followers paused: nothing commits, so after two entries the leader
+    folds what comes. Resumed, the folds commit, every request is answered with
+    its own version, and the followers (which apply FOLDED_WRITES entries from
+    the stream) end with exactly the leader's records."""
+    nodes = cluster(3)
+    driver = Driver()
+    try:
+        leader = driver.elect(SHARD, nodes)
+        driver.push_map(nodes)
+        followers = [node for node in nodes if node is not leader]
+        for follower in followers:
+            follower.signal(signal.SIGSTOP)
+        requests = [
+            pb.WriteRequest(
+                shard=SHARD,
+                puts=[pb.PutRequest(key=f"/fold/{i}/{j}", value=b"v%d" % i) for j in range(3)],
+            )
+            for i in range(12)
+        ]
+        with grpc.insecure_channel(leader.address) as channel:
+            stub = pb_grpc.OxiaClientStub(channel)
+            pending = [stub.Write.future(request, timeout=60) for request in requests]
+            time.sleep(1.0)  # all in: two entries logged, the rest folded
+            assert not any(future.done() for future in pending)
+            for follower in followers:
+                follower.signal(signal.SIGCONT)
+            answers = [future.result() for future in pending]
+        versions = [
+            {put.status for put in answer.puts} == {pb.OK} and answer.puts[0].version.version_id
+            for answer in answers
+        ]
+        assert all(versions), answers
+        # Fewer distinct versions than requests: requests shared entries.
+        assert len(set(versions)) < len(requests)
+        assert_replicas_equal(driver, nodes)
+        records = kv_contents(leader.data_dir)[0]
+        assert sum(1 for key in records if b"fold" in key) == 12 * 3
+    finally:
+        driver.close()
+
+
 def test_sessions_notifications_and_sequences_carry_over_a_failover(
     cluster: Callable[..., list[NodeProcess]],
 ) -> None:
