@@ -33,6 +33,14 @@ from cairn.common.errors import WriteOutcomeUnknown
 from cairn.proto import oxia_client_pb2 as pb
 
 
+def starts_fold(uncommitted_entries: int, threshold: int, has_followers: bool) -> bool:
+    """Whether a leader starts collecting a fold: enough entries wait for their
+    commit, and the commit waits on followers. Alone, a leader commits at its own
+    fsync, which already covers every entry appended before it (group commit): a
+    fold would only add a round of waiting."""
+    return has_followers and uncommitted_entries >= threshold
+
+
 def may_fold(request: pb.WriteRequest, plain_puts: bool) -> bool:
     """Plain puts and deletes only: no session, index, sequence or partition-key put
     (their effects reach beyond their own key) and no delete range."""
@@ -76,13 +84,14 @@ class WriteFold:
         raw_request: bytes,
         request: pb.WriteRequest,
         keys: set[str],
+        operations: int,
         future: asyncio.Future[bytes],
     ) -> None:
         self.raw_requests.append(raw_request)
         self.requests.append(request)
         self.futures.append(future)
         self.keys |= keys
-        self.operations += len(request.puts) + len(request.deletes)
+        self.operations += operations
         self.size_bytes += len(raw_request)
 
     def settle(self, logged: asyncio.Future[Any]) -> None:

@@ -100,7 +100,7 @@ from cairn.storage.core.sessions import (
     SessionTracker,
     stored_sessions,
 )
-from cairn.storage.folding import WriteFold, keys_of, may_fold
+from cairn.storage.folding import WriteFold, keys_of, may_fold, starts_fold
 from cairn.storage.kv import Column, KvStore, RocksKv
 from cairn.storage.replication.wire import entry_id_message, node_message, spec_message
 from cairn.storage.snapshot import SnapshotInstaller, finish_pending_install
@@ -772,16 +772,11 @@ class ShardReplica:
         return future
 
     def _fold_now(self) -> bool:
-        """Whether to start a fold: enough entries wait for their commit and the
-        commit waits on followers. Alone, a leader commits at its own fsync, which
-        already covers every entry appended before it (group commit): a fold would
-        only add a round of waiting."""
         leader = self._leader
-        return (
-            self.core.log.last_offset - self.core.commit_offset
-            >= self.limits.fold_writes_after_uncommitted_entries
-            and leader is not None
-            and leader.has_followers
+        return leader is not None and starts_fold(
+            self.core.log.last_offset - self.core.commit_offset,
+            self.limits.fold_writes_after_uncommitted_entries,
+            leader.has_followers,
         )
 
     def _fold_in(self, raw_request: bytes, request: pb.WriteRequest) -> asyncio.Future[bytes]:
@@ -801,7 +796,7 @@ class ShardReplica:
         if fold is None:
             fold = self._fold = WriteFold()
         future: asyncio.Future[bytes] = self._loop.create_future()
-        fold.add(raw_request, request, keys, future)
+        fold.add(raw_request, request, keys, operations, future)
         return future
 
     def _seal_fold(self) -> None:
