@@ -11,6 +11,7 @@ import pytest
 
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import oxia_client_pb2_grpc as pb_grpc
+from cairn.storage.wal.record import BadRecordError, TornRecordError, decode
 from support.processes import StandaloneProcess
 
 pytestmark = pytest.mark.e2e
@@ -43,6 +44,17 @@ def last_segment(data_dir: Path) -> Path:
     return sorted((data_dir / "shards" / "0" / "wal").glob("*.wal"))[-1]
 
 
+def records_end(segment: Path) -> int:
+    """Where the segment's last record ends: the file goes on with zero-filled room."""
+    data = segment.read_bytes()
+    cursor = 0
+    while True:
+        try:
+            _, cursor = decode(data, cursor, len(data))
+        except (TornRecordError, BadRecordError):
+            return cursor
+
+
 @pytest.mark.parametrize("damage", ["cut-mid-record", "flip-last-record", "append-garbage"])
 def test_restart_after_wal_tail_damage(tmp_path: Path, damage: str) -> None:
     data_dir = tmp_path / "data"
@@ -52,17 +64,20 @@ def test_restart_after_wal_tail_damage(tmp_path: Path, damage: str) -> None:
         first = write_all(server.address, [f"/w/{i}" for i in range(50)])
         server.kill()
         segment = last_segment(data_dir)
-        size = segment.stat().st_size
+        end = records_end(segment)
+        assert end > 0
         if damage == "cut-mid-record":
-            os.truncate(segment, size - 7)
+            os.truncate(segment, end - 7)
         elif damage == "flip-last-record":
             with open(segment, "r+b") as handle:
-                handle.seek(size - 3)
+                handle.seek(end - 3)
                 byte = handle.read(1)
-                handle.seek(size - 3)
+                handle.seek(end - 3)
                 handle.write(bytes((byte[0] ^ 0xFF,)))
         else:
-            with open(segment, "ab") as handle:
+            # Into the zero-filled room after the last record, as a torn append leaves it.
+            with open(segment, "r+b") as handle:
+                handle.seek(end)
                 handle.write(b"\x00\x13garbage-after-the-last-record")
         server.start()
         # Every acknowledged write is there with its version (the KV kept what the

@@ -177,13 +177,13 @@ def test_append_many_is_one_write_and_one_segment(
         fill(wal, 0, 5)
         group = [make_entry(offset, payload_bytes=100) for offset in range(5, 55)]
         writes: list[int] = []
-        real_write = os.write
+        real_pwrite = os.pwrite
 
-        def counting_write(fd: int, data: bytes) -> int:
+        def counting_pwrite(fd: int, data: bytes, position: int) -> int:
             writes.append(len(data))
-            return real_write(fd, data)
+            return real_pwrite(fd, data, position)
 
-        monkeypatch.setattr(os, "write", counting_write)
+        monkeypatch.setattr(os, "pwrite", counting_pwrite)
         wal.append_many(group)
         monkeypatch.undo()
         assert writes == [sum(record_size(e) for e in group)]
@@ -509,16 +509,16 @@ def test_failed_write_leaves_no_partial_record(
 ) -> None:
     with Wal.open(tmp_path, BIG_SEGMENTS) as wal:
         entries = fill(wal, 0, 5)
-        real_write = os.write
+        real_pwrite = os.pwrite
 
-        def short_then_fail(fd: int, data: bytes) -> int:
-            monkeypatch.setattr(os, "write", failing_write)
-            return real_write(fd, bytes(data)[:7])
+        def short_then_fail(fd: int, data: bytes, position: int) -> int:
+            monkeypatch.setattr(os, "pwrite", failing_pwrite)
+            return real_pwrite(fd, bytes(data)[:7], position)
 
-        def failing_write(fd: int, data: bytes) -> int:
+        def failing_pwrite(fd: int, data: bytes, position: int) -> int:
             raise OSError(28, "No space left on device")
 
-        monkeypatch.setattr(os, "write", short_then_fail)
+        monkeypatch.setattr(os, "pwrite", short_then_fail)
         with pytest.raises(OSError, match="No space"):
             wal.append(make_entry(5))
         monkeypatch.undo()
@@ -634,3 +634,73 @@ def test_sync_in_another_thread_while_appending_with_rollovers(tmp_path: Path) -
         assert list(wal.read(0)) == entries
     with Wal.open(tmp_path, options) as wal:
         assert list(wal.read(0)) == entries
+
+
+# -- zero-filled room -------------------------------------------------------------------------
+
+ZERO_FILLED = WalOptions(segment_size_bytes=64 * 1024, zero_fill_ahead_bytes=8 * 1024)
+
+
+def test_sync_keeps_zero_filled_room_ahead_that_appends_write_over(tmp_path: Path) -> None:
+    with Wal.open(tmp_path, ZERO_FILLED) as wal:
+        entries = fill(wal, 0, 10)
+        wal.sync()
+        (path,) = segment_files(tmp_path)
+        end = wal.total_size_bytes()
+        data = path.read_bytes()
+        assert len(data) == end + 8 * 1024
+        assert data[end:] == bytes(8 * 1024)
+        # Appends go over the room; the next sync tops it up once less than half is left.
+        entries += fill(wal, 10, 40)
+        wal.sync()
+        end = wal.total_size_bytes()
+        data = path.read_bytes()
+        assert len(data) - end >= 4 * 1024
+        assert data[end:].count(0) == len(data) - end
+        assert list(wal.read(0)) == entries
+    with Wal.open(tmp_path, ZERO_FILLED) as wal:
+        # The room is a clean end, not a torn tail: nothing is cut, and appends go on.
+        assert list(wal.read(0)) == entries
+        assert path.stat().st_size == len(data)
+        entries += fill(wal, 50, 5)
+    with Wal.open(tmp_path, ZERO_FILLED) as wal:
+        assert list(wal.read(0)) == entries
+
+
+def test_zero_filled_room_stops_at_the_segment_size(tmp_path: Path) -> None:
+    options = WalOptions(segment_size_bytes=4096, zero_fill_ahead_bytes=64 * 1024)
+    with Wal.open(tmp_path, options) as wal:
+        entries = fill(wal, 0, 3)
+        wal.sync()
+        assert segment_files(tmp_path)[0].stat().st_size == 4096
+        while wal.segment_count() < 3:
+            entries += fill(wal, len(entries), 1)
+            wal.sync()
+        sealed = segment_files(tmp_path)[0]
+        # A segment rolls once its records reach the segment size, so none is left over
+        # in a sealed one; a sealed segment that does end in zeros is not damage either.
+        assert sealed.stat().st_size >= 4096
+        with open(sealed, "ab") as handle:
+            handle.write(bytes(100))
+    with Wal.open(tmp_path, options) as wal:
+        assert list(wal.read(0)) == entries
+
+
+def test_garbage_after_a_hole_in_the_room_is_cut_off(tmp_path: Path) -> None:
+    with Wal.open(tmp_path, ZERO_FILLED) as wal:
+        entries = fill(wal, 0, 10)
+        wal.sync()
+        end = wal.total_size_bytes()
+    (path,) = segment_files(tmp_path)
+    # An unsynced record written back after the pages in front of it were lost: it must
+    # not come back as the continuation of a later append of the same length.
+    stray = encode(make_entry(11, payload_bytes=20))
+    with open(path, "r+b") as handle:
+        handle.seek(end + len(encode(make_entry(10, payload_bytes=20))))
+        handle.write(stray)
+    with Wal.open(tmp_path, ZERO_FILLED) as wal:
+        assert list(wal.read(0)) == entries
+        assert path.stat().st_size == end
+        wal.append(make_entry(10, payload_bytes=20))
+    with Wal.open(tmp_path, ZERO_FILLED) as wal:
+        assert wal.last_offset == 10

@@ -62,6 +62,8 @@ def test_a_flipped_bit_is_never_decoded_as_a_record(entry: WalEntry, data: st.Da
 # -- the Wal against a model ------------------------------------------------------------------
 
 OPTIONS = WalOptions(segment_size_bytes=1024)
+# Zero-filled room ahead of the writes (see segment.py), topped up by every sync.
+ZERO_FILLED = WalOptions(segment_size_bytes=1024, zero_fill_ahead_bytes=300)
 
 payloads = st.one_of(
     st.just(b""),
@@ -72,18 +74,20 @@ payloads = st.one_of(
 
 
 class WalMachine(RuleBasedStateMachine):
+    options = OPTIONS
+
     def __init__(self) -> None:
         super().__init__()
         self.directory = Path(tempfile.mkdtemp(prefix="wal-properties-"))
-        self.wal = Wal.open(self.directory, OPTIONS)
+        self.wal = Wal.open(self.directory, self.options)
         self.model: list[WalEntry] = []
         # Offset the next append must have; None while the log is brand new (anything goes).
         self.next_offset: int | None = None
         self.last_term = -1
         # Highest offset the model knows to be durable (a lower bound on synced_offset).
         self.durable_offset = -1
-        # (name, size) of the last segment file when the whole log was last durable: a crash
-        # can only lose bytes past that point.
+        # (name, end of its last record) of the last segment file when the whole log was
+        # last durable: a crash can only lose or damage bytes past that point.
         self.durable_tail: tuple[str, int] | None = None
 
     def teardown(self) -> None:
@@ -103,7 +107,12 @@ class WalMachine(RuleBasedStateMachine):
     def _now_durable(self) -> None:
         self.durable_offset = self.wal.last_offset
         files = self._segment_files()
-        self.durable_tail = (files[-1].name, files[-1].stat().st_size) if files else None
+        self.durable_tail = (files[-1].name, self._records_end(files[-1])) if files else None
+
+    def _records_end(self, segment_file: Path) -> int:
+        """Where the last record of the segment ends (the file may be longer: zero room)."""
+        base = int(segment_file.stem)
+        return sum(HEADER_SIZE_BYTES + len(e.payload) for e in self.model if e.offset >= base)
 
     def _make(self, offset: int, term_bump: int, payload: bytes) -> WalEntry:
         term = max(self.last_term, 0) + term_bump
@@ -210,7 +219,7 @@ class WalMachine(RuleBasedStateMachine):
         # A clean crash: close without sync. Everything appended is in the OS, so it is all
         # still there after the reopen.
         self.wal.close()
-        self.wal = Wal.open(self.directory, OPTIONS)
+        self.wal = Wal.open(self.directory, self.options)
         assert self.wal.synced_offset == self.wal.last_offset
         self._now_durable()
 
@@ -226,8 +235,8 @@ class WalMachine(RuleBasedStateMachine):
         if self.durable_tail is not None and self.durable_tail[0] == last_file.name:
             durable_size = min(self.durable_tail[1], size)
         cut = data.draw(st.integers(durable_size, size), label="cut")
-        os.truncate(last_file, cut)
-        self.wal = Wal.open(self.directory, OPTIONS)
+        self._lose_after(last_file, cut, data)
+        self.wal = Wal.open(self.directory, self.options)
 
         recovered = list(self.wal.read(self._start_offset()))
         assert recovered == self.model[: len(recovered)]
@@ -236,6 +245,10 @@ class WalMachine(RuleBasedStateMachine):
         self.model = recovered
         self._adopt_recovered()
         self._now_durable()
+
+    def _lose_after(self, segment_file: Path, cut: int, data: st.DataObject) -> None:
+        """What a crash does to the unsynced bytes from `cut` on: here, they are gone."""
+        os.truncate(segment_file, cut)
 
     @rule(data=st.data())
     def get_and_read_slices(self, data: st.DataObject) -> None:
@@ -270,3 +283,37 @@ class WalMachine(RuleBasedStateMachine):
 
 WalMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=40, deadline=None)
 test_wal_against_model = WalMachine.TestCase
+
+
+class ZeroFilledWalMachine(WalMachine):
+    """The same model with zero-filled room ahead of the writes, and crashes that damage
+    the unsynced bytes the ways a page cache can: the file cut, the unsynced records read
+    back as the room's zeros, or a hole of zeros with a later (unsynced) record intact
+    after it (pages written back out of order). No record after the damage may come
+    back, then or after later appends over the same bytes."""
+
+    options = ZERO_FILLED
+
+    def _lose_after(self, segment_file: Path, cut: int, data: st.DataObject) -> None:
+        size = segment_file.stat().st_size
+        how = data.draw(st.sampled_from(["cut", "zeros", "hole"]), label="how")
+        if how == "cut":
+            os.truncate(segment_file, cut)
+            return
+        end = size if how == "zeros" else data.draw(st.integers(cut, size), label="hole end")
+        with open(segment_file, "r+b") as handle:
+            handle.seek(cut)
+            handle.write(bytes(end - cut))
+
+    @invariant()
+    def room_is_zeros(self) -> None:
+        files = self._segment_files()
+        if files:
+            tail = files[-1].read_bytes()[self._records_end(files[-1]) :]
+            assert tail.count(0) == len(tail)
+
+
+ZeroFilledWalMachine.TestCase.settings = settings(
+    max_examples=100, stateful_step_count=40, deadline=None
+)
+test_zero_filled_wal_against_model = ZeroFilledWalMachine.TestCase

@@ -24,6 +24,7 @@ from cairn.storage.config import (
     DEFAULT_WAL_RETENTION_BYTES,
     DEFAULT_WAL_RETENTION_MS,
     DEFAULT_WAL_SEGMENT_BYTES,
+    DEFAULT_WAL_ZERO_FILL_BYTES,
     Limits,
     NamespaceConfig,
     NodeConfig,
@@ -154,6 +155,13 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
             help="size at which a shard's WAL starts a new segment file",
         )
         command.add_argument(
+            "--wal-zero-fill-bytes",
+            type=int,
+            default=DEFAULT_WAL_ZERO_FILL_BYTES,
+            help="zero-filled room kept ahead of each WAL's write position, so that syncs"
+            " commit no file growth (0: plain appends)",
+        )
+        command.add_argument(
             "--wal-retention-bytes",
             type=int,
             default=DEFAULT_WAL_RETENTION_BYTES,
@@ -271,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
             advertised_address=args.advertise,
             internal_advertised_address=args.internal_advertise,
             wal_segment_size_bytes=args.wal_segment_bytes,
+            wal_zero_fill_bytes=args.wal_zero_fill_bytes,
             wal_retention=_wal_retention(args),
             limits=_limits(args),
         )
@@ -284,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         advertised_address=args.advertise,
         namespaces=namespaces,
         wal_segment_size_bytes=args.wal_segment_bytes,
+        wal_zero_fill_bytes=args.wal_zero_fill_bytes,
         wal_retention=_wal_retention(args),
         limits=_limits(args),
     )

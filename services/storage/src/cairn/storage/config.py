@@ -12,6 +12,9 @@ from cairn.storage.core.retention import WalRetention
 
 MiB = 1024 * 1024
 DEFAULT_WAL_SEGMENT_BYTES = 64 * MiB
+# Zero-filled room kept ahead of each WAL's write position (see cairn.storage.wal):
+# fdatasync of records written over it measured ~10x faster than of plain appends.
+DEFAULT_WAL_ZERO_FILL_BYTES = 1 * MiB
 DEFAULT_WAL_RETENTION_BYTES = 256 * MiB
 DEFAULT_WAL_RETENTION_MS = 60 * 60 * 1000
 
@@ -157,6 +160,7 @@ class StandaloneConfig:
     namespaces: tuple[NamespaceConfig, ...] = (NamespaceConfig(),)
     limits: Limits = field(default_factory=Limits)
     wal_segment_size_bytes: int = DEFAULT_WAL_SEGMENT_BYTES
+    wal_zero_fill_bytes: int = DEFAULT_WAL_ZERO_FILL_BYTES
     # Once a shard's WAL is larger than this, or its entries older, the segments the
     # KV durably holds are deleted (the active segment always stays).
     wal_retention: WalRetention = field(
@@ -190,6 +194,7 @@ class NodeConfig:
     limits: Limits = field(default_factory=Limits)
     replication: ReplicationSettings = field(default_factory=ReplicationSettings)
     wal_segment_size_bytes: int = DEFAULT_WAL_SEGMENT_BYTES
+    wal_zero_fill_bytes: int = DEFAULT_WAL_ZERO_FILL_BYTES
     wal_retention: WalRetention = field(
         default_factory=lambda: WalRetention(DEFAULT_WAL_RETENTION_BYTES, DEFAULT_WAL_RETENTION_MS)
     )

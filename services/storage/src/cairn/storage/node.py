@@ -118,6 +118,7 @@ class NodeServer:
             config.wal_segment_size_bytes,
             config.wal_retention,
             config.replication,
+            wal_zero_fill_bytes=config.wal_zero_fill_bytes,
         )
 
     # -- coordination.ReplicaHost ----------------------------------------------------

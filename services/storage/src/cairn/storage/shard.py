@@ -57,7 +57,12 @@ from cairn.common.keyorder import KeyOrder
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import replication_pb2 as rpb
 from cairn.proto import storage_internal_pb2 as internal_pb
-from cairn.storage.config import Limits, ReplicationSettings, ShardSpec
+from cairn.storage.config import (
+    DEFAULT_WAL_ZERO_FILL_BYTES,
+    Limits,
+    ReplicationSettings,
+    ShardSpec,
+)
 from cairn.storage.core.apply import (
     MAX_RECORDS_PER_CLOSE_ENTRY,
     CloseOutcome,
@@ -328,12 +333,19 @@ class ShardReplica:
         wal_segment_size_bytes: int,
         wal_retention: WalRetention | None = None,
         replication: ReplicationSettings | None = None,
+        wal_zero_fill_bytes: int = DEFAULT_WAL_ZERO_FILL_BYTES,
     ) -> ShardReplica:
         directory.mkdir(parents=True, exist_ok=True)
         # A snapshot install that a crash interrupted is finished first.
         finish_pending_install(directory)
         kv = RocksKv(directory / "kv")
-        wal = Wal.open(directory / "wal", WalOptions(segment_size_bytes=wal_segment_size_bytes))
+        wal = Wal.open(
+            directory / "wal",
+            WalOptions(
+                segment_size_bytes=wal_segment_size_bytes,
+                zero_fill_ahead_bytes=wal_zero_fill_bytes,
+            ),
+        )
         return cls(
             shard_id,
             spec,

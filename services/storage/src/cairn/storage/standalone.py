@@ -255,6 +255,7 @@ class StandaloneServer:
                     limits,
                     config.wal_segment_size_bytes,
                     config.wal_retention,
+                    wal_zero_fill_bytes=config.wal_zero_fill_bytes,
                 )
                 replicas[shard_id] = replica
                 await lead_alone(replica, Member(self.address, self.address))

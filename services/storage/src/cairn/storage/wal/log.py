@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import contextlib
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -31,12 +32,21 @@ class WalOptions:
     segment_size_bytes: int = 64 * _MiB
     # Larger payloads are rejected on append and treated as corruption when read.
     max_record_bytes: int = 64 * _MiB
+    # Keep about this much zero-filled room ahead of the active segment's write position
+    # (filled by ``sync``, on its thread, a chunk of this size whenever less than half is
+    # left), so that appends overwrite blocks already written and their fdatasync has no
+    # file size or block mapping to commit (see segment.py). 0: plain appends.
+    zero_fill_ahead_bytes: int = 0
 
     def __post_init__(self) -> None:
         if self.segment_size_bytes <= 0:
             raise ValueError(f"segment_size_bytes must be > 0, got {self.segment_size_bytes}")
         if not 0 <= self.max_record_bytes <= U32_MAX:
             raise ValueError(f"max_record_bytes must fit a u32, got {self.max_record_bytes}")
+        if self.zero_fill_ahead_bytes < 0:
+            raise ValueError(
+                f"zero_fill_ahead_bytes must be >= 0, got {self.zero_fill_ahead_bytes}"
+            )
 
 
 _DEFAULT_OPTIONS = WalOptions()
@@ -237,7 +247,30 @@ class Wal:
             self._flush_rollovers()
             with self._lock:
                 self._synced_offset = max(self._synced_offset, covered_offset)
-                return self._synced_offset
+                synced_offset = self._synced_offset
+                self._zero_fill_ahead()
+            return synced_offset
+
+    def _zero_fill_ahead(self) -> None:
+        """Top up the active segment's zero-filled room (caller holds both locks).
+
+        Under ``_lock`` so that no append writes into the range being filled; a chunk
+        goes to the page cache in well under a millisecond, so an append waits at most
+        that long. The room never reaches past the segment's rollover size."""
+        chunk = self._options.zero_fill_ahead_bytes
+        if not chunk or self._failure is not None:
+            return
+        active = self._segments[-1]
+        if active.allocated_bytes - active.size_bytes >= chunk // 2:
+            return
+        end = min(active.allocated_bytes + chunk, self._options.segment_size_bytes)
+        if end <= active.allocated_bytes:
+            return
+        # The room is only a speed-up and the zeros written so far are a clean end: on an
+        # error appends go on (past the room, as plain appends), and a disk that is
+        # really full or failing fails them, where it is reported.
+        with contextlib.suppress(OSError):
+            active.extend_zeroed(end)
 
     def _flush_rollovers(self) -> None:
         """fdatasync the segments sealed since the last sync (then close them) and
