@@ -54,17 +54,26 @@ def test_fsync_prints_positive_figures(tmp_path: Path, capsys: pytest.CaptureFix
     assert code == 0
     output = capsys.readouterr().out
     lines = [line for line in output.splitlines() if line.startswith("fsync ")]
-    assert len(lines) == 2, output
-    single, grouped = (figures(line) for line in lines)
-    for row in (single, grouped):
+    # Appends, then writes over zero-filled room, each one record and 100 per sync.
+    assert len(lines) == 4, output
+    assert [line.endswith(" over zeros") or " over zeros:" in line for line in lines] == [
+        False,
+        False,
+        True,
+        True,
+    ]
+    rows = [figures(line) for line in lines]
+    for row in rows:
         assert row["records/s"] > 0
         assert row["syncs/s"] > 0
         assert 0 < row["p50_ms"] <= row["p99_ms"] <= row["max_ms"]
         assert row["errors"] == 0
-    assert single["records/s"] == pytest.approx(single["syncs/s"], rel=0.01)
-    assert grouped["records/s"] == pytest.approx(100 * grouped["syncs/s"], rel=0.01)
+    for single, grouped in (rows[0:2], rows[2:4]):
+        assert single["records/s"] == pytest.approx(single["syncs/s"], rel=0.01)
+        assert grouped["records/s"] == pytest.approx(100 * grouped["syncs/s"], rel=0.01)
     document = json_document(output)
-    assert [r["records_per_sync"] for r in document["results"]] == [1, 100]
+    assert [r["records_per_sync"] for r in document["results"]] == [1, 100, 1, 100]
+    assert [r["zero_filled"] for r in document["results"]] == [False, False, True, True]
     assert list(tmp_path.iterdir()) == [], "the probe file must be removed"
 
 

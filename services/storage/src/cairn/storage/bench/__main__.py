@@ -423,12 +423,22 @@ async def _do_preload(args: argparse.Namespace, target: Target) -> None:
 
 async def _fsync_rows(args: argparse.Namespace, directory: Path) -> list[Row]:
     rows = []
-    for records in (1, FSYNC_GROUP_RECORDS):
-        spec = FsyncSpec(directory, args.duration_s, args.warmup_s, args.value_size, records)
-        result = await asyncio.to_thread(run_fsync_probe, spec)
-        name = f"fsync {records} x {args.value_size}B/sync"
-        rows.append(fsync_row(name, result))
-        print(format_row_line(rows[-1]), flush=True)
+    # Appends, and writes over zero-filled room (what the WAL does, see cairn.storage.wal).
+    for zero_filled in (False, True):
+        for records in (1, FSYNC_GROUP_RECORDS):
+            spec = FsyncSpec(
+                directory,
+                args.duration_s,
+                args.warmup_s,
+                args.value_size,
+                records,
+                zero_filled=zero_filled,
+            )
+            result = await asyncio.to_thread(run_fsync_probe, spec)
+            how = " over zeros" if zero_filled else ""
+            name = f"fsync {records} x {args.value_size}B/sync{how}"
+            rows.append(fsync_row(name, result))
+            print(format_row_line(rows[-1]), flush=True)
     return rows
 
 

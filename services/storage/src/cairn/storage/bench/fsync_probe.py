@@ -10,6 +10,11 @@ same disk as the server's data directory):
 
 The file is truncated back to empty whenever it reaches `max_file_bytes`, so a
 long probe on a fast disk stays bounded in space (a WAL rotates segments too).
+
+With `zero_filled`, the file is first filled with `zero_filled_bytes` of zeros and
+synced, and the records are written over them (from the start again when they
+reach the end): what the WAL does with its zero-filled room, where an fdatasync
+has no file growth to commit.
 Blocking code: call it from a thread when inside an event loop.
 """
 
@@ -23,6 +28,7 @@ from pathlib import Path
 from cairn.common.histogram import Histogram
 
 DEFAULT_MAX_FILE_BYTES = 64 * 1024 * 1024
+DEFAULT_ZERO_FILLED_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +39,8 @@ class FsyncSpec:
     record_size_bytes: int = 100
     records_per_sync: int = 1
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+    zero_filled: bool = False
+    zero_filled_bytes: int = DEFAULT_ZERO_FILLED_BYTES
 
 
 @dataclass(slots=True)
@@ -60,10 +68,13 @@ def run_fsync_probe(spec: FsyncSpec) -> FsyncResult:
     record = os.urandom(spec.record_size_bytes)
     chunk = record * spec.records_per_sync
     path = spec.directory / f"cairn-bench-fsync-{os.getpid()}-{time.monotonic_ns()}.probe"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | (0 if spec.zero_filled else os.O_APPEND)
+    fd = os.open(path, flags, 0o600)
     latency = Histogram()
     syncs = 0
     try:
+        if spec.zero_filled:
+            _fill_with_zeros(fd, max(spec.zero_filled_bytes, len(chunk)))
         start_s = time.perf_counter()
         measure_start_s = start_s + spec.warmup_s
         end_s = measure_start_s + spec.duration_s
@@ -72,12 +83,18 @@ def run_fsync_probe(spec: FsyncSpec) -> FsyncResult:
         file_bytes = 0
         now_s = start_s
         while now_s < end_s:
-            if file_bytes + len(chunk) > spec.max_file_bytes:
+            if spec.zero_filled:
+                if file_bytes + len(chunk) > max(spec.zero_filled_bytes, len(chunk)):
+                    file_bytes = 0
+            elif file_bytes + len(chunk) > spec.max_file_bytes:
                 os.ftruncate(fd, 0)
                 os.fsync(fd)
                 file_bytes = 0
             before_s = time.perf_counter()
-            written = os.write(fd, chunk)
+            if spec.zero_filled:
+                written = os.pwrite(fd, chunk, file_bytes)
+            else:
+                written = os.write(fd, chunk)
             os.fdatasync(fd)
             now_s = time.perf_counter()
             if written != len(chunk):
@@ -102,3 +119,11 @@ def run_fsync_probe(spec: FsyncSpec) -> FsyncResult:
         latency=latency,
         cpu_s=cpu_s,
     )
+
+
+def _fill_with_zeros(fd: int, size_bytes: int) -> None:
+    zeros = bytes(min(size_bytes, 1024 * 1024))
+    written = 0
+    while written < size_bytes:
+        written += os.write(fd, zeros[: size_bytes - written])
+    os.fsync(fd)

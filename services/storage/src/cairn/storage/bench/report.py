@@ -213,6 +213,7 @@ def fsync_row(name: str, result: FsyncResult) -> Row:
         extra=(
             ("records_per_sync", result.spec.records_per_sync),
             ("record_size_bytes", result.spec.record_size_bytes),
+            ("zero_filled", result.spec.zero_filled),
             ("syncs", result.syncs),
             ("directory", str(result.spec.directory)),
         ),
