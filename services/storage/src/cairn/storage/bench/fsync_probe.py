@@ -91,10 +91,7 @@ def run_fsync_probe(spec: FsyncSpec) -> FsyncResult:
                 os.fsync(fd)
                 file_bytes = 0
             before_s = time.perf_counter()
-            if spec.zero_filled:
-                written = os.pwrite(fd, chunk, file_bytes)
-            else:
-                written = os.write(fd, chunk)
+            written = os.pwrite(fd, chunk, file_bytes) if spec.zero_filled else os.write(fd, chunk)
             os.fdatasync(fd)
             now_s = time.perf_counter()
             if written != len(chunk):
