@@ -14,7 +14,7 @@ import bisect
 import enum
 import heapq
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from cairn.common.keyorder import KeyOrder
 from cairn.proto import oxia_client_pb2 as pb
@@ -39,6 +39,8 @@ _RECORDS = Column.RECORDS
 # Header flags that mean something else points at the record (its session's
 # ownership entry, its index entries) and must let go when it is replaced or deleted.
 _LINKED = HAS_SESSION | HAS_INDEXES
+# A dict.get default that no stored value can be (values are bytes or None).
+_ABSENT: bytes = object()  # type: ignore[assignment]
 # New overlay keys that PendingChanges.floor_record_key inserts one by one into its
 # sorted list; more are sorted in at once (insertion is linear in the list length).
 _MAX_INSERTS_BEFORE_RESORT = 64
@@ -65,11 +67,9 @@ class HeaderCache:
         self._headers[encoded_key] = header
         self._evict()
 
-    def store_records(self, records: dict[bytes, bytes | None]) -> None:
+    def store_headers(self, headers: dict[bytes, bytes | None]) -> None:
         """Remember the headers of freshly written records (None: deleted)."""
-        self._headers.update(
-            (key, None if data is None else data[:HEADER_SIZE]) for key, data in records.items()
-        )
+        self._headers.update(headers)
         self._evict()
 
     def _evict(self) -> None:
@@ -95,6 +95,9 @@ class PendingChanges:
         self._reader = reader
         self._cache = header_cache
         self._records: dict[bytes, bytes | None] = {}
+        # The version header of every record in `_records` (same keys; None: deleted),
+        # kept as records are written so that neither reads nor the cache slice them.
+        self._headers: dict[bytes, bytes | None] = {}
         self._meta: dict[bytes, bytes | None] = {}
         # The keys of `_records`, sorted, for floor lookups; built on first use and
         # extended with the keys added since (`_records` never loses a key: a
@@ -106,10 +109,9 @@ class PendingChanges:
 
     def get_header(self, encoded_key: bytes) -> bytes | None:
         """The version header of the record in the new state, None if absent."""
-        records = self._records
-        if encoded_key in records:
-            data = records[encoded_key]
-            return None if data is None else data[:HEADER_SIZE]
+        headers = self._headers
+        if encoded_key in headers:
+            return headers[encoded_key]
         cache = self._cache
         if cache is not None:
             found, header = cache.lookup(encoded_key)
@@ -128,9 +130,11 @@ class PendingChanges:
 
     def put_record(self, encoded_key: bytes, data: bytes) -> None:
         self._records[encoded_key] = data
+        self._headers[encoded_key] = data[:HEADER_SIZE]
 
     def delete_record(self, encoded_key: bytes) -> None:
         self._records[encoded_key] = None
+        self._headers[encoded_key] = None
 
     def record_keys_in_range(self, start: bytes, end: bytes) -> list[bytes]:
         """Keys present in [start, end) in the new state, ascending."""
@@ -253,7 +257,7 @@ class PendingChanges:
     def written(self) -> None:
         """The changes are in the KV: carry the new headers into the cache."""
         if self._cache is not None:
-            self._cache.store_records(self._records)
+            self._cache.store_headers(self._headers)
 
     def __len__(self) -> int:
         return len(self._records) + len(self._meta)
@@ -307,22 +311,10 @@ def apply_write(
     parts: list[bytes] = []
     append = parts.append
     if plain_puts:
-        # Every record created by this entry gets the same header and response.
-        created_header = HEADER.pack(offset, 0, timestamp_ms, timestamp_ms, 0)
         responses = wire.PutResponses(offset, timestamp_ms) if answer else _NO_PUT_RESPONSES
-        for put in request.puts:
-            append(
-                _apply_plain_put(
-                    state,
-                    put,
-                    encode(put.key),
-                    offset,
-                    timestamp_ms,
-                    created_header,
-                    responses,
-                    notes,
-                )
-            )
+        _apply_plain_puts(
+            state, request.puts, encode, offset, timestamp_ms, responses, notes, parts
+        )
     else:
         for put in request.puts:
             append(_apply_put(state, put, encode, offset, timestamp_ms, notes))
@@ -353,38 +345,70 @@ def _expected_version_fails(put: pb.PutRequest, existing_version: int | None) ->
     return expected != existing_version
 
 
-def _apply_plain_put(
+def _apply_plain_puts(
     state: PendingChanges,
-    put: pb.PutRequest,
-    encoded_key: bytes,
+    puts: Iterable[pb.PutRequest],
+    encode: Callable[[str], bytes],
     offset: int,
     timestamp_ms: int,
-    created_header: bytes,
     responses: wire.PutResponses,
     notes: EntryNotifications | None,
-) -> bytes:
-    existing = state.get_header(encoded_key)
-    if existing is None:
-        if put.HasField("expected_version_id") and _expected_version_fails(put, None):
-            return _PUT_UNEXPECTED_VERSION
-        state.put_record(encoded_key, created_header + put.value)
-        if notes is not None:
-            notes.created(put.key, offset)
-        return responses.created
-    existing_version, previous_modifications, created_ms, _, flags = HEADER.unpack_from(existing)
-    if put.HasField("expected_version_id") and _expected_version_fails(put, existing_version):
-        return _PUT_UNEXPECTED_VERSION
-    if flags & _LINKED:
-        # A persistent put over an ephemeral record detaches it from its session; a
-        # put without indexes over an indexed record drops its index entries.
-        state.unlink(encoded_key, existing)
-    modifications = previous_modifications + 1
-    state.put_record(
-        encoded_key, HEADER.pack(offset, modifications, created_ms, timestamp_ms, 0) + put.value
-    )
+    parts: list[bytes],
+) -> None:
+    """Plain puts (key, value, maybe an expected version), their responses appended
+    to `parts`. The per-put work of the server's hottest loop, written out in one
+    function over local names: the overlay's headers and the header cache are read
+    directly (a header comes from the newest of: this group's records, the cache,
+    the KV), and notifications are recorded in one dict per entry."""
+    records = state._records
+    headers = state._headers
+    cache = state._cache
+    cached = cache._headers if cache is not None else {}
+    absent = _ABSENT
+    unpack = HEADER.unpack_from
+    pack = HEADER.pack
+    append = parts.append
+    # Every record created by this entry gets the same header and response.
+    created_header = pack(offset, 0, timestamp_ms, timestamp_ms, 0)
+    created_response = responses.created
+    updated_response = responses.updated
     if notes is not None:
-        notes.modified(put.key, offset)
-    return responses.updated(modifications, created_ms)
+        changes, created_note, modified_note = notes.put_encodings(offset)
+    else:
+        changes, created_note, modified_note = None, b"", b""
+    for put in puts:
+        key = put.key
+        encoded_key = encode(key)
+        existing = headers.get(encoded_key, absent)
+        if existing is absent:
+            existing = cached.get(encoded_key, absent)
+            if existing is absent:
+                existing = state.get_header(encoded_key)
+        if existing is None:
+            if put.HasField("expected_version_id") and _expected_version_fails(put, None):
+                append(_PUT_UNEXPECTED_VERSION)
+                continue
+            records[encoded_key] = created_header + put.value
+            headers[encoded_key] = created_header
+            if changes is not None:
+                changes[key] = created_note
+            append(created_response)
+            continue
+        existing_version, previous_modifications, created_ms, _, flags = unpack(existing)
+        if put.HasField("expected_version_id") and _expected_version_fails(put, existing_version):
+            append(_PUT_UNEXPECTED_VERSION)
+            continue
+        if flags & _LINKED:
+            # A persistent put over an ephemeral record detaches it from its session; a
+            # put without indexes over an indexed record drops its index entries.
+            state.unlink(encoded_key, existing)
+        modifications = previous_modifications + 1
+        header = pack(offset, modifications, created_ms, timestamp_ms, 0)
+        records[encoded_key] = header + put.value
+        headers[encoded_key] = header
+        if changes is not None:
+            changes[key] = modified_note
+        append(updated_response(modifications, created_ms))
 
 
 def _apply_put(

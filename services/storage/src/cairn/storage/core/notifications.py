@@ -60,6 +60,18 @@ class EntryNotifications:
             self._modified = wire.notification_value(_MODIFIED, version_id, None)
         self._changes[key] = self._modified
 
+    def put_encodings(self, version_id: int) -> tuple[dict[str, bytes], bytes, bytes]:
+        """For a loop over many puts of one entry: the key -> encoding dict to fill,
+        and the encodings of a creation and a modification at `version_id` (the same
+        as `created` and `modified` store, without a call per key)."""
+        if version_id != self._created_version:
+            self._created_version = version_id
+            self._created = wire.notification_value(_CREATED, version_id, None)
+        if version_id != self._modified_version:
+            self._modified_version = version_id
+            self._modified = wire.notification_value(_MODIFIED, version_id, None)
+        return self._changes, self._created, self._modified
+
     def deleted(self, key: str) -> None:
         self._changes[key] = _DELETED_VALUE
 
