@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cairn.common.keyorder import KeyOrder, compare_hierarchical
+from cairn.common.keyorder import KeyOrder, compare_hierarchical, encode_hierarchical
 
 # Keys built from a small alphabet with many slashes and NULs, so that the
 # interesting cases (shared prefixes, empty segments, trailing slashes) are common.
@@ -32,6 +32,11 @@ def _client_compare(a: str, b: str) -> int:
 @given(key=keys)
 def test_encoding_round_trips(order: KeyOrder, key: str) -> None:
     assert order.decode(order.encode(key)) == key
+
+
+@given(key=st.one_of(keys, st.text()))
+def test_key_encoder_equals_the_bytes_encoding(key: str) -> None:
+    assert KeyOrder.HIERARCHICAL.encode(key) == encode_hierarchical(key.encode("utf-8"))
 
 
 @given(a=keys, b=keys)
