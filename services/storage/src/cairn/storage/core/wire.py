@@ -9,6 +9,7 @@ checks the bytes against the protobuf library's own serialization.
 
 from __future__ import annotations
 
+import functools
 import struct
 
 _FIXED64 = struct.Struct("<Q")
@@ -90,9 +91,15 @@ class PutResponses:
     def __init__(self, version_id: int, modified_ms: int) -> None:
         self._version_id = _VERSION_ID + varint(version_id) if version_id else b""
         self._modified = _MODIFIED + _FIXED64.pack(modified_ms) if modified_ms else b""
-        # What an update adds besides its modification count: the created field.
-        self._update_size = len(self._version_id) + 1 + _FIXED64.size + len(self._modified)
         self.created = self._framed(0, modified_ms)
+        # The common update (a one-byte count and a created time) is one struct pack:
+        # everything before the count and after the created time is the same for every
+        # put of the entry.
+        size = len(self._version_id) + 2 + 1 + _FIXED64.size + len(self._modified)
+        self._update_head = b"".join(
+            (PUTS, _SMALL[size + 2], _VERSION, _SMALL[size], self._version_id, _MODIFICATIONS)
+        )
+        self._update_pack = _update_struct(len(self._update_head), len(self._modified)).pack
 
     def _framed(self, modifications_count: int, created_ms: int) -> bytes:
         payload = b"".join(
@@ -109,22 +116,18 @@ class PutResponses:
     def updated(self, modifications_count: int, created_ms: int) -> bytes:
         if not 0 < modifications_count < 128 or not created_ms:
             return self._framed(modifications_count, created_ms)
-        # The common case in one join: a one-byte count and a created time.
-        size = self._update_size + 2
-        return b"".join(
-            (
-                PUTS,
-                _SMALL[size + 2],
-                _VERSION,
-                _SMALL[size],
-                self._version_id,
-                _MODIFICATIONS,
-                _SMALL[modifications_count],
-                _CREATED,
-                _FIXED64.pack(created_ms),
-                self._modified,
-            )
+        return self._update_pack(
+            self._update_head, modifications_count, _CREATED_TAG, created_ms, self._modified
         )
+
+
+_CREATED_TAG = _CREATED[0]
+
+
+@functools.lru_cache(maxsize=64)
+def _update_struct(head_size: int, tail_size: int) -> struct.Struct:
+    """head, modification count (1 byte), created tag, created time (fixed64), tail."""
+    return struct.Struct(f"<{head_size}sBBQ{tail_size}s")
 
 
 class NoPutResponses(PutResponses):
