@@ -41,9 +41,7 @@ class Limits:
     # Folding (folding.py): with at least this many entries uncommitted, a leader
     # collects plain writes into one entry logged at the next commit step, up to
     # these bounds.
-    fold_writes_after_uncommitted_entries: int = int(
-        __import__("os").environ.get("CAIRN_FOLD_K", "2")
-    )
+    fold_writes_after_uncommitted_entries: int = 2
     max_operations_per_fold: int = 1000
     max_bytes_per_fold: int = 1 * MiB
     # Requests in flight on one WriteStream before it stops reading from the client.
@@ -51,9 +49,7 @@ class Limits:
     # Entries applied to the KV in one RocksDB batch, and the operations in them: the
     # loop serves no read while it applies, so a group must stay short (~10 ms here).
     max_entries_per_apply_batch: int = 512
-    max_operations_per_apply_batch: int = int(
-        __import__("os").environ.get("CAIRN_APPLY_OPS", "2000")
-    )
+    max_operations_per_apply_batch: int = 2000
     # Stream chunking for List / RangeScan / Read.
     max_keys_per_list_chunk: int = 1000
     max_records_per_scan_chunk: int = 1000
