@@ -25,6 +25,8 @@ from cairn.storage.snapshot import SnapshotError
 
 # How long an acknowledgement that only reports applying waits for more progress.
 APPLIED_LINGER_S = 0.005
+# An applied offset no replica reaches: waits for durable progress alone.
+_NEVER = 2**63
 
 
 class ReplicationService:
@@ -83,8 +85,13 @@ class ReplicationService:
                     now_durable, _ = progress.result()
                     if now_durable == durable and not replica.closing:
                         # Only the applied offset moved: the leader needs it for its
-                        # window, not for commits; let a few such steps travel together.
-                        await asyncio.sleep(APPLIED_LINGER_S)
+                        # window, not for commits; let a few such steps travel together,
+                        # but not hold back a durable step (the leader commits on it).
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(
+                                replica.wait_progress_after(now_durable, _NEVER),
+                                APPLIED_LINGER_S,
+                            )
                     try:
                         replica.core.check_following(stream_term)
                     except CairnError as error:
