@@ -71,7 +71,8 @@ class ReplicatingLeader:
 
     async def stop(self) -> None:
         senders, self._senders = self._senders, {}
-        for _, task in senders.values():
+        for sender, task in senders.values():
+            sender.stop()
             task.cancel()
         for _, task in senders.values():
             with contextlib.suppress(asyncio.CancelledError):
@@ -112,6 +113,7 @@ class ReplicatingLeader:
         entry = self._senders.pop(internal_address, None)
         self._commit_may_have_advanced(self.core.remove_follower(internal_address))
         if entry is not None:
+            entry[0].stop()
             entry[1].cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await entry[1]

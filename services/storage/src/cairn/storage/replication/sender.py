@@ -57,15 +57,23 @@ class FollowerSender:
         # the byte bound of the window.
         self._unapplied: deque[tuple[int, int]] = deque()
         self._unapplied_bytes = 0
+        self._stopped = False
 
     def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        """End `run` at its next step. The caller also cancels the task; this makes
+        the end certain even if a cancellation is lost (Python 3.11's wait_for can
+        swallow one that arrives as its inner wait completes)."""
+        self._stopped = True
         self._wake.set()
 
     async def run(self) -> None:
         settings = self.leader.settings
         delay_s = settings.reconnect_initial_delay_s
         shard = self.leader.shard
-        while True:
+        while not self._stopped:
             try:
                 await self._session()
             except (grpc.aio.AioRpcError, StreamEnded, ValueError, OSError) as error:
@@ -152,7 +160,7 @@ class FollowerSender:
         acks = asyncio.get_running_loop().create_task(self._read_acks(call))
         sent_commit = -2
         try:
-            while True:
+            while not self._stopped:
                 if acks.done():
                     acks.result()  # raises why it ended
                     raise StreamEnded("the follower ended the stream")
@@ -166,7 +174,8 @@ class FollowerSender:
                     # acknowledge, so let it ride with the entries that may follow
                     # within a moment rather than send a message per commit step.
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._wake.wait(), COMMIT_LINGER_S)
+                        async with asyncio.timeout(COMMIT_LINGER_S):
+                            await self._wake.wait()
                     request = self._next_request(sent_commit) or request
                 await call.write(request)
                 sent_commit = request.commit_offset

@@ -88,10 +88,8 @@ class ReplicationService:
                         # window, not for commits; let a few such steps travel together,
                         # but not hold back a durable step (the leader commits on it).
                         with contextlib.suppress(TimeoutError):
-                            await asyncio.wait_for(
-                                replica.wait_progress_after(now_durable, _NEVER),
-                                APPLIED_LINGER_S,
-                            )
+                            async with asyncio.timeout(APPLIED_LINGER_S):
+                                await replica.wait_progress_after(now_durable, _NEVER)
                     try:
                         replica.core.check_following(stream_term)
                     except CairnError as error:
