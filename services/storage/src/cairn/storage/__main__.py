@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -242,6 +243,7 @@ async def _run_standalone(config: StandaloneConfig) -> int:
         return 2
     print(f"cairn-storage listening on {address}", flush=True)
     print(f"cairn-storage data in {config.data_dir.resolve()}", flush=True)
+    _freeze_startup_objects()
     await stop.wait()
     log.info("shutting down")
     await server.stop()
@@ -258,10 +260,20 @@ async def _run_node(config: NodeConfig) -> int:
     print(f"cairn-storage listening on {me.public_address}", flush=True)
     print(f"cairn-storage internal on {me.internal_address}", flush=True)
     print(f"cairn-storage data in {config.data_dir.resolve()}", flush=True)
+    _freeze_startup_objects()
     await stop.wait()
     log.info("shutting down")
     await server.stop()
     return 0
+
+
+def _freeze_startup_objects() -> None:
+    """Keep what startup created (modules, classes, functions, the servers) out of
+    every later garbage collection: they live as long as the process, and scanning
+    them made the full collections the loop pauses for several milliseconds long
+    (8 ms seen in a read load at 80k gets/s, a p99-sized stall)."""
+    gc.collect()
+    gc.freeze()
 
 
 def main(argv: list[str] | None = None) -> int:
