@@ -56,14 +56,16 @@ class Wal:
     """An append-only log of WalEntry with consecutive offsets and non-decreasing terms.
 
     Durability contract: once ``append``/``append_many`` returns, the records have been
-    handed to the OS with os.write, so they survive a crash of this process. They survive
+    handed to the OS (a positioned write after the last record, over zero-filled room if
+    ``zero_fill_ahead_bytes`` keeps some), so they survive a crash of this process. They survive
     power loss or an OS crash only once ``sync`` has returned (equivalently once
     ``synced_offset >= offset``). ``truncate_after``, ``trim_before`` and ``reset`` are
     durable when they return.
 
     Threading contract: ``append``/``append_many`` and every other method run on one thread
-    (the event loop), except ``sync`` and ``trim_before``, which may run on another thread
-    at the same time as appends (group commit: the loop keeps appending while an executor
+    (the event loop), except ``sync`` (which also tops up the zero-filled room, under
+    ``_lock``) and ``trim_before``, which may run on another thread at the same time as
+    appends (group commit: the loop keeps appending while an executor
     thread fdatasyncs). ``_lock`` guards the segment list and the append position and is
     only ever held briefly, never across a disk flush: appends take only ``_lock``, so the
     loop never waits for an fdatasync. Rolling over to a new segment creates its file
