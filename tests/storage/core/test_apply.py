@@ -13,6 +13,7 @@ from cairn.storage.core.fastpath import has_plain_puts
 from cairn.storage.core.notifications import EntryNotifications
 from cairn.storage.kv import Column, MemoryKv
 from support.memory_shard import Shard, put
+from support.write_strategies import plain_puts
 
 ORDER = KeyOrder.HIERARCHICAL
 
@@ -153,16 +154,7 @@ def test_plain_and_general_paths_agree() -> None:
 # decide, store, answer and notify exactly as the general put path does, whatever
 # the overlay, the header cache (small here, so it evicts) and the KV hold.
 _plain_keys = st.sampled_from(["/k/a", "/k/b", "/k/c", "/k/d/e", "/l", "x"])
-_plain_puts = st.builds(
-    lambda key, value, expected: (
-        pb.PutRequest(key=key, value=value, expected_version_id=expected)
-        if expected is not None
-        else pb.PutRequest(key=key, value=value)
-    ),
-    _plain_keys,
-    st.binary(max_size=8),
-    st.one_of(st.none(), st.just(-1), st.integers(0, 12)),
-)
+_plain_puts = plain_puts(_plain_keys, max_expected=12)
 _plain_requests = st.builds(
     lambda puts, deletes: pb.WriteRequest(
         puts=puts, deletes=[pb.DeleteRequest(key=key) for key in deletes]

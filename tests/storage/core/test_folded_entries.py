@@ -15,19 +15,11 @@ from cairn.storage.core.entry_apply import ShardRules, apply_entry
 from cairn.storage.core.fastpath import folds_only_plain_puts, has_plain_puts
 from cairn.storage.core.meta import notification_key
 from cairn.storage.kv import Column, MemoryKv
+from support.write_strategies import plain_puts
 
 RULES = ShardRules(0, KeyOrder.HIERARCHICAL, True, 3_600_000, 1000)
 keys = st.sampled_from(["/a", "/a/b", "/c", "/d/e/f", "/g"])
-plain_put = st.builds(
-    lambda key, value, expected: (
-        pb.PutRequest(key=key, value=value, expected_version_id=expected)
-        if expected is not None
-        else pb.PutRequest(key=key, value=value)
-    ),
-    keys,
-    st.binary(max_size=8),
-    st.none() | st.integers(min_value=-1, max_value=6),
-)
+plain_put = plain_puts(keys, max_expected=6)
 plain_request = st.builds(
     lambda puts, deletes: pb.WriteRequest(
         shard=0, puts=puts, deletes=[pb.DeleteRequest(key=key) for key in deletes]
