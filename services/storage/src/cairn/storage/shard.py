@@ -593,6 +593,12 @@ class ShardReplica:
             await self._progress.wait()
         return self.durable_offset, self.applied_offset
 
+    async def wait_durable_after(self, durable_offset: int) -> int:
+        """The durable offset, once it is past the one given (or the shard closes)."""
+        while self.durable_offset <= durable_offset and not self.closing and self._failure is None:
+            await self._progress.wait()
+        return self.durable_offset
+
     def _publish_progress(self) -> None:
         advanced, self._progress = self._progress, asyncio.Event()
         advanced.set()

@@ -73,8 +73,9 @@ def run_fsync_probe(spec: FsyncSpec) -> FsyncResult:
     latency = Histogram()
     syncs = 0
     try:
+        room_bytes = max(spec.zero_filled_bytes, len(chunk))
         if spec.zero_filled:
-            _fill_with_zeros(fd, max(spec.zero_filled_bytes, len(chunk)))
+            _fill_with_zeros(fd, room_bytes)
         start_s = time.perf_counter()
         measure_start_s = start_s + spec.warmup_s
         end_s = measure_start_s + spec.duration_s
@@ -84,7 +85,7 @@ def run_fsync_probe(spec: FsyncSpec) -> FsyncResult:
         now_s = start_s
         while now_s < end_s:
             if spec.zero_filled:
-                if file_bytes + len(chunk) > max(spec.zero_filled_bytes, len(chunk)):
+                if file_bytes + len(chunk) > room_bytes:
                     file_bytes = 0
             elif file_bytes + len(chunk) > spec.max_file_bytes:
                 os.ftruncate(fd, 0)

@@ -25,8 +25,6 @@ from cairn.storage.snapshot import SnapshotError
 
 # How long an acknowledgement that only reports applying waits for more progress.
 APPLIED_LINGER_S = 0.005
-# An applied offset no replica reaches: waits for durable progress alone.
-_NEVER = 2**63
 
 
 class ReplicationService:
@@ -89,7 +87,7 @@ class ReplicationService:
                         # but not hold back a durable step (the leader commits on it).
                         with contextlib.suppress(TimeoutError):
                             async with asyncio.timeout(APPLIED_LINGER_S):
-                                await replica.wait_progress_after(now_durable, _NEVER)
+                                await replica.wait_durable_after(now_durable)
                     try:
                         replica.core.check_following(stream_term)
                     except CairnError as error:
