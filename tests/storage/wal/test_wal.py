@@ -704,3 +704,47 @@ def test_garbage_after_a_hole_in_the_room_is_cut_off(tmp_path: Path) -> None:
         wal.append(make_entry(10, payload_bytes=20))
     with Wal.open(tmp_path, ZERO_FILLED) as wal:
         assert wal.last_offset == 10
+
+
+# -- spare segments ---------------------------------------------------------------------------
+
+RECYCLING = WalOptions(segment_size_bytes=2048, zero_fill_ahead_bytes=1024, spare_segments=2)
+
+
+def test_trimmed_segments_become_zeroed_spares_that_rollovers_reuse(tmp_path: Path) -> None:
+    with Wal.open(tmp_path, RECYCLING) as wal:
+        entries = fill(wal, 0, 60)
+        wal.sync()
+        assert wal.segment_count() >= 5
+        trimmed = segment_files(tmp_path)[:-1]
+        trimmed_inodes = {path.stat().st_ino for path in trimmed}
+        first = wal.trim_before(wal.last_offset)
+        spares = sorted(tmp_path.glob("*.spare"))
+        # Two kept (all zeros, the size they had), the rest deleted.
+        assert len(spares) == 2
+        spare_inodes = {spare.stat().st_ino for spare in spares}
+        assert spare_inodes <= trimmed_inodes
+        assert all(spare.read_bytes().count(0) == spare.stat().st_size for spare in spares)
+        # The next rollovers take the spares' files instead of new ones.
+        kept = [entry for entry in entries if entry.offset >= first]
+        while wal.segment_count() < 3:
+            kept += fill(wal, wal.last_offset + 1, 1)
+        wal.sync()
+        assert not list(tmp_path.glob("*.spare"))
+        assert {path.stat().st_ino for path in segment_files(tmp_path)[1:]} == spare_inodes
+    # The reused files hold only their new records: nothing from their previous life.
+    with Wal.open(tmp_path, RECYCLING) as wal:
+        assert list(wal.read(first)) == kept
+
+
+def test_spares_survive_a_reopen_and_an_interrupted_zeroing_is_deleted(tmp_path: Path) -> None:
+    with Wal.open(tmp_path, RECYCLING) as wal:
+        fill(wal, 0, 60)
+        wal.sync()
+        wal.trim_before(wal.last_offset)
+    (tmp_path / "00000000000000000001.zeroing").write_bytes(b"stale records")
+    with Wal.open(tmp_path, WalOptions(segment_size_bytes=2048, spare_segments=1)) as wal:
+        # Fewer spares allowed now: the extra one goes, and so does the half-zeroed file.
+        assert len(list(tmp_path.glob("*.spare"))) == 1
+        assert not list(tmp_path.glob("*.zeroing"))
+        assert wal.first_offset >= 0

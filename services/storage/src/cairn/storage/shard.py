@@ -58,6 +58,7 @@ from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import replication_pb2 as rpb
 from cairn.proto import storage_internal_pb2 as internal_pb
 from cairn.storage.config import (
+    DEFAULT_WAL_SPARE_SEGMENTS,
     DEFAULT_WAL_ZERO_FILL_BYTES,
     Limits,
     ReplicationSettings,
@@ -344,6 +345,7 @@ class ShardReplica:
             WalOptions(
                 segment_size_bytes=wal_segment_size_bytes,
                 zero_fill_ahead_bytes=wal_zero_fill_bytes,
+                spare_segments=DEFAULT_WAL_SPARE_SEGMENTS,
             ),
         )
         return cls(

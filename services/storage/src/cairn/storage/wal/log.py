@@ -20,7 +20,12 @@ from cairn.storage.wal.record import (
     check_entry,
     encode_into,
 )
-from cairn.storage.wal.segment import Segment, parse_segment_file_name
+from cairn.storage.wal.segment import (
+    SPARE_SUFFIX,
+    ZEROING_SUFFIX,
+    Segment,
+    parse_segment_file_name,
+)
 
 _MiB = 1024 * 1024
 
@@ -37,6 +42,11 @@ class WalOptions:
     # left), so that appends overwrite blocks already written and their fdatasync has no
     # file size or block mapping to commit (see segment.py). 0: plain appends.
     zero_fill_ahead_bytes: int = 0
+    # Keep up to this many trimmed segment files, zeroed, for the next segments to
+    # reuse: deleting a file on a disk mounted with `discard` stalls every fsync on
+    # the device (trimming five 64 MiB segments: ~500 ms of slow fsyncs, against
+    # ~90 ms for zeroing them, measured here). Trims beyond the spares still delete.
+    spare_segments: int = 0
 
     def __post_init__(self) -> None:
         if self.segment_size_bytes <= 0:
@@ -47,6 +57,8 @@ class WalOptions:
             raise ValueError(
                 f"zero_fill_ahead_bytes must be >= 0, got {self.zero_fill_ahead_bytes}"
             )
+        if self.spare_segments < 0:
+            raise ValueError(f"spare_segments must be >= 0, got {self.spare_segments}")
 
 
 _DEFAULT_OPTIONS = WalOptions()
@@ -94,6 +106,8 @@ class Wal:
         self._unsynced_sealed: list[Segment] = []
         self._directory_changes = 0
         self._directory_changes_synced = 0
+        # Zeroed files left by trims, for rollovers to reuse (see WalOptions).
+        self._spares: list[Path] = []
 
     @classmethod
     def open(cls, directory: Path, options: WalOptions = _DEFAULT_OPTIONS) -> Wal:
@@ -124,6 +138,7 @@ class Wal:
                     )
                 )
             wal = cls(directory, options, segments)
+            wal._spares = _recover_spares(directory, options.spare_segments)
             if segments:
                 # Recovery promises synced_offset == last_offset: make it true even if the
                 # previous process died with records only in the page cache.
@@ -223,7 +238,10 @@ class Wal:
         Nothing is synced here (this runs on the appending thread): the next ``sync``
         flushes the sealed segment and the directory before it reports their entries."""
         with self._lock:
-            new = Segment.create(self._directory, base_offset)
+            if self._spares:
+                new = Segment.reuse(self._spares.pop(), self._directory, base_offset)
+            else:
+                new = Segment.create(self._directory, base_offset)
             old = self._segments[-1] if self._segments else None
             self._segments.append(new)
             if old is not None:
@@ -370,10 +388,20 @@ class Wal:
                 self._last_term = -1
             first_offset = self.first_offset
         # Oldest first, so a crash part way leaves a suffix of the log (still chained).
+        with self._lock:
+            room = self._options.spare_segments - len(self._spares)
+            taken_names = {spare.name for spare in self._spares}
+        spares: list[Path] = []
         for segment in removed:
-            segment.delete()
+            # (A spare of the same name can only come from before a reset.)
+            if len(spares) < room and segment.path.stem + SPARE_SUFFIX not in taken_names:
+                spares.append(segment.retire_as_spare())
+            else:
+                segment.delete()
         if removed:
             fsync_directory(self._directory)
+        with self._lock:
+            self._spares.extend(spares)
         return first_offset
 
     def reset(self, next_offset: int) -> None:
@@ -477,6 +505,18 @@ class Wal:
         self._check_open()
         if self._failure is not None:
             raise WalError(f"WAL in {self._directory} failed earlier: {self._failure}")
+
+
+def _recover_spares(directory: Path, keep: int) -> list[Path]:
+    """The spare files a previous run left, at most ``keep`` (the rest, and any file
+    whose zeroing a crash interrupted, are deleted)."""
+    spares: list[Path] = []
+    for path in sorted(directory.iterdir()):
+        if path.suffix == SPARE_SUFFIX and len(spares) < keep:
+            spares.append(path)
+        elif path.suffix in (SPARE_SUFFIX, ZEROING_SUFFIX):
+            path.unlink()
+    return spares
 
 
 def _base_offset(segment: Segment) -> int:

@@ -50,6 +50,12 @@ def segment_file_name(base_offset: int) -> str:
     return f"{base_offset:020d}.wal"
 
 
+# A retired segment file kept for reuse: all zeros (and synced) under SPARE_SUFFIX, being
+# zeroed under ZEROING_SUFFIX. Neither name is a segment's, so recovery never reads them.
+SPARE_SUFFIX = ".spare"
+ZEROING_SUFFIX = ".zeroing"
+
+
 def parse_segment_file_name(name: str) -> int | None:
     """The base offset encoded in a segment file name, or None if it is not a segment."""
     match = _FILE_NAME.match(name)
@@ -83,6 +89,40 @@ class Segment:
         # O_EXCL: a file already there would mean the in-memory view of the log is wrong.
         fd = os.open(path, _OPEN_FLAGS_WRITE | os.O_CREAT | os.O_EXCL, 0o644)
         return cls(path, base_offset, array("Q"), 0, fd)
+
+    @classmethod
+    def reuse(cls, spare: Path, directory: Path, base_offset: int) -> Segment:
+        """Turn a spare file (all zeros) into an empty segment whose zero-filled room is
+        the whole file. The caller fsyncs the directory."""
+        path = directory / segment_file_name(base_offset)
+        # link, then unlink the spare's name: fails if the segment exists (like O_EXCL
+        # in create), and no blocks are freed (an unlink that frees them waits for
+        # discards on some disks, stalling every fsync on the device).
+        os.link(spare, path)
+        os.unlink(spare)
+        fd = os.open(path, _OPEN_FLAGS_WRITE)
+        return cls(path, base_offset, array("Q"), 0, fd, allocated_bytes=os.fstat(fd).st_size)
+
+    def retire_as_spare(self) -> Path:
+        """Leave the log as a spare file: renamed out of the log first (like a deletion,
+        as far as recovery sees), then zeroed whole and synced, then marked spare. A
+        crash part way leaves a file named ZEROING_SUFFIX, which Wal.open deletes."""
+        self.close()
+        zeroing = self.path.with_suffix(ZEROING_SUFFIX)
+        spare = self.path.with_suffix(SPARE_SUFFIX)
+        os.rename(self.path, zeroing)
+        fd = os.open(zeroing, _OPEN_FLAGS_WRITE)
+        try:
+            size = os.fstat(fd).st_size
+            position = 0
+            while position < size:
+                chunk = min(len(_ZEROS), size - position)
+                position += os.pwrite(fd, memoryview(_ZEROS)[:chunk], position)
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        os.rename(zeroing, spare)
+        return spare
 
     @classmethod
     def recover(
