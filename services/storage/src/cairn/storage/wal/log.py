@@ -72,7 +72,9 @@ class Wal:
     ``zero_fill_ahead_bytes`` keeps some), so they survive a crash of this process. They survive
     power loss or an OS crash only once ``sync`` has returned (equivalently once
     ``synced_offset >= offset``). ``truncate_after``, ``trim_before`` and ``reset`` are
-    durable when they return.
+    durable when they return. Trimmed segment files kept as spares are out of the log
+    (renamed) before they are zeroed, and a rollover reuses one only once it is all
+    zeros and synced, so no record of a spare's previous life can be read back.
 
     Threading contract: ``append``/``append_many`` and every other method run on one thread
     (the event loop), except ``sync`` (which also tops up the zero-filled room, under
