@@ -118,9 +118,10 @@ class Wal:
         if not directory.is_dir():
             directory.mkdir(parents=True, exist_ok=True)
             fsync_directory(directory.parent)
+        listing = sorted(directory.iterdir())
         found = sorted(
             (base, path)
-            for path in directory.iterdir()
+            for path in listing
             if (base := parse_segment_file_name(path.name)) is not None
         )
         segments: list[Segment] = []
@@ -140,7 +141,7 @@ class Wal:
                     )
                 )
             wal = cls(directory, options, segments)
-            wal._spares = _recover_spares(directory, options.spare_segments)
+            wal._spares = _recover_spares(listing, options.spare_segments)
             if segments:
                 # Recovery promises synced_offset == last_offset: make it true even if the
                 # previous process died with records only in the page cache.
@@ -509,11 +510,11 @@ class Wal:
             raise WalError(f"WAL in {self._directory} failed earlier: {self._failure}")
 
 
-def _recover_spares(directory: Path, keep: int) -> list[Path]:
-    """The spare files a previous run left, at most ``keep`` (the rest, and any file
-    whose zeroing a crash interrupted, are deleted)."""
+def _recover_spares(listing: list[Path], keep: int) -> list[Path]:
+    """The spare files a previous run left in the WAL folder (``listing``), at most
+    ``keep`` (the rest, and any file whose zeroing a crash interrupted, are deleted)."""
     spares: list[Path] = []
-    for path in sorted(directory.iterdir()):
+    for path in listing:
         if path.suffix == SPARE_SUFFIX and len(spares) < keep:
             spares.append(path)
         elif path.suffix in (SPARE_SUFFIX, ZEROING_SUFFIX):

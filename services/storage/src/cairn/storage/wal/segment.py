@@ -56,6 +56,13 @@ SPARE_SUFFIX = ".spare"
 ZEROING_SUFFIX = ".zeroing"
 
 
+def _write_zeros(fd: int, start_bytes: int, end_bytes: int) -> None:
+    position = start_bytes
+    while position < end_bytes:
+        size = min(len(_ZEROS), end_bytes - position)
+        position += os.pwrite(fd, memoryview(_ZEROS)[:size], position)
+
+
 def parse_segment_file_name(name: str) -> int | None:
     """The base offset encoded in a segment file name, or None if it is not a segment."""
     match = _FILE_NAME.match(name)
@@ -113,11 +120,7 @@ class Segment:
         os.rename(self.path, zeroing)
         fd = os.open(zeroing, _OPEN_FLAGS_WRITE)
         try:
-            size = os.fstat(fd).st_size
-            position = 0
-            while position < size:
-                chunk = min(len(_ZEROS), size - position)
-                position += os.pwrite(fd, memoryview(_ZEROS)[:chunk], position)
+            _write_zeros(fd, 0, os.fstat(fd).st_size)
             os.fdatasync(fd)
         finally:
             os.close(fd)
@@ -226,10 +229,9 @@ class Segment:
         """Fill the file with zeros from the end of its room to ``end_bytes``. Made durable
         by the next sync, like an append; a crash before that leaves a shorter file or
         zeros, both a clean end to recovery."""
-        fd = self.fd
-        while self.allocated_bytes < end_bytes:
-            size = min(len(_ZEROS), end_bytes - self.allocated_bytes)
-            self.allocated_bytes += os.pwrite(fd, memoryview(_ZEROS)[:size], self.allocated_bytes)
+        if end_bytes > self.allocated_bytes:
+            _write_zeros(self.fd, self.allocated_bytes, end_bytes)
+            self.allocated_bytes = end_bytes
 
     def truncate(self, keep_count: int) -> None:
         """Keep only the first ``keep_count`` records; durable when it returns."""
