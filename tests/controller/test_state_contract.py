@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from kubernetes.client import (
+    ApiClient,
     CoordinationV1Api,
     CustomObjectsApi,
     V1Lease,
@@ -620,3 +621,39 @@ def test_changes_resume_after_the_watch_times_out(fake_kube: FakeKubeServer) -> 
             await changes.aclose()
 
     run(scenario())
+
+
+def test_releasing_as_a_renewal_completes_ends_the_renewals(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Python 3.11's asyncio.wait_for returns the inner result when a cancellation
+    # arrives as that inner call completes, swallowing the cancellation: a keeper
+    # renewing through it went on renewing a lease given up, and release() hung.
+    from cairn.controller.state import kube_store
+
+    async def scenario() -> None:
+        lock = KubernetesLeaderLock(
+            ApiClient(), "cairn", "lease", "me", renew_interval_s=0.01, retry_interval_s=0.01
+        )
+        renewals = 0
+        releasing: asyncio.Task[None] | None = None
+        release_started = asyncio.Event()
+
+        async def answer_at_once(what: str, function: Callable[[], Any]) -> Any:
+            nonlocal renewals, releasing
+            if function == lock._renew:
+                renewals += 1
+                if renewals == 2:  # released while this renewal returns
+                    releasing = asyncio.create_task(lock.release())
+                    release_started.set()
+            return None if function == lock._clear else True
+
+        monkeypatch.setattr(kube_store, "_call", answer_at_once)
+        await lock.acquire()
+        async with asyncio.timeout(5):
+            await release_started.wait()
+            assert releasing is not None
+            await releasing
+        assert renewals == 2
+
+    asyncio.run(scenario())

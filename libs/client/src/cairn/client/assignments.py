@@ -117,7 +117,8 @@ class ShardMapFollower:
             return
         self._changed.clear()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._changed.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await self._changed.wait()
 
     def _addresses(self) -> list[str]:
         known = list(self._seeds)

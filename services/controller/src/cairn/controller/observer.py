@@ -224,7 +224,8 @@ class Observer:
         while not self._closed and name in self._nodes:
             node = self._nodes[name]
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(node.poll_now.wait(), interval_s)
+                async with asyncio.timeout(interval_s):
+                    await node.poll_now.wait()
             node.poll_now.clear()
             if node.view.alive:
                 await self._poll_once(name)

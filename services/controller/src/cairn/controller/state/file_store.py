@@ -167,7 +167,8 @@ class FileStateStore:
                 last_version = state.version
                 yield state
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._closed.wait(), self.poll_interval_s)
+                async with asyncio.timeout(self.poll_interval_s):
+                    await self._closed.wait()
 
     async def close(self) -> None:
         self._closed.set()

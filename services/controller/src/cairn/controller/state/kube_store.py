@@ -620,9 +620,11 @@ class KubernetesLeaderLock:
             try:
                 # Past the deadline others may take the lease: stop waiting for an
                 # answer then (a late renewal only delays them by one lease).
-                ours = await asyncio.wait_for(
-                    _call(f"renew {self._what}", self._renew), remaining_s
-                )
+                # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a
+                # cancellation (release()) that arrives as the renewal completes,
+                # and this loop would then renew a lease given up.
+                async with asyncio.timeout(remaining_s):
+                    ours = await _call(f"renew {self._what}", self._renew)
             except (StateUnavailable, StateConflict, TimeoutError) as error:
                 log.warning("renewing %s failed: %s", self._what, error)
                 interval_s = self.retry_interval_s
