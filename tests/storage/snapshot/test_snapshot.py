@@ -273,10 +273,11 @@ class ScanSpy(MemoryKv):
         self.scanned: list[Column] = []
 
     def scan(
-        self, column: Column, start: bytes, end: bytes | None
+        self, column: Column, start: bytes, end: bytes | None, *, bulk: bool = False
     ) -> Iterator[tuple[bytes, bytes]]:
+        assert bulk, "a snapshot reads whole columns: a bulk scan"
         self.scanned.append(column)
-        return super().scan(column, start, end)
+        return super().scan(column, start, end, bulk=bulk)
 
 
 def test_both_iterators_are_opened_by_the_call() -> None:

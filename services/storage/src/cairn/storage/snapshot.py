@@ -109,7 +109,9 @@ def snapshot_chunks(
             f"chunk limits must be >= 1, got {max_chunk_records} records, {max_chunk_bytes} bytes"
         )
     # KvReader.scan creates its iterator (and RocksDB its implicit snapshot) eagerly.
-    scans = [(number, kv.scan(column, b"", None)) for number, column in WIRE_COLUMNS.items()]
+    scans = [
+        (number, kv.scan(column, b"", None, bulk=True)) for number, column in WIRE_COLUMNS.items()
+    ]
     return _chunks(scans, header, max_chunk_records, max_chunk_bytes)
 
 

@@ -31,7 +31,7 @@ class MemoryKv:
         return self._columns[column].values.get(key)
 
     def scan(
-        self, column: Column, start: bytes, end: bytes | None
+        self, column: Column, start: bytes, end: bytes | None, *, bulk: bool = False
     ) -> Iterator[tuple[bytes, bytes]]:
         data = self._columns[column]
         low = bisect.bisect_left(data.keys, start)

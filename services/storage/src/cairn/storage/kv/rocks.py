@@ -69,20 +69,26 @@ class RocksKv:
         # RocksDB's own WAL stays on (unsynced): it makes each batch atomic across
         # columns and survive a process crash; our WAL covers power loss.
         self._write_options = rocksdict.WriteOptions()
+        self._read = rocksdict.ReadOptions()
+        # Measured: a snapshot of a 1 GiB shard grew its sender by 47 MiB (26 MiB at
+        # 256 MiB), all of it blocks the scan loaded into the cache; 0 MiB without.
+        self._bulk_read = rocksdict.ReadOptions()
+        # (rocksdict's stub declares fill_cache without its argument; it takes one.)
+        self._bulk_read.fill_cache(False)  # type: ignore[call-arg]
 
     def get(self, column: Column, key: bytes) -> bytes | None:
         value: bytes | None = self._columns[column].get(key)
         return value
 
     def scan(
-        self, column: Column, start: bytes, end: bytes | None
+        self, column: Column, start: bytes, end: bytes | None, *, bulk: bool = False
     ) -> Iterator[tuple[bytes, bytes]]:
         if end is not None and end <= start:
             return iter(())
         # A plain iterator reads the implicit snapshot taken at its creation. The
         # end bound is checked here: rocksdict's iterate_upper_bound was seen to end
         # scans early (a property test found a key it skipped).
-        iterator = self._columns[column].iter()
+        iterator = self._columns[column].iter(self._bulk_read if bulk else self._read)
         iterator.seek(start)
         return _forward(iterator, end)
 

@@ -34,11 +34,13 @@ class KvReader(Protocol):
     def get(self, column: Column, key: bytes) -> bytes | None: ...
 
     def scan(
-        self, column: Column, start: bytes, end: bytes | None
+        self, column: Column, start: bytes, end: bytes | None, *, bulk: bool = False
     ) -> Iterator[tuple[bytes, bytes]]:
         """Items with start <= key < end (no upper bound if end is None), ascending.
 
-        The iterator reads one consistent view, taken when it is created."""
+        The iterator reads one consistent view, taken when it is created. `bulk`: a
+        read of much of the column (a snapshot), kept out of the block cache so that
+        it neither evicts what point reads use nor grows the process with the data."""
         ...
 
     def floor(self, column: Column, key: bytes, inclusive: bool) -> tuple[bytes, bytes] | None:
