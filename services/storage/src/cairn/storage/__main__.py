@@ -25,6 +25,7 @@ from cairn.storage.config import (
     DEFAULT_WAL_RETENTION_BYTES,
     DEFAULT_WAL_RETENTION_MS,
     DEFAULT_WAL_SEGMENT_BYTES,
+    DEFAULT_WAL_SPARE_SEGMENTS,
     DEFAULT_WAL_ZERO_FILL_BYTES,
     Limits,
     NamespaceConfig,
@@ -163,6 +164,13 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
             " commit no file growth (0: plain appends)",
         )
         command.add_argument(
+            "--wal-spare-segments",
+            type=int,
+            default=DEFAULT_WAL_SPARE_SEGMENTS,
+            help="trimmed WAL segments kept per shard, zeroed, for later rollovers to reuse"
+            " (deleting files stalls every sync on some disks; 0: delete them)",
+        )
+        command.add_argument(
             "--wal-retention-bytes",
             type=int,
             default=DEFAULT_WAL_RETENTION_BYTES,
@@ -193,6 +201,13 @@ def _limits(args: argparse.Namespace) -> Limits:
         )
     except ValueError as error:
         raise SystemExit(f"cairn-storage: {error}") from None
+
+
+def _wal_spare_segments(args: argparse.Namespace) -> int:
+    if args.wal_spare_segments < 0:
+        raise SystemExit("cairn-storage: --wal-spare-segments must be >= 0")
+    spare_segments: int = args.wal_spare_segments
+    return spare_segments
 
 
 def _wal_retention(args: argparse.Namespace) -> WalRetention:
@@ -292,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
             internal_advertised_address=args.internal_advertise,
             wal_segment_size_bytes=args.wal_segment_bytes,
             wal_zero_fill_bytes=args.wal_zero_fill_bytes,
+            wal_spare_segments=_wal_spare_segments(args),
             wal_retention=_wal_retention(args),
             limits=_limits(args),
         )
@@ -306,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         namespaces=namespaces,
         wal_segment_size_bytes=args.wal_segment_bytes,
         wal_zero_fill_bytes=args.wal_zero_fill_bytes,
+        wal_spare_segments=_wal_spare_segments(args),
         wal_retention=_wal_retention(args),
         limits=_limits(args),
     )

@@ -159,6 +159,7 @@ class StandaloneConfig:
     limits: Limits = field(default_factory=Limits)
     wal_segment_size_bytes: int = DEFAULT_WAL_SEGMENT_BYTES
     wal_zero_fill_bytes: int = DEFAULT_WAL_ZERO_FILL_BYTES
+    wal_spare_segments: int = DEFAULT_WAL_SPARE_SEGMENTS
     # Once a shard's WAL is larger than this, or its entries older, the segments the
     # KV durably holds are deleted (the active segment always stays).
     wal_retention: WalRetention = field(
@@ -193,6 +194,7 @@ class NodeConfig:
     replication: ReplicationSettings = field(default_factory=ReplicationSettings)
     wal_segment_size_bytes: int = DEFAULT_WAL_SEGMENT_BYTES
     wal_zero_fill_bytes: int = DEFAULT_WAL_ZERO_FILL_BYTES
+    wal_spare_segments: int = DEFAULT_WAL_SPARE_SEGMENTS
     wal_retention: WalRetention = field(
         default_factory=lambda: WalRetention(DEFAULT_WAL_RETENTION_BYTES, DEFAULT_WAL_RETENTION_MS)
     )

@@ -119,6 +119,7 @@ class NodeServer:
             config.wal_retention,
             config.replication,
             wal_zero_fill_bytes=config.wal_zero_fill_bytes,
+            wal_spare_segments=config.wal_spare_segments,
         )
 
     # -- coordination.ReplicaHost ----------------------------------------------------

@@ -335,6 +335,7 @@ class ShardReplica:
         wal_retention: WalRetention | None = None,
         replication: ReplicationSettings | None = None,
         wal_zero_fill_bytes: int = DEFAULT_WAL_ZERO_FILL_BYTES,
+        wal_spare_segments: int = DEFAULT_WAL_SPARE_SEGMENTS,
     ) -> ShardReplica:
         directory.mkdir(parents=True, exist_ok=True)
         # A snapshot install that a crash interrupted is finished first.
@@ -345,7 +346,7 @@ class ShardReplica:
             WalOptions(
                 segment_size_bytes=wal_segment_size_bytes,
                 zero_fill_ahead_bytes=wal_zero_fill_bytes,
-                spare_segments=DEFAULT_WAL_SPARE_SEGMENTS,
+                spare_segments=wal_spare_segments,
             ),
         )
         return cls(

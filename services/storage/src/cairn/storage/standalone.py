@@ -256,6 +256,7 @@ class StandaloneServer:
                     config.wal_segment_size_bytes,
                     config.wal_retention,
                     wal_zero_fill_bytes=config.wal_zero_fill_bytes,
+                    wal_spare_segments=config.wal_spare_segments,
                 )
                 replicas[shard_id] = replica
                 await lead_alone(replica, Member(self.address, self.address))
