@@ -124,13 +124,14 @@ class _Run:
             await self._open_loop(workload, self.schedule)
 
     async def _closed_loop(self, workload: Workload) -> None:
-        end_s = self.window.end_s
-        await _sleep_until(self.window.start_s)
-        while True:
-            started_s = time.monotonic()
-            if started_s >= end_s:
-                return
+        start_s, end_s = self.window.start_s, self.window.end_s
+        await _sleep_until(start_s)
+        # The first operation counts from the window's start even if the timer woke
+        # a little before it (see _sleep_until): with no warmup, nothing is warmup.
+        started_s = max(time.monotonic(), start_s)
+        while started_s < end_s:
             await self._one(workload, started_s)
+            started_s = time.monotonic()
 
     async def _open_loop(self, workload: Workload, schedule: RateSchedule) -> None:
         end_s = self.window.end_s
@@ -200,6 +201,9 @@ class _Run:
 async def _sleep_until(at_s: float) -> None:
     # The loop's timers may fire a little early by this clock: sleep again then, so
     # that nothing meant for after `at_s` (a slot, an interval's end) runs before it.
+    # uvloop's timers count whole milliseconds, and a remainder under one is a zero
+    # delay, so there the retries can all come back early: this may return up to a
+    # millisecond before `at_s` (callers that classify by time take that into account).
     for _ in range(MAX_EARLY_WAKEUPS):
         delay_s = at_s - time.monotonic()
         if delay_s <= 0:
