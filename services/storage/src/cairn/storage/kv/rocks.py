@@ -8,6 +8,7 @@ from typing import Any
 
 import rocksdict
 
+from cairn.storage.kv.background import lower_background_priority
 from cairn.storage.kv.store import Change, Column
 
 # A small memtable: inserting random keys into a large skiplist is cache-miss bound
@@ -66,6 +67,7 @@ class RocksKv:
         self._handles: dict[Column, Any] = {
             column: self._db.get_column_family_handle(column.value) for column in Column
         }
+        lower_background_priority()
         # RocksDB's own WAL stays on (unsynced): it makes each batch atomic across
         # columns and survive a process crash; our WAL covers power loss.
         self._write_options = rocksdict.WriteOptions()
