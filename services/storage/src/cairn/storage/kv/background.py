@@ -29,24 +29,20 @@ MAX_NICE = 19
 _TASKS = Path("/proc/self/task")
 
 
-def lower_background_priority(increment: int = BACKGROUND_NICE) -> int:
-    """Raise the nice value of this process's RocksDB threads to `increment` above
-    the process's own (never lowering one already higher). Idempotent: call it after
-    each database opens (RocksDB starts its shared pool with the first). Returns how
-    many RocksDB threads it found (each now at that nice value, or a higher one)."""
+def lower_background_priority() -> None:
+    """Raise the nice value of this process's RocksDB threads to BACKGROUND_NICE
+    above the process's own (never lowering one already higher). Idempotent: call
+    it after each database opens (RocksDB starts its shared pool with the first)."""
     try:
         tids = [int(name) for name in os.listdir(_TASKS)]
     except OSError:
-        return 0
-    target = min(os.getpriority(os.PRIO_PROCESS, os.getpid()) + increment, MAX_NICE)
-    lowered = 0
+        return
+    target = min(os.getpriority(os.PRIO_PROCESS, os.getpid()) + BACKGROUND_NICE, MAX_NICE)
     for tid in tids:
         try:
             if not (_TASKS / str(tid) / "comm").read_text().startswith(THREAD_NAME_PREFIX):
                 continue
             if os.getpriority(os.PRIO_PROCESS, tid) < target:
                 os.setpriority(os.PRIO_PROCESS, tid, target)
-            lowered += 1
         except OSError as error:  # the thread ended, or we may not: run as is
             log.debug("could not lower the priority of thread %d: %s", tid, error)
-    return lowered
