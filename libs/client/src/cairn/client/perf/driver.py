@@ -126,12 +126,11 @@ class _Run:
     async def _closed_loop(self, workload: Workload) -> None:
         start_s, end_s = self.window.start_s, self.window.end_s
         await _sleep_until(start_s)
-        # The first operation counts from the window's start even if the timer woke
-        # a little before it (see _sleep_until): with no warmup, nothing is warmup.
-        started_s = max(time.monotonic(), start_s)
-        while started_s < end_s:
+        # Operations count from the window's start even if the timer woke a little
+        # before it (see _sleep_until): with no warmup, nothing is warmup. That holds
+        # for every operation, not just the first: a fast one can end before it too.
+        while (started_s := max(time.monotonic(), start_s)) < end_s:
             await self._one(workload, started_s)
-            started_s = time.monotonic()
 
     async def _open_loop(self, workload: Workload, schedule: RateSchedule) -> None:
         end_s = self.window.end_s
