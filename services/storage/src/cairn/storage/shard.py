@@ -982,10 +982,10 @@ class ShardReplica:
         return self.wal.get(offset).timestamp_ms
 
     def _trim_wal(self, before_offset: int) -> int:
-        """Delete segments below `before_offset` (applied ones only): once RocksDB's
-        own log is synced, every applied entry survives power loss in the KV, and
-        replay never needs it again. Returns the WAL's new first offset."""
-        self.kv.sync()
+        """Delete segments below `before_offset` (applied ones only): once the KV
+        is persisted, every applied entry survives power loss in it, and replay
+        never needs it again. Returns the WAL's new first offset."""
+        self.kv.persist()
         return self.wal.trim_before(before_offset)
 
     # ---- notifications --------------------------------------------------------------
@@ -1069,8 +1069,9 @@ class ShardReplica:
                 try:
                     state, results = self._apply_group(group)
                     # Inline on purpose: rocksdict holds the GIL while RocksDB writes,
-                    # so a worker thread would only add hand-off cost.
-                    self.kv.write(state.changes())
+                    # so a worker thread would only add hand-off cost. Unlogged: a
+                    # crash loses the batch, and the WAL (kept until `persist`) redoes it.
+                    self.kv.write_unlogged(state.changes())
                     state.written()
                 except Exception as error:
                     self._fail(error)

@@ -63,7 +63,13 @@ class MemoryKv:
             else:
                 self._columns[column].put(key, value)
 
+    def write_unlogged(self, changes: Sequence[Change]) -> None:
+        self.write(changes)
+
     def sync(self) -> None:
+        pass
+
+    def persist(self) -> None:
         pass
 
     def close(self) -> None:

@@ -6,12 +6,19 @@ does; internal state (commit offset, term, and later sessions, indexes,
 notifications) lives in other columns, so an internal key can never show up
 in a client's list, scan or floor/ceiling answer.
 
-Durability contract of `write`: the changes are applied atomically (all or
-none, across columns) and survive a crash of the process once `write` returns;
-they may be lost on power loss until `sync` returns. The replica's WAL is what
-makes acknowledged writes survive power loss: the commit offset is written in
-the same atomic batch as the data it covers, and WAL entries past it are
-re-applied on restart.
+Two kinds of write, with two durability contracts:
+
+- `write`: the changes are applied atomically (all or none, across columns) and
+  survive a crash of the process once `write` returns; they may be lost on power
+  loss until `sync` returns. For state nothing else can rebuild (the term, a
+  snapshot's log base).
+- `write_unlogged`: as atomic, but the changes may be lost in any crash until
+  `persist` returns. What a crash keeps is a prefix of these writes, in the order
+  they were made (never a later batch without an earlier one). For the apply
+  step, whose writes the replica's WAL can redo: the commit offset is written in
+  the same atomic batch as the data it covers, and WAL entries past it are
+  re-applied on restart, so the WAL must keep every entry past the last
+  `persist` (trimming calls it first).
 """
 
 from __future__ import annotations
@@ -55,8 +62,15 @@ class KvReader(Protocol):
 class KvStore(KvReader, Protocol):
     def write(self, changes: Sequence[Change]) -> None: ...
 
+    def write_unlogged(self, changes: Sequence[Change]) -> None: ...
+
     def sync(self) -> None:
-        """Make every write that returned durable against power loss."""
+        """Make every `write` that returned durable against power loss."""
+        ...
+
+    def persist(self) -> None:
+        """Make every write that returned, `write_unlogged` ones included, durable
+        against power loss."""
         ...
 
     def close(self) -> None: ...
