@@ -19,13 +19,6 @@ from cairn.storage.kv.store import Change, Column
 RECORDS_MEMTABLE_BYTES = 4 * 1024 * 1024
 MAX_MEMTABLES = 4
 BLOOM_BITS_PER_KEY = 10
-# Level-0 files gathered before they are compacted into level 1 (RocksDB's default
-# is 4). Each such compaction rewrites all of level 1, which holds every live key
-# when keys are rewritten often, as metadata is: twice the files per compaction is
-# half the rewriting per byte flushed, and fewer of the write bursts that delay
-# the WAL's fsyncs. Point reads probe more files, each behind a bloom filter. rf=3
-# write p99 at 24k ops/s: 19.5 ms median vs 35 ms at 4 (12 was no better than 8).
-LEVEL0_FILES_PER_COMPACTION = 8
 BACKGROUND_JOBS = 2
 # The apply step's batches skip RocksDB's own log (`write_unlogged`); only rare
 # writes (the term, a snapshot's log base) go through it. Unlogged batches need
@@ -59,7 +52,6 @@ def _column_options(column: Column) -> Any:
     if column is Column.RECORDS:
         options.set_write_buffer_size(RECORDS_MEMTABLE_BYTES)
         options.set_max_write_buffer_number(MAX_MEMTABLES)
-        options.set_level_zero_file_num_compaction_trigger(LEVEL0_FILES_PER_COMPACTION)
         # More, smaller L0 files: bloom filters keep point reads of absent keys cheap.
         table = rocksdict.BlockBasedOptions()
         table.set_bloom_filter(BLOOM_BITS_PER_KEY, False)
