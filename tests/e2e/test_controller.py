@@ -208,6 +208,9 @@ def test_replication_factor_goes_3_to_1_to_3_on_a_live_namespace(
 ) -> None:
     h = harness()
     oxia_writer = h.oxia_writer()
+    # Writes flowing before the first change: the writer process takes a moment to
+    # start, and the changes alone may finish before its first put otherwise.
+    _wait(lambda: bool(oxia_writer.acked()), "the oxia writer's first put", 60.0)
     h.bench.start_probes()
     for factor in (1, 3):
         answer = h.admin().put(
