@@ -128,7 +128,6 @@ class Segment:
             # the disk in one burst that held the WAL's fsyncs (every shard's on this
             # disk) up for 100 ms and more; a chunk delays them by a few ms at most.
             _write_zeros(fd, 0, os.fstat(fd).st_size, sync_each=True)
-            os.fdatasync(fd)
         finally:
             os.close(fd)
         os.rename(zeroing, spare)
