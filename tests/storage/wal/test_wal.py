@@ -123,21 +123,36 @@ def test_reopen_keeps_everything(tmp_path: Path) -> None:
         assert wal.last_term == 4
 
 
-def test_killed_process_keeps_appended_records(tmp_path: Path) -> None:
-    # The durability contract: after append returns the record is in the OS, so a process
-    # that dies without close() or sync() has not lost it.
+@pytest.mark.parametrize("room_bytes", [0, 1024])
+def test_killed_process_keeps_a_prefix_with_every_synced_record(
+    tmp_path: Path, room_bytes: int
+) -> None:
+    # The durability contract: a process that dies without close() keeps every synced
+    # record and the records of every segment it rolled over from (their bytes reach the
+    # OS before the next file exists); the rest may be lost, but only as a suffix, and
+    # the log opens cleanly. With zero-filled room, appends that fit it are written by
+    # the next sync; without, by the append.
     script = f"""
 import os
 from pathlib import Path
 from cairn.storage.wal import Wal, WalEntry, WalOptions
-wal = Wal.open(Path({str(tmp_path)!r}), WalOptions(segment_size_bytes=2048))
+options = WalOptions(segment_size_bytes=2048, zero_fill_ahead_bytes={room_bytes})
+wal = Wal.open(Path({str(tmp_path)!r}), options)
 for offset in range(100):
     wal.append(WalEntry(1, offset, 0, bytes([offset]) * offset))
+    if offset == 59:
+        wal.sync()
+print(wal.segment_count(), flush=True)
 os._exit(0)
 """
-    subprocess.run([sys.executable, "-c", script], check=True)
+    run = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True)
     with Wal.open(tmp_path, SMALL_SEGMENTS) as wal:
-        assert [e.payload for e in wal.read(0)] == [bytes([i]) * i for i in range(100)]
+        recovered = [e.payload for e in wal.read(0)]
+        assert recovered == [bytes([i]) * i for i in range(len(recovered))]
+        assert len(recovered) >= 60
+        # Every segment but the active one was complete when the process died.
+        assert wal.segment_count() == int(run.stdout)
+        assert wal.last_offset >= int(segment_files(tmp_path)[-1].stem) - 1
 
 
 # -- segments ---------------------------------------------------------------------------------
@@ -587,8 +602,12 @@ def test_sync_publishes_synced_offset(tmp_path: Path) -> None:
         assert wal.sync() == 10
 
 
-def test_sync_in_another_thread_while_appending_with_rollovers(tmp_path: Path) -> None:
-    options = WalOptions(segment_size_bytes=4096)
+@pytest.mark.parametrize("room_bytes", [0, 1024])
+def test_sync_in_another_thread_while_appending_with_rollovers(
+    tmp_path: Path, room_bytes: int
+) -> None:
+    # With room, most appends are written by the syncing thread, racing rollovers.
+    options = WalOptions(segment_size_bytes=4096, zero_fill_ahead_bytes=room_bytes)
     stop = threading.Event()
     observed: list[int] = []
     errors: list[BaseException] = []
@@ -663,6 +682,125 @@ def test_sync_keeps_zero_filled_room_ahead_that_appends_write_over(tmp_path: Pat
         assert list(wal.read(0)) == entries
         assert path.stat().st_size == len(data)
         entries += fill(wal, 50, 5)
+    with Wal.open(tmp_path, ZERO_FILLED) as wal:
+        assert list(wal.read(0)) == entries
+
+
+def _record_nonzero_writes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bytes]]:
+    """os.pwrite calls that write records (not zero fill): (thread name, bytes)."""
+    writes: list[tuple[str, bytes]] = []
+    real_pwrite = os.pwrite
+
+    def recording_pwrite(fd: int, data: bytes, position: int) -> int:
+        if any(data):
+            writes.append((threading.current_thread().name, bytes(data)))
+        return real_pwrite(fd, data, position)
+
+    monkeypatch.setattr(os, "pwrite", recording_pwrite)
+    return writes
+
+
+def test_appends_into_the_room_are_written_by_the_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Wal.open(tmp_path, ZERO_FILLED) as wal:
+        entries = fill(wal, 0, 1)
+        wal.sync()
+        (path,) = segment_files(tmp_path)
+        end = wal.total_size_bytes()
+        writes = _record_nonzero_writes(monkeypatch)
+        group = [make_entry(offset, payload_bytes=50) for offset in range(1, 4)]
+        wal.append_many(group)
+        wal.append(make_entry(4, payload_bytes=50))
+        entries += [*group, make_entry(4, payload_bytes=50)]
+        # The appending thread wrote nothing: the room is still zeros.
+        assert writes == []
+        assert path.read_bytes()[end:] == bytes(path.stat().st_size - end)
+        syncer = threading.Thread(target=wal.sync, name="syncer")
+        syncer.start()
+        syncer.join()
+        # One write per append call, on the syncing thread, in order, then synced.
+        assert writes == [
+            ("syncer", b"".join(encode(entry) for entry in group)),
+            ("syncer", encode(entries[4])),
+        ]
+        assert wal.synced_offset == 4
+    with Wal.open(tmp_path, ZERO_FILLED) as wal:
+        assert list(wal.read(0)) == entries
+
+
+def test_reads_write_what_was_appended_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Wal.open(tmp_path, ZERO_FILLED) as wal:
+        entries = fill(wal, 0, 1)
+        wal.sync()
+        entries += fill(wal, 1, 5)
+        writes = _record_nonzero_writes(monkeypatch)
+        assert wal.get(3) == entries[3]
+        assert len(writes) == 5
+        assert list(wal.read(0)) == entries
+        assert wal.last_entry() == entries[-1]
+        assert len(writes) == 5  # written once
+        # Written is not synced.
+        assert wal.synced_offset == 0
+        (path,) = segment_files(tmp_path)
+        assert path.read_bytes()[: wal.total_size_bytes()] == b"".join(map(encode, entries))
+
+
+def test_an_append_past_the_room_is_written_at_once_after_the_deferred_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Wal.open(tmp_path, ZERO_FILLED) as wal:
+        entries = fill(wal, 0, 1)
+        wal.sync()
+        entries += fill(wal, 1, 2)
+        writes = _record_nonzero_writes(monkeypatch)
+        big = make_entry(3, payload_bytes=9000)  # more than the 8 KiB of room
+        wal.append(big)
+        main = threading.current_thread().name
+        assert writes == [
+            (main, encode(entries[1])),
+            (main, encode(entries[2])),
+            (main, encode(big)),
+        ]
+        monkeypatch.undo()
+
+        def disk_full(fd: int, data: bytes, position: int) -> int:
+            raise OSError(28, "No space left on device")
+
+        # A full disk fails such an append alone, before anything of it is indexed.
+        monkeypatch.setattr(os, "pwrite", disk_full)
+        with pytest.raises(OSError, match="No space"):
+            wal.append(make_entry(4, payload_bytes=20_000))
+        monkeypatch.undo()
+        assert wal.last_offset == 3
+        entries += [big, *fill(wal, 4, 2)]
+        assert wal.sync() == 5
+    with Wal.open(tmp_path, ZERO_FILLED) as wal:
+        assert list(wal.read(0)) == entries
+
+
+def test_a_failed_deferred_write_stops_writes_and_loses_no_synced_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Wal.open(tmp_path, ZERO_FILLED) as wal:
+        entries = fill(wal, 0, 3)
+        wal.sync()
+        fill(wal, 3, 3)
+
+        def failing_pwrite(fd: int, data: bytes, position: int) -> int:
+            raise OSError(5, "Input/output error")
+
+        monkeypatch.setattr(os, "pwrite", failing_pwrite)
+        with pytest.raises(WalError, match="write to"):
+            wal.sync()
+        monkeypatch.undo()
+        assert wal.synced_offset == 2
+        with pytest.raises(WalError, match="failed earlier"):
+            wal.append(make_entry(6))
+        with pytest.raises(WalError, match="failed earlier"):
+            wal.sync()
     with Wal.open(tmp_path, ZERO_FILLED) as wal:
         assert list(wal.read(0)) == entries
 

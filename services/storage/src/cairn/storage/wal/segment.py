@@ -202,34 +202,45 @@ class Segment:
     def sync(self) -> None:
         os.fdatasync(self.fd)
 
-    def append(self, data: bytes | bytearray, record_sizes_bytes: Sequence[int]) -> None:
-        """Write already-encoded records after the last one, with as few writes as the OS
-        allows (over zero-filled room where there is some)."""
-        fd = self.fd
+    def reserve(self, record_sizes_bytes: Sequence[int]) -> int:
+        """Place records after the last one (in the index only); return where their bytes
+        go. The caller writes them there (`write`) before it reads or syncs them."""
         start = self.size_bytes
-        try:
-            with memoryview(data) as view:
-                written = 0
-                while written < len(data):
-                    written += os.pwrite(fd, view[written:], start + written)
-        except OSError:
-            # A partial record left at the tail would sit in front of every later append and
-            # make recovery drop them, so cut it off (and the room after it) before
-            # reporting the failure.
-            try:
-                os.ftruncate(fd, start)
-            except OSError as cleanup_exc:
-                raise WalError(
-                    f"{self.path}: write failed and the partial record could not be removed"
-                ) from cleanup_exc
-            self.allocated_bytes = start
-            raise
         position = start
         for size in record_sizes_bytes:
             self.positions.append(position)
             position += size
         self.size_bytes = position
         self.allocated_bytes = max(self.allocated_bytes, position)
+        return start
+
+    def append(self, data: bytes | bytearray, record_sizes_bytes: Sequence[int]) -> None:
+        """Write records after the last one, then index them."""
+        start = self.size_bytes
+        try:
+            self.write(data, start)
+        except OSError:
+            # A partial record left at the tail would sit in front of every later append and
+            # make recovery drop them, so cut it off (and the room after it) before
+            # reporting the failure.
+            try:
+                os.ftruncate(self.fd, start)
+            except OSError as cleanup_exc:
+                raise WalError(
+                    f"{self.path}: write failed and the partial record could not be removed"
+                ) from cleanup_exc
+            self.allocated_bytes = start
+            raise
+        self.reserve(record_sizes_bytes)
+
+    def write(self, data: bytes | bytearray, start: int) -> None:
+        """Write reserved records' bytes at `start`, with as few writes as the OS allows
+        (over zero-filled room where there is some). Raises OSError."""
+        fd = self.fd
+        with memoryview(data) as view:
+            written = 0
+            while written < len(data):
+                written += os.pwrite(fd, view[written:], start + written)
 
     def extend_zeroed(self, end_bytes: int) -> None:
         """Fill the file with zeros from the end of its room to ``end_bytes``. Made durable
