@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -700,6 +701,13 @@ def _record_nonzero_writes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, b
     return writes
 
 
+def _pwrite_failing_with(code: int, text: str) -> Callable[[int, bytes, int], int]:
+    def failing_pwrite(fd: int, data: bytes, position: int) -> int:
+        raise OSError(code, text)
+
+    return failing_pwrite
+
+
 def test_appends_into_the_room_are_written_by_the_sync(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -765,12 +773,8 @@ def test_an_append_past_the_room_is_written_at_once_after_the_deferred_ones(
             (main, encode(big)),
         ]
         monkeypatch.undo()
-
-        def disk_full(fd: int, data: bytes, position: int) -> int:
-            raise OSError(28, "No space left on device")
-
         # A full disk fails such an append alone, before anything of it is indexed.
-        monkeypatch.setattr(os, "pwrite", disk_full)
+        monkeypatch.setattr(os, "pwrite", _pwrite_failing_with(28, "No space left on device"))
         with pytest.raises(OSError, match="No space"):
             wal.append(make_entry(4, payload_bytes=20_000))
         monkeypatch.undo()
@@ -788,11 +792,7 @@ def test_a_failed_deferred_write_stops_writes_and_loses_no_synced_record(
         entries = fill(wal, 0, 3)
         wal.sync()
         fill(wal, 3, 3)
-
-        def failing_pwrite(fd: int, data: bytes, position: int) -> int:
-            raise OSError(5, "Input/output error")
-
-        monkeypatch.setattr(os, "pwrite", failing_pwrite)
+        monkeypatch.setattr(os, "pwrite", _pwrite_failing_with(5, "Input/output error"))
         with pytest.raises(WalError, match="write to"):
             wal.sync()
         monkeypatch.undo()

@@ -433,10 +433,9 @@ class Wal:
         directory synced) after, so appends and syncs never wait for that.
         """
         self._check_writable()
-        with self._sync_lock, self._write_lock, self._lock:
-            # Segments below the commit offset hold no unwritten records; written anyway,
-            # so that none could be lost with a removed segment.
-            self._write(self._take_unwritten())
+        # (Only the active segment, which stays, can hold unwritten records: a rollover
+        # writes them first.)
+        with self._sync_lock, self._lock:
             removable = 0
             while (
                 removable + 1 < len(self._segments)
