@@ -26,7 +26,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -48,6 +48,9 @@ RESTART_DELAY_MAX_S = 30.0
 STABLE_AFTER_S = 30.0
 STOP_GRACE_S = 10.0
 START_TIMEOUT_S = 60.0
+# Starts of a process whose ports were picked just before: free_port cannot keep a
+# port it found free, so another process may bind it first (seen in CI).
+FRESH_PORT_ATTEMPTS = 3
 SUPERVISE_INTERVAL_S = 0.25
 
 
@@ -169,6 +172,10 @@ class Child:
             self._log = None
 
 
+class ExitedAtStart(RuntimeError):
+    """A child exited before it printed that it was ready."""
+
+
 def _wait_for_line(log_path: Path, prefix: str, child: Child, timeout_s: float) -> str:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -177,7 +184,7 @@ def _wait_for_line(log_path: Path, prefix: str, child: Child, timeout_s: float) 
                 if line.startswith(prefix):
                     return line[len(prefix) :].strip()
         if child.exited() is not None:
-            raise RuntimeError(f"{child.name} exited at start; see {log_path}")
+            raise ExitedAtStart(f"{child.name} exited at start; see {log_path}")
         time.sleep(0.05)
     raise TimeoutError(f"{child.name} did not start within {timeout_s:.0f} s; see {log_path}")
 
@@ -245,9 +252,7 @@ class LocalCluster:
             shift = POD_PORT_STRIDE * node_ordinal(name)
             public, internal, health = (port + shift for port in POD_PORTS)
             ports = PodPorts(
-                free_port(self.host, public if self.preferred_ports else 0),
-                free_port(self.host, internal if self.preferred_ports else 0),
-                free_port(self.host, health if self.preferred_ports else 0),
+                self._pick_port(public), self._pick_port(internal), self._pick_port(health)
             )
             self.ports.pods[name] = ports
             self.ports.save(self.directory / "ports.json")
@@ -263,15 +268,70 @@ class LocalCluster:
     # -- starting ----------------------------------------------------------------------
 
     def start(self) -> None:
+        """Start everything; if any part fails to start, stop what did and raise."""
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.logs_dir.mkdir(exist_ok=True)
         ports = Ports.load(self.directory / "ports.json")
-        if ports is None:
-            ports = Ports(free_port(self.host, CONTROLLER_PORT if self.preferred_ports else 0))
-            self.ports = ports
-            ports.save(self.directory / "ports.json")
-        self.ports = ports
-        self.controller = Child(
+        fresh = ports is None
+        self.ports = Ports(0) if ports is None else ports
+
+        def new_controller_port() -> None:
+            self.ports.controller = self._pick_port(CONTROLLER_PORT)
+            self.ports.save(self.directory / "ports.json")
+
+        if fresh:
+            new_controller_port()
+        self.controller = self._start_child(
+            self._controller_child,
+            "cairn-controller listening on",
+            new_controller_port if fresh else None,
+        )
+        state = self.read_state()
+        count = state[0].storage_pods if state is not None else self.initial_pods
+        for ordinal in range(count):
+            self._start_pod(f"{POD_PREFIX}-{ordinal}")
+        if self.with_gateway:
+            self._start_gateway()
+        self._write_processes()
+
+    def _pick_port(self, conventional: int) -> int:
+        return free_port(self.host, conventional if self.preferred_ports else 0)
+
+    def _start_child(
+        self,
+        make_child: Callable[[], Child],
+        ready_prefix: str,
+        pick_new_ports: Callable[[], None] | None,
+    ) -> Child:
+        """Start a child (its log started afresh) and wait for its ready line.
+        `pick_new_ports`: the child's ports were picked just now, so a start that
+        fails may only mean another process bound one of them first: pick new ones
+        and start again, a bounded number of times."""
+        attempts = FRESH_PORT_ATTEMPTS if pick_new_ports is not None else 1
+        for attempt in range(1, attempts + 1):
+            child = make_child()
+            self._truncate_log(child)
+            child.start()
+            try:
+                _wait_for_line(child.log_path, ready_prefix, child, START_TIMEOUT_S)
+                return child
+            except ExitedAtStart:
+                child.stop()
+                if pick_new_ports is None or attempt == attempts:
+                    raise
+                log.warning("%s exited at start; starting it again on new ports", child.name)
+                pick_new_ports()
+        raise AssertionError("unreachable")
+
+    def _controller_child(self) -> Child:
+        return Child(
             "controller",
             [
                 sys.executable,
@@ -280,7 +340,7 @@ class LocalCluster:
                 "--host",
                 self.host,
                 "--port",
-                str(ports.controller),
+                str(self.ports.controller),
                 "--state-dir",
                 str(self.state_dir),
                 "--shards",
@@ -293,21 +353,6 @@ class LocalCluster:
             ],
             self.logs_dir / "controller.log",
         )
-        self._truncate_log(self.controller)
-        self.controller.start()
-        _wait_for_line(
-            self.controller.log_path,
-            "cairn-controller listening on",
-            self.controller,
-            START_TIMEOUT_S,
-        )
-        state = self.read_state()
-        count = state[0].storage_pods if state is not None else self.initial_pods
-        for ordinal in range(count):
-            self._start_pod(f"{POD_PREFIX}-{ordinal}")
-        if self.with_gateway:
-            self._start_gateway()
-        self._write_processes()
 
     def _truncate_log(self, child: Child) -> None:
         # Each run starts its logs afresh, keeping the previous run's beside them.
@@ -315,28 +360,39 @@ class LocalCluster:
             child.log_path.replace(child.log_path.with_suffix(".previous.log"))
 
     def _start_pod(self, name: str) -> None:
-        ports = self._pod_ports(name)
+        fresh = name not in self.ports.pods
         data_dir = self.directory / "pods" / name
         data_dir.mkdir(parents=True, exist_ok=True)
-        pod = Child(
-            name,
-            [
-                sys.executable,
-                "-m",
-                "cairn.storage",
-                "node",
-                "--host",
-                self.host,
-                "--port",
-                str(ports.public),
-                "--internal-port",
-                str(ports.internal),
-                "--data-dir",
-                str(data_dir),
-                *self.pod_args,
-            ],
-            self.logs_dir / f"{name}.log",
+
+        def pod_child() -> Child:
+            ports = self._pod_ports(name)
+            return Child(
+                name,
+                [
+                    sys.executable,
+                    "-m",
+                    "cairn.storage",
+                    "node",
+                    "--host",
+                    self.host,
+                    "--port",
+                    str(ports.public),
+                    "--internal-port",
+                    str(ports.internal),
+                    "--data-dir",
+                    str(data_dir),
+                    *self.pod_args,
+                ],
+                self.logs_dir / f"{name}.log",
+            )
+
+        def new_pod_ports() -> None:
+            del self.ports.pods[name]  # _pod_ports picks (and saves) new ones
+
+        pod = self._start_child(
+            pod_child, "cairn-storage listening on", new_pod_ports if fresh else None
         )
+        ports = self.ports.pods[name]
         sidecar = Child(
             f"{name}-health",
             [
@@ -357,10 +413,7 @@ class LocalCluster:
             ],
             self.logs_dir / f"{name}-health.log",
         )
-        for child in (pod, sidecar):
-            self._truncate_log(child)
-        pod.start()
-        _wait_for_line(pod.log_path, "cairn-storage listening on", pod, START_TIMEOUT_S)
+        self._truncate_log(sidecar)
         sidecar.start()
         self.pods[name] = (pod, sidecar)
         log.info("started %s (client %s)", name, self.public_address(name))
@@ -369,32 +422,39 @@ class LocalCluster:
         """The REST gateway, after the pods: it reads the shard map from any of
         them (pods added later need not be listed) and asks the controller for
         the admin views."""
-        if self.ports.gateway is None:
-            self.ports.gateway = free_port(self.host, GATEWAY_PORT if self.preferred_ports else 0)
+        fresh = self.ports.gateway is None
+
+        def new_gateway_port() -> None:
+            self.ports.gateway = self._pick_port(GATEWAY_PORT)
             self.ports.save(self.directory / "ports.json")
+
+        if fresh:
+            new_gateway_port()
         addresses = ",".join(self.public_address(name) for name in sorted(self.pods))
-        gateway = Child(
-            "gateway",
-            [
-                sys.executable,
-                "-m",
-                "cairn.gateway",
-                "--address",
-                addresses,
-                "--controller-url",
-                self.controller_url,
-                "--host",
-                self.host,
-                "--port",
-                str(self.ports.gateway),
-                *self.gateway_args,
-            ],
-            self.logs_dir / "gateway.log",
+
+        def gateway_child() -> Child:
+            return Child(
+                "gateway",
+                [
+                    sys.executable,
+                    "-m",
+                    "cairn.gateway",
+                    "--address",
+                    addresses,
+                    "--controller-url",
+                    self.controller_url,
+                    "--host",
+                    self.host,
+                    "--port",
+                    str(self.ports.gateway),
+                    *self.gateway_args,
+                ],
+                self.logs_dir / "gateway.log",
+            )
+
+        self.gateway = self._start_child(
+            gateway_child, "cairn-gateway: listening on", new_gateway_port if fresh else None
         )
-        self._truncate_log(gateway)
-        gateway.start()
-        _wait_for_line(gateway.log_path, "cairn-gateway: listening on", gateway, START_TIMEOUT_S)
-        self.gateway = gateway
         log.info("started the gateway (%s)", self.gateway_url)
 
     def _write_processes(self) -> None:
