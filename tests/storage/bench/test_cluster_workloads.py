@@ -10,6 +10,8 @@ import os
 import re
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +21,20 @@ from cairn.common.hashing import split_hash_space
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.storage.bench.__main__ import UsageError, _validate, main, parse_args
 from cairn.storage.bench.cluster import log_problems, shard_map
-from cairn.storage.bench.procs import Target, _pod_cpu_s
+from cairn.storage.bench.procs import Target, _pod_cpu_s, _pod_thread_cpu_s
 from cairn.storage.bench.report import (
     Row,
     format_replication_summary,
     format_table,
     pod_cores,
     replication_label,
+    thread_cores,
+)
+from cairn.storage.bench.server import (
+    THREAD_GROUPS,
+    cpu_seconds,
+    thread_cpu_seconds,
+    thread_group,
 )
 from cairn.storage.bench.snapshot_transfer import (
     MemoryFigures,
@@ -215,6 +224,51 @@ def test_cpu_is_summed_over_every_pod() -> None:
     assert pod_cores((1.9, 0.8, 0.81), 2.0) == "0.95+0.40+0.41"
 
 
+def test_pod_cpu_is_split_by_thread_group() -> None:
+    start = [{"main": 1.0, "rocksdb": 0.5}, {"main": 2.0, "rocksdb": 0.0}]
+    end = [{"main": 2.0, "rocksdb": 0.9}, {"main": 2.5, "rocksdb": 0.25}]
+    spans = _pod_thread_cpu_s(start, end)
+    assert spans == ({"main": 1.0, "rocksdb": 0.4}, {"main": 0.5, "rocksdb": 0.25})
+    assert thread_cores(spans, 2.0) == "main:0.50+0.25,rocksdb:0.20+0.12"
+    assert _pod_thread_cpu_s([start[0], None], end) is None, "a pod gone: unknown"
+    assert _pod_thread_cpu_s(None, end) is None
+
+
+def test_thread_groups_name_what_a_pod_runs() -> None:
+    assert thread_group(41, 41, "python") == "main"
+    assert thread_group(42, 41, "rocksdb:low") == "rocksdb"
+    assert thread_group(43, 41, "rocksdb:high") == "rocksdb"
+    assert thread_group(44, 41, "event_engine") == "grpc"
+    assert thread_group(45, 41, "grpc_global_tim") == "grpc"
+    assert thread_group(46, 41, "python") == "other", "the WAL's sync thread"
+
+
+def test_thread_cpu_of_a_live_process_adds_up_to_its_total() -> None:
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            sum(range(1000))
+
+    worker = threading.Thread(target=spin)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 0.3
+        while time.monotonic() < deadline:
+            sum(range(1000))
+    finally:
+        stop.set()
+        worker.join()
+    groups = thread_cpu_seconds(os.getpid())
+    total = cpu_seconds(os.getpid())
+    assert groups is not None and total is not None
+    assert set(groups) == set(THREAD_GROUPS)
+    assert groups["main"] > 0 and groups["other"] > 0, "this thread and the exited worker"
+    # Read a moment apart: equal within the clock tick of the reads.
+    assert abs(sum(groups.values()) - total) < 0.05
+    assert thread_cpu_seconds(2**22 + 12345) is None, "no such process"
+
+
 # ---------------------------------------------------------------------------
 # replication summary
 
@@ -396,6 +450,11 @@ def test_replication_runs_rf1_then_rf3(tmp_path: Path) -> None:
         assert result["server_cpu_us_per_op"] is not None
     assert code == (1 if any(r["errors"] for r in results) else 0)
     assert "pod_cores" not in results[0] and results[2]["pod_cores"].count("+") == 2
+    assert results[0]["thread_cores"].startswith("main:")
+    assert re.search(r"^rf=3 put stream b=100: .* thread_cores=main:", out, re.MULTILINE), out
+    assert re.fullmatch(
+        r"(\w+:[\d.]+\+[\d.]+\+[\d.]+,){3}\w+:[\d.]+\+[\d.]+\+[\d.]+", results[2]["thread_cores"]
+    )
     assert re.search(
         r"^replication: rf=3 put stream b=100 \S+ ops/s = \d+% of rf=1's \S+; "
         r"half peak p50/p99/p999 ms: rf=1 \S+ @\S+/s, rf=3 \S+ @\S+/s; ",

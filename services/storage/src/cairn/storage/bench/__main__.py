@@ -40,7 +40,10 @@ separate, longer runs, not part of `all`. `replication`: the batched put load
 (rf=3), --shards shards led by the first pod, each flat out and then at half its
 peak; rows `rf=1 ...`/`rf=3 ...`, server CPU summed over the cluster's pods
 (pod_cores: each pod's, leader first), and a summary line: rf=3's ops/s as a
-share of rf=1's, latencies at half peak. `snapshot`: per size (--snapshot-bytes,
+share of rf=1's, latencies at half peak. Every row with a known server pid also
+has thread_cores: its cores by thread group, pods leader first: main (the event
+loop), rocksdb (RocksDB's flushes and compactions), grpc (gRPC core's I/O and
+timer threads), other (the WAL's sync thread, executors, and threads that ended). `snapshot`: per size (--snapshot-bytes,
 default 1G, or --snapshot-sizes 256M,1G), a one-pod cluster with a small WAL
 retention is loaded with that much data (--value-size values, default 1024 B
 here), then an empty pod is added as a follower, which the leader must bring up

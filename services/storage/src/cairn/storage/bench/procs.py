@@ -21,7 +21,7 @@ from cairn.storage.bench.load import (
     run_phase_in_child,
 )
 from cairn.storage.bench.rpc import ShardInfo
-from cairn.storage.bench.server import cpu_seconds
+from cairn.storage.bench.server import cpu_seconds, thread_cpu_seconds
 from cairn.storage.bench.specs import LoadResult, PhaseResult, PhaseSpec
 from cairn.storage.bench.timing import AnswerObserver
 
@@ -73,10 +73,12 @@ async def execute_phase(
     if procs != 1 and (observer is not None or companion is not None):
         raise ValueError("an observer or companion runs in this process: procs must be 1")
     server_marks: dict[str, list[float | None]] = {}
+    thread_marks: dict[str, list[dict[str, float] | None]] = {}
 
     def on_window(event: str) -> None:
         if target.server_pids:
             server_marks[event] = [cpu_seconds(pid) for pid in target.server_pids]
+            thread_marks[event] = [thread_cpu_seconds(pid) for pid in target.server_pids]
 
     if procs == 1:
         results, client_cpu_s, build_s = await run_phase(
@@ -89,7 +91,15 @@ async def execute_phase(
     pod_cpu_s = _pod_cpu_s(server_marks.get("measure_start"), server_marks.get("end"))
     server_cpu_s = None if pod_cpu_s is None else sum(pod_cpu_s)
     return PhaseResult(
-        results, phase.duration_s, client_cpu_s, server_cpu_s, build_s, pod_cpu_s=pod_cpu_s
+        results,
+        phase.duration_s,
+        client_cpu_s,
+        server_cpu_s,
+        build_s,
+        pod_cpu_s=pod_cpu_s,
+        pod_thread_cpu_s=_pod_thread_cpu_s(
+            thread_marks.get("measure_start"), thread_marks.get("end")
+        ),
     )
 
 
@@ -104,6 +114,21 @@ def _pod_cpu_s(
         if before is None or after is None:
             return None
         spans.append(after - before)
+    return tuple(spans)
+
+
+def _pod_thread_cpu_s(
+    start: list[dict[str, float] | None] | None, end: list[dict[str, float] | None] | None
+) -> tuple[dict[str, float], ...] | None:
+    """CPU seconds of each server process's thread groups in the window; None unless
+    all were read."""
+    if start is None or end is None:
+        return None
+    spans = []
+    for before, after in zip(start, end, strict=True):
+        if before is None or after is None:
+            return None
+        spans.append({group: after[group] - before[group] for group in after})
     return tuple(spans)
 
 

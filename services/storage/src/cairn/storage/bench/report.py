@@ -6,7 +6,7 @@ replication (rf=3 against rf=1)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -26,6 +26,7 @@ _SHOWN_EXTRAS = frozenset(
         "client_cores",
         "server_cores",
         "pod_cores",
+        "thread_cores",
         "target_ops_per_s",
         "unsent_requests",
         "delivered_pct",
@@ -100,6 +101,8 @@ def load_row(name: str, result: LoadResult, phase: PhaseResult) -> Row:
         extra.append(("server_cores", round(phase.server_cpu_s / phase.window_s, 3)))
     if phase.pod_cpu_s is not None and len(phase.pod_cpu_s) > 1:
         extra.append(("pod_cores", pod_cores(phase.pod_cpu_s, phase.window_s)))
+    if phase.pod_thread_cpu_s is not None:
+        extra.append(("thread_cores", thread_cores(phase.pod_thread_cpu_s, phase.window_s)))
     if result.spec.rate_ops_per_s is not None:
         lag, from_send = result.send_lag, result.from_send
         extra += [
@@ -130,6 +133,17 @@ def load_row(name: str, result: LoadResult, phase: PhaseResult) -> Row:
 def pod_cores(pod_cpu_s: Sequence[float], window_s: float) -> str:
     """Cores each pod used in the window, leader first: `0.93+0.41+0.40`."""
     return "+".join(f"{cpu_s / window_s:.2f}" for cpu_s in pod_cpu_s)
+
+
+def thread_cores(pod_thread_cpu_s: Sequence[Mapping[str, float]], window_s: float) -> str:
+    """Cores each thread group used in the window, pods leader first:
+    `main:0.49+0.37+0.37,rocksdb:0.12+0.11+0.12,...` (groups as the first pod has them)."""
+    if not pod_thread_cpu_s:
+        return ""
+    return ",".join(
+        f"{group}:" + pod_cores([pod.get(group, 0.0) for pod in pod_thread_cpu_s], window_s)
+        for group in pod_thread_cpu_s[0]
+    )
 
 
 def _percent(part: float, whole: float) -> float | None:

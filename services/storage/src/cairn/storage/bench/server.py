@@ -281,3 +281,55 @@ def cpu_seconds(root_pid: int) -> float | None:
         total_s += times.get(pid, 0.0)
         pending.extend(children.get(pid, ()))
     return total_s
+
+
+# What a storage pod's threads do, told apart by the names the kernel shows
+# (/proc/PID/task/TID/comm): RocksDB names its flush and compaction threads
+# `rocksdb:high`/`rocksdb:low`, gRPC core its I/O and timer threads `event_engine`,
+# `grpc_global_tim*` and `lifeguard`; Python threads keep the process's name.
+THREAD_GROUPS = ("main", "rocksdb", "grpc", "other")
+_GRPC_THREAD_NAMES = ("event_engine", "lifeguard")
+
+
+def thread_group(tid: int, pid: int, name: str) -> str:
+    """`main` (the event loop's thread), `rocksdb`, `grpc`, or `other` (Python
+    threads: the WAL's sync thread, executors)."""
+    if tid == pid:
+        return "main"
+    if name.startswith("rocksdb"):
+        return "rocksdb"
+    if name.startswith("grpc") or name in _GRPC_THREAD_NAMES:
+        return "grpc"
+    return "other"
+
+
+def _stat_cpu_s(stat: str) -> float:
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS_PER_S
+
+
+def thread_cpu_seconds(pid: int) -> dict[str, float] | None:
+    """A process's user + system CPU seconds by thread group (THREAD_GROUPS). The
+    threads that have exited count as `other`: the process's total keeps their time,
+    so the groups always add up to it. None when /proc is unavailable or the process
+    is gone."""
+    groups = dict.fromkeys(THREAD_GROUPS, 0.0)
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            total_s = _stat_cpu_s(handle.read())
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for entry in tids:
+        try:
+            with open(
+                f"/proc/{pid}/task/{entry}/stat", encoding="ascii", errors="replace"
+            ) as handle:
+                stat = handle.read()
+        except OSError:
+            continue  # the thread ended meanwhile: its time is in the total
+        name = stat[stat.find("(") + 1 : stat.rfind(")")]
+        groups[thread_group(int(entry), pid, name)] += _stat_cpu_s(stat)
+    live_s = sum(groups.values())
+    groups["other"] += max(0.0, total_s - live_s)
+    return groups

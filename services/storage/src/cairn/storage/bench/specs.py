@@ -145,6 +145,8 @@ class PhaseResult:
     build_s: float  # time spent pre-building request pools (not measured)
     # Per server process when known (a cluster's pods, leader first); sums to server_cpu_s.
     pod_cpu_s: tuple[float, ...] | None = None
+    # The same by thread group (server.THREAD_GROUPS), per server process.
+    pod_thread_cpu_s: tuple[dict[str, float], ...] | None = None
 
     @property
     def ops_per_s(self) -> float:
