@@ -43,8 +43,9 @@ peak; rows `rf=1 ...`/`rf=3 ...`, server CPU summed over the cluster's pods
 share of rf=1's, latencies at half peak. Every row with a known server pid also
 has thread_cores: its cores by thread group, pods leader first: main (the event
 loop), rocksdb (RocksDB's flushes and compactions), grpc (gRPC core's I/O and
-timer threads), other (the WAL's sync thread, executors, and threads that ended). `snapshot`: per size (--snapshot-bytes,
-default 1G, or --snapshot-sizes 256M,1G), a one-pod cluster with a small WAL
+timer threads), other (the WAL's sync thread, executors, and threads that ended).
+`snapshot`: per size (--snapshot-bytes, default 1G, or --snapshot-sizes
+256M,1G), a one-pod cluster with a small WAL
 retention is loaded with that much data (--value-size values, default 1024 B
 here), then an empty pod is added as a follower, which the leader must bring up
 by snapshot; printed: data bytes (keys + values), seconds from AddFollower to the
