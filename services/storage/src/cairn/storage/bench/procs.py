@@ -11,7 +11,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from cairn.storage.bench.load import (
     CHILD_SETUP_TIMEOUT_S,
@@ -24,6 +24,9 @@ from cairn.storage.bench.rpc import ShardInfo
 from cairn.storage.bench.server import cpu_seconds, thread_cpu_seconds
 from cairn.storage.bench.specs import LoadResult, PhaseResult, PhaseSpec
 from cairn.storage.bench.timing import AnswerObserver
+
+# A CPU reading taken at the edges of the measured window.
+_Mark = TypeVar("_Mark")
 
 # Beyond its own phase time, how long the parent waits for a load process's result.
 RESULT_MARGIN_S = 60.0
@@ -103,18 +106,27 @@ async def execute_phase(
     )
 
 
+def _marks_per_pod(
+    start: list[_Mark | None] | None, end: list[_Mark | None] | None
+) -> list[tuple[_Mark, _Mark]] | None:
+    """(at the window's start, at its end) of each server process; None unless all
+    were read."""
+    if start is None or end is None:
+        return None
+    pairs = []
+    for before, after in zip(start, end, strict=True):
+        if before is None or after is None:
+            return None
+        pairs.append((before, after))
+    return pairs
+
+
 def _pod_cpu_s(
     start: list[float | None] | None, end: list[float | None] | None
 ) -> tuple[float, ...] | None:
     """CPU seconds of each server process in the window; None unless all were read."""
-    if start is None or end is None:
-        return None
-    spans = []
-    for before, after in zip(start, end, strict=True):
-        if before is None or after is None:
-            return None
-        spans.append(after - before)
-    return tuple(spans)
+    pairs = _marks_per_pod(start, end)
+    return None if pairs is None else tuple(after - before for before, after in pairs)
 
 
 def _pod_thread_cpu_s(
@@ -122,14 +134,12 @@ def _pod_thread_cpu_s(
 ) -> tuple[dict[str, float], ...] | None:
     """CPU seconds of each server process's thread groups in the window; None unless
     all were read."""
-    if start is None or end is None:
+    pairs = _marks_per_pod(start, end)
+    if pairs is None:
         return None
-    spans = []
-    for before, after in zip(start, end, strict=True):
-        if before is None or after is None:
-            return None
-        spans.append({group: after[group] - before[group] for group in after})
-    return tuple(spans)
+    return tuple(
+        {group: after[group] - before[group] for group in after} for before, after in pairs
+    )
 
 
 async def run_phase_procs(
