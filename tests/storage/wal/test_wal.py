@@ -501,6 +501,81 @@ def test_missing_middle_segment_is_corruption(tmp_path: Path) -> None:
         Wal.open(tmp_path, SMALL_SEGMENTS)
 
 
+@pytest.mark.parametrize("damage", ["cut in a record", "flipped payload byte", "cut at a record"])
+@pytest.mark.parametrize("later", ["empty", "zeros"])
+def test_a_torn_sealed_segment_with_no_record_after_it_ends_the_log(
+    tmp_path: Path, damage: str, later: str
+) -> None:
+    """A crash after a rollover, before the sealed segment's tail was synced, while the
+    new segment's name was durable but none of its records: the tear ends the log."""
+    with Wal.open(tmp_path, SMALL_SEGMENTS) as wal:
+        entries = fill(wal, 0, 100)
+    *_, victim, newest = segment_files(tmp_path)
+    victim_base = int(victim.stem)
+    data = bytearray(victim.read_bytes())
+    _, second_start = decode(data, 0, 1 << 20)
+    if damage == "cut in a record":
+        del data[second_start + 5 :]
+    elif damage == "flipped payload byte":
+        data[second_start + HEADER_SIZE_BYTES + 1] ^= 0x01
+    else:
+        del data[second_start:]
+    victim.write_bytes(bytes(data))
+    newest.write_bytes(b"" if later == "empty" else bytes(newest.stat().st_size))
+    with Wal.open(tmp_path, SMALL_SEGMENTS) as wal:
+        assert wal.last_offset == victim_base
+        assert list(wal.read(0)) == entries[: victim_base + 1]
+        assert segment_files(tmp_path)[-1] == victim
+        kept = entries[: victim_base + 1] + fill(wal, victim_base + 1, 30)
+        wal.sync()
+    with Wal.open(tmp_path, SMALL_SEGMENTS) as wal:
+        assert list(wal.read(0)) == kept
+
+
+def test_a_torn_sealed_segment_with_a_record_after_it_is_corruption(tmp_path: Path) -> None:
+    """Records in a later segment may have been reported durable: refuse, touch nothing."""
+    with Wal.open(tmp_path, SMALL_SEGMENTS) as wal:
+        fill(wal, 0, 100)
+    *_, victim, newest = segment_files(tmp_path)
+    data = bytearray(victim.read_bytes())
+    _, second_start = decode(data, 0, 1 << 20)
+    del data[second_start + 5 :]
+    victim.write_bytes(bytes(data))
+    files = {path: path.read_bytes() for path in segment_files(tmp_path)}
+    with pytest.raises(WalCorruptionError, match=victim.name):
+        Wal.open(tmp_path, SMALL_SEGMENTS)
+    assert {path: path.read_bytes() for path in segment_files(tmp_path)} == files
+    assert newest in files
+
+
+def test_a_sync_flushes_sealed_segments_before_the_active_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """So that no record of a later segment is made durable before an earlier
+    segment's tail (the order recovery relies on, above)."""
+    flushed: list[str] = []
+    real_fdatasync = os.fdatasync
+
+    def recording_fdatasync(fd: int) -> None:
+        flushed.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
+        real_fdatasync(fd)
+
+    with Wal.open(tmp_path, SMALL_SEGMENTS) as wal:
+        fill(wal, 0, 5)
+        wal.sync()
+        before = segment_files(tmp_path)
+        fill(wal, 5, 60)  # rolls over several times
+        monkeypatch.setattr(os, "fdatasync", recording_fdatasync)
+        wal.sync()
+        monkeypatch.undo()
+        created = [path.name for path in segment_files(tmp_path) if path not in before]
+    assert len(created) >= 2
+    segment_flushes = [name for name in flushed if name.endswith(".wal")]
+    assert segment_flushes == sorted(segment_flushes)
+    assert segment_flushes[0] == before[-1].name
+    assert segment_flushes[-1] == created[-1]
+
+
 def test_corruption_found_by_read_raises(tmp_path: Path) -> None:
     with Wal.open(tmp_path, SMALL_SEGMENTS) as wal:
         fill(wal, 0, 100)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import logging
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -24,8 +25,11 @@ from cairn.storage.wal.segment import (
     SPARE_SUFFIX,
     ZEROING_SUFFIX,
     Segment,
+    holds_a_record,
     parse_segment_file_name,
 )
+
+log = logging.getLogger(__name__)
 
 _MiB = 1024 * 1024
 
@@ -70,7 +74,9 @@ class Wal:
     Durability contract: an appended record survives power loss or an OS crash once
     ``sync`` has returned (equivalently once ``synced_offset >= offset``). Until then a
     crash, of this process included, may lose it and every record after it, never one
-    before it. Records that fit the active segment's zero-filled room (see
+    before it. (A crash after a rollover may leave the sealed segment torn with the new
+    segment's file behind it; recovery removes that file if it holds no record, see
+    ``_torn_before``.) Records that fit the active segment's zero-filled room (see
     ``zero_fill_ahead_bytes``) stay in memory until ``sync`` writes them, on its own
     thread, with one positioned write per append call right before its fdatasync: the
     appending thread (the event loop) then makes no system call for them, and does not
@@ -138,21 +144,42 @@ class Wal:
             if (base := parse_segment_file_name(path.name)) is not None
         )
         segments: list[Segment] = []
+        max_record_bytes = options.max_record_bytes
         try:
             for index, (base, path) in enumerate(found):
+                is_last = index == len(found) - 1
                 if segments and base != segments[-1].last_offset + 1:
-                    raise WalCorruptionError(
-                        f"{path}: segment starts at offset {base} but {segments[-1].path} ends"
-                        f" at offset {segments[-1].last_offset} (byte {segments[-1].size_bytes})"
+                    # The previous segment ends short of this one.
+                    if not _torn_before(directory, found[index:], max_record_bytes):
+                        raise WalCorruptionError(
+                            f"{path}: segment starts at offset {base} but {segments[-1].path}"
+                            f" ends at offset {segments[-1].last_offset}"
+                            f" (byte {segments[-1].size_bytes})"
+                        )
+                    previous = segments.pop()
+                    segments.append(
+                        Segment.recover(
+                            previous.path,
+                            previous.base_offset,
+                            is_last=True,
+                            max_record_bytes=max_record_bytes,
+                        )
                     )
-                segments.append(
-                    Segment.recover(
-                        path,
-                        base,
-                        is_last=index == len(found) - 1,
-                        max_record_bytes=options.max_record_bytes,
+                    break
+                try:
+                    segment = Segment.recover(
+                        path, base, is_last=is_last, max_record_bytes=max_record_bytes
                     )
-                )
+                except WalCorruptionError:
+                    if is_last or not _torn_before(directory, found[index + 1 :], max_record_bytes):
+                        raise
+                    # Now the last segment: its damaged tail is cut like any torn tail.
+                    segment = Segment.recover(
+                        path, base, is_last=True, max_record_bytes=max_record_bytes
+                    )
+                    segments.append(segment)
+                    break
+                segments.append(segment)
             wal = cls(directory, options, segments)
             wal._spares = _recover_spares(listing, options.spare_segments)
             if segments:
@@ -294,10 +321,12 @@ class Wal:
                     unwritten = self._take_unwritten()
                 self._write(unwritten)
             # Appends carry on during these flushes; they are covered by the next sync.
-            # The active segment first: a rollover meanwhile seals it, and flushing the
-            # sealed segments closes them.
-            self._fdatasync(active)
-            self._flush_rollovers()
+            # Sealed segments first: a later segment's records are never made durable
+            # before an earlier segment's tail (recovery reads a tear with records after
+            # it as corruption). A rollover since `active` was taken has sealed it: then
+            # it was flushed (and closed) with the sealed ones.
+            if active not in self._flush_rollovers():
+                self._fdatasync(active)
             with self._lock:
                 self._synced_offset = max(self._synced_offset, covered_offset)
                 synced_offset = self._synced_offset
@@ -325,9 +354,10 @@ class Wal:
         with contextlib.suppress(OSError):
             active.extend_zeroed(end)
 
-    def _flush_rollovers(self) -> None:
+    def _flush_rollovers(self) -> list[Segment]:
         """fdatasync the segments sealed since the last sync (then close them) and
-        fsync the directory if segments were created. Caller holds ``_sync_lock``."""
+        fsync the directory if segments were created; return those segments. Caller
+        holds ``_sync_lock``."""
         with self._write_lock:
             with self._lock:
                 sealed = list(self._unsynced_sealed)
@@ -344,6 +374,7 @@ class Wal:
                 self._unsynced_sealed.remove(segment)
                 segment.close()
             self._directory_changes_synced = directory_changes
+        return sealed
 
     def _take_unwritten(self) -> list[tuple[Segment, int, bytearray]]:
         """Caller holds ``_write_lock`` and ``_lock``."""
@@ -579,6 +610,31 @@ class Wal:
         self._check_open()
         if self._failure is not None:
             raise WalError(f"WAL in {self._directory} failed earlier: {self._failure}")
+
+
+def _torn_before(directory: Path, later: list[tuple[int, Path]], max_record_bytes: int) -> bool:
+    """The segment before `later` ends short or damaged: whether that is a torn tail.
+
+    A rollover creates the next segment file before the sealed one's tail is synced
+    (and the file system may make the new name durable first), so a crash can leave
+    a sealed segment torn with later files behind it. No entry past the tear was
+    ever reported durable: `Wal.sync` reports an offset only once every segment up to
+    it is synced, the sealed ones before the active one. If none of the later files
+    holds a record, they are removed and the tear ends the log. If one does, a
+    client may have been told about its entries, so the damage is corruption and
+    recovery refuses, leaving every file as it is."""
+    if any(holds_a_record(path, base, max_record_bytes) for base, path in later):
+        return False
+    for _, path in later:
+        log.warning(
+            "WAL %s: removing %s, which holds no record, after a segment with a torn tail"
+            " (a crash after a rollover, before the sealed segment was synced)",
+            directory,
+            path.name,
+        )
+        path.unlink()
+    fsync_directory(directory)
+    return True
 
 
 def _recover_spares(listing: list[Path], keep: int) -> list[Path]:

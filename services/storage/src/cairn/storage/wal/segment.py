@@ -142,8 +142,8 @@ class Segment:
         Zeros from the end of the last record to the end of the file are zero-filled room,
         not damage (the room is kept for the next appends). Other damage in the last segment
         is a torn tail (the crash hit an unsynced write): the file is cut back to the last
-        good record. Damage anywhere else is in data that was durable before the next
-        segment was created, so it raises WalCorruptionError.
+        good record. Damage in an earlier segment raises WalCorruptionError (`Wal.open`
+        decides whether the segments after it make it a torn tail after all).
         """
         fd = os.open(path, _OPEN_FLAGS_WRITE if is_last else os.O_RDONLY | os.O_CLOEXEC)
         try:
@@ -303,6 +303,16 @@ class Segment:
         finally:
             if owned_fd:
                 os.close(fd)
+
+
+def holds_a_record(path: Path, base_offset: int, max_record_bytes: int) -> bool:
+    """Whether the segment file starts with a valid record (read only)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        positions, _, _ = _scan(fd, base_offset, max_record_bytes)
+    finally:
+        os.close(fd)
+    return len(positions) > 0
 
 
 def _scan(fd: int, base_offset: int, max_record_bytes: int) -> tuple[array[int], int, str | None]:
