@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import event, given, settings
+from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -244,6 +244,53 @@ class WalMachine(RuleBasedStateMachine):
         assert recovered == self.model[: len(recovered)]
         assert all(e in recovered for e in self.model if e.offset <= synced_before)
         event("crash lost entries" if len(recovered) < len(self.model) else "crash lost nothing")
+        self.model = recovered
+        self._adopt_recovered()
+        self._now_durable()
+
+    @precondition(
+        lambda self: (
+            self.next_offset is not None
+            and len(self._segment_files()) > 1
+            and (
+                self.durable_tail is None or self.durable_tail[0] != self._segment_files()[-1].name
+            )
+        )
+    )
+    @rule(data=st.data())
+    def crash_after_rollover_losing_a_sealed_tail(self, data: st.DataObject) -> None:
+        """Rollovers since the last sync: a crash leaves a sealed segment torn past what
+        was durable, the segments before it whole, and the files after it named (their
+        names are durable first) but without a record."""
+        synced_before = self.wal.synced_offset
+        self.wal.close()
+        files = self._segment_files()
+        names = [path.name for path in files]
+        first_unsynced, durable_size = 0, 0
+        if self.durable_tail is not None:
+            assume(self.durable_tail[0] in names)
+            first_unsynced, durable_size = names.index(self.durable_tail[0]), self.durable_tail[1]
+        torn = data.draw(st.integers(first_unsynced, len(files) - 2), label="torn segment")
+        size = files[torn].stat().st_size
+        floor = min(durable_size, size) if torn == first_unsynced else 0
+        self._lose_after(files[torn], data.draw(st.integers(floor, size), label="cut"), data)
+        for later in files[torn + 1 :]:
+            if data.draw(st.booleans(), label=f"{later.name} emptied (else zeros)"):
+                os.truncate(later, 0)
+            else:
+                later.write_bytes(bytes(later.stat().st_size))
+        self.wal = Wal.open(self.directory, self.options)
+
+        recovered = list(self.wal.read(self._start_offset()))
+        assert recovered == self.model[: len(recovered)]
+        assert all(e in recovered for e in self.model if e.offset <= synced_before)
+        # The files after a tear are gone; a cut that spared every record leaves the
+        # (empty) newer files as valid segments.
+        kept = self._segment_files()
+        assert kept == files[: len(kept)] and len(kept) > torn
+        event(
+            "rollover crash removed files" if len(kept) < len(files) else "rollover crash kept all"
+        )
         self.model = recovered
         self._adopt_recovered()
         self._now_durable()
