@@ -76,7 +76,7 @@ class Wal:
     crash, of this process included, may lose it and every record after it, never one
     before it. (A crash after a rollover may leave the sealed segment torn with the new
     segment's file behind it; recovery removes that file if it holds no record, see
-    ``_torn_before``.) Records that fit the active segment's zero-filled room (see
+    ``_any_record``.) Records that fit the active segment's zero-filled room (see
     ``zero_fill_ahead_bytes``) stay in memory until ``sync`` writes them, on its own
     thread, with one positioned write per append call right before its fdatasync: the
     appending thread (the event loop) then makes no system call for them, and does not
@@ -148,38 +148,37 @@ class Wal:
         try:
             for index, (base, path) in enumerate(found):
                 is_last = index == len(found) - 1
+                # Where the chain of segments breaks: the torn one, and the files after it.
                 if segments and base != segments[-1].last_offset + 1:
-                    # The previous segment ends short of this one.
-                    if not _torn_before(directory, found[index:], max_record_bytes):
-                        raise WalCorruptionError(
-                            f"{path}: segment starts at offset {base} but {segments[-1].path}"
-                            f" ends at offset {segments[-1].last_offset}"
-                            f" (byte {segments[-1].size_bytes})"
+                    torn = segments.pop()
+                    torn_base, torn_path, later = torn.base_offset, torn.path, found[index:]
+                    error = WalCorruptionError(
+                        f"{path}: segment starts at offset {base} but {torn.path} ends"
+                        f" at offset {torn.last_offset} (byte {torn.size_bytes})"
+                    )
+                else:
+                    try:
+                        segments.append(
+                            Segment.recover(
+                                path, base, is_last=is_last, max_record_bytes=max_record_bytes
+                            )
                         )
-                    previous = segments.pop()
-                    segments.append(
-                        Segment.recover(
-                            previous.path,
-                            previous.base_offset,
-                            is_last=True,
-                            max_record_bytes=max_record_bytes,
-                        )
+                        continue
+                    except WalCorruptionError as damage:
+                        if is_last:
+                            raise
+                        torn_base, torn_path, later = base, path, found[index + 1 :]
+                        error = damage
+                if _any_record(later, max_record_bytes):
+                    raise error
+                _remove_after_tear(directory, later)
+                # Now the last segment: its damaged tail is cut like any torn tail.
+                segments.append(
+                    Segment.recover(
+                        torn_path, torn_base, is_last=True, max_record_bytes=max_record_bytes
                     )
-                    break
-                try:
-                    segment = Segment.recover(
-                        path, base, is_last=is_last, max_record_bytes=max_record_bytes
-                    )
-                except WalCorruptionError:
-                    if is_last or not _torn_before(directory, found[index + 1 :], max_record_bytes):
-                        raise
-                    # Now the last segment: its damaged tail is cut like any torn tail.
-                    segment = Segment.recover(
-                        path, base, is_last=True, max_record_bytes=max_record_bytes
-                    )
-                    segments.append(segment)
-                    break
-                segments.append(segment)
+                )
+                break
             wal = cls(directory, options, segments)
             wal._spares = _recover_spares(listing, options.spare_segments)
             if segments:
@@ -612,19 +611,22 @@ class Wal:
             raise WalError(f"WAL in {self._directory} failed earlier: {self._failure}")
 
 
-def _torn_before(directory: Path, later: list[tuple[int, Path]], max_record_bytes: int) -> bool:
-    """The segment before `later` ends short or damaged: whether that is a torn tail.
+def _any_record(later: list[tuple[int, Path]], max_record_bytes: int) -> bool:
+    """Whether any of the segment files after a torn one holds a record.
 
     A rollover creates the next segment file before the sealed one's tail is synced
     (and the file system may make the new name durable first), so a crash can leave
     a sealed segment torn with later files behind it. No entry past the tear was
     ever reported durable: `Wal.sync` reports an offset only once every segment up to
     it is synced, the sealed ones before the active one. If none of the later files
-    holds a record, they are removed and the tear ends the log. If one does, a
-    client may have been told about its entries, so the damage is corruption and
-    recovery refuses, leaving every file as it is."""
-    if any(holds_a_record(path, base, max_record_bytes) for base, path in later):
-        return False
+    holds a record, the tear ends the log. If one does, a client may have been told
+    about its entries, so the damage is corruption and recovery refuses, leaving
+    every file as it is."""
+    return any(holds_a_record(path, base, max_record_bytes) for base, path in later)
+
+
+def _remove_after_tear(directory: Path, later: list[tuple[int, Path]]) -> None:
+    """Delete the record-less segment files after a torn one (see `_any_record`)."""
     for _, path in later:
         log.warning(
             "WAL %s: removing %s, which holds no record, after a segment with a torn tail"
@@ -634,7 +636,6 @@ def _torn_before(directory: Path, later: list[tuple[int, Path]], max_record_byte
         )
         path.unlink()
     fsync_directory(directory)
-    return True
 
 
 def _recover_spares(listing: list[Path], keep: int) -> list[Path]:
