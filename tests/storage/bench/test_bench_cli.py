@@ -285,12 +285,15 @@ def test_all_puts_a_ceiling_row_before_each_put_row_and_gives_the_share() -> Non
     names = [row["name"] for row in json_document(out)["results"]]
     batched = names.index("put stream b=100")
     single = names.index("put stream b=1")
+    clients = names.index("put stream b=1 streams=16")
     assert names[batched - 1] == "ceiling grpc.aio stream b=100"
     assert names[single - 1] == "ceiling grpc.aio stream b=1"
+    assert names[clients - 1] == "ceiling grpc.aio stream b=1 streams=16"
     results = {row["name"]: row for row in json_document(out)["results"]}
     for put, ceiling in (
         ("put stream b=100", "ceiling grpc.aio stream b=100"),
         ("put stream b=1", "ceiling grpc.aio stream b=1"),
+        ("put stream b=1 streams=16", "ceiling grpc.aio stream b=1 streams=16"),
     ):
         assert results[ceiling]["errors"] == 0 and results[ceiling]["ops"] > 0
         expected = 100 * results[put]["ops_per_s"] / results[ceiling]["ops_per_s"]

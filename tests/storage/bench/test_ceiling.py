@@ -95,6 +95,11 @@ def test_ceiling_label_mirrors_the_put_label() -> None:
     assert ceiling_label(spec) == "ceiling grpc.aio stream b=100"
     unary = LoadSpec("put", "unary", 1, 100, 10, 16, 500.0)
     assert ceiling_label(unary) == "ceiling grpc.aio unary b=1 @500/s"
+    # Several streams per shard are named, so that their row and ceiling pair up
+    # apart from the one-stream rows of the same batch.
+    clients = LoadSpec("put", "stream", 1, 100, 10, 16, None, streams_per_shard=16)
+    assert clients.label() == "put stream b=1 streams=16"
+    assert ceiling_label(clients) == "ceiling grpc.aio stream b=1 streams=16"
 
 
 def test_each_put_row_is_given_as_a_share_of_its_own_ceiling() -> None:

@@ -26,7 +26,10 @@ offset; writer and subscribers share this process's asyncio loop), `ephemeral`
 opened first, kept alive every 3 s, closed at the end: the close time is a
 figure; these puts take the server's general put path, not its plain fast path),
 `all` (fsync; for batch 100 and batch 1 a ceiling row, with as many shards as the
-server, right before its put row; get batched and single-op; in open loop at half of
+server, right before its put row; batch 1 once more from as many clients as
+requests in flight (a stream and a connection each, label `streams=N`: one stream
+carries a message at a time each way, so one pipelining client is capped below what
+the server serves to many); get batched and single-op; in open loop at half of
 the measured batched peaks, put alone, get alone, then put+get together at a quarter
 of each peak (half the server's capacity between them); notify
 and ephemeral at batch 100, flat out, for half the duration; a summary table, and each
@@ -70,6 +73,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import sys
 import tempfile
@@ -370,7 +374,10 @@ def _load_spec(args: argparse.Namespace, **changes: Any) -> LoadSpec:
 
 
 def _phase(
-    args: argparse.Namespace, *loads: LoadSpec, duration_s: float | None = None
+    args: argparse.Namespace,
+    *loads: LoadSpec,
+    duration_s: float | None = None,
+    channels: int | None = None,
 ) -> PhaseSpec:
     return PhaseSpec(
         loads=loads,
@@ -379,7 +386,7 @@ def _phase(
         drain_s=args.drain_s,
         rpc_timeout_s=args.rpc_timeout_s,
         pool_max_ops=args.pool_max_ops,
-        channels=args.channels,
+        channels=args.channels if channels is None else channels,
     )
 
 
@@ -465,10 +472,13 @@ async def _null_target(args: argparse.Namespace, shards: int) -> AsyncIterator[T
         yield Target(null.address, found, null.pid, spawned=True)
 
 
-async def _ceiling_rows(args: argparse.Namespace, spec: LoadSpec, shards: int) -> list[Row]:
+async def _ceiling_rows(
+    args: argparse.Namespace, spec: LoadSpec, shards: int, channels: int | None = None
+) -> list[Row]:
     """The put load `spec` against a null server announcing `shards` shards."""
     async with _null_target(args, shards) as target:
-        return await _run_load_phase(args, target, _phase(args, spec), [ceiling_label(spec)])
+        phase = _phase(args, spec, channels=channels)
+        return await _run_load_phase(args, target, phase, [ceiling_label(spec)])
 
 
 def _notify_stream_timeout_s(phase: PhaseSpec) -> float:
@@ -728,6 +738,16 @@ async def run_workload(args: argparse.Namespace, target: Target, fsync_dir: Path
     rows += peak
     rows += await _ceiling_rows(args, put_single, shards)
     rows += await _run_load_phase(args, target, _phase(args, put_single), [put_single.label()])
+    # The same single-op requests from as many clients as requests in flight: a
+    # stream each, on its own connection, each waiting for its answer. One stream
+    # carries one message at a time each way (gRPC's rule), so the row above shows
+    # what one pipelining client gets; this one what the server serves to many.
+    clients = max(1, math.ceil(put_single.concurrency / shards))
+    put_clients = replace(put_single, streams_per_shard=clients)
+    connections = clients * shards
+    rows += await _ceiling_rows(args, put_clients, shards, channels=connections)
+    phase = _phase(args, put_clients, channels=connections)
+    rows += await _run_load_phase(args, target, phase, [put_clients.label()])
     await _do_preload(args, target)
     get_batched = replace(put_batched, kind="get", keys=_preload_keys(args))
     get_single = replace(get_batched, batch=1)
@@ -780,8 +800,8 @@ def _short_duration_s(args: argparse.Namespace) -> float:
     return float(args.duration_s) / 2
 
 
-_PHASES = {"put": 1, "get": 1, "fsync": 0, "ceiling": 1, "notify": 1, "ephemeral": 1, "all": 10}
-_SPAWNS = {"put": 1, "get": 1, "fsync": 0, "ceiling": 1, "notify": 1, "ephemeral": 1, "all": 3}
+_PHASES = {"put": 1, "get": 1, "fsync": 0, "ceiling": 1, "notify": 1, "ephemeral": 1, "all": 12}
+_SPAWNS = {"put": 1, "get": 1, "fsync": 0, "ceiling": 1, "notify": 1, "ephemeral": 1, "all": 4}
 
 
 def _phase_count(workload: str) -> float:

@@ -45,7 +45,8 @@ class LoadSpec:
         how = "read" if self.kind == "get" else self.mode
         rate = "" if self.rate_ops_per_s is None else f" @{self.rate_ops_per_s:.0f}/s"
         ephemeral = "ephemeral " if self.sessions else ""
-        return f"{ephemeral}{self.kind} {how} b={self.batch}{rate}"
+        streams = f" streams={self.streams_per_shard}" if self.streams_per_shard > 1 else ""
+        return f"{ephemeral}{self.kind} {how} b={self.batch}{streams}{rate}"
 
 
 @dataclass(frozen=True, slots=True)
