@@ -277,12 +277,30 @@ def test_ceiling_refuses_an_address(capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.e2e
 @pytest.mark.timeout(90)
+def test_all_adds_no_many_clients_row_when_the_load_already_has_a_stream_per_request() -> None:
+    code, out, err = run_bench(
+        "--spawn", "all", "--duration-s", "0.2", "--warmup-s", "0", "--keys", "2000",
+        "--concurrency", "4", "--streams-per-shard", "4", "--json",
+    )  # fmt: skip
+    assert code == 0, out + err
+    names = [row["name"] for row in json_document(out)["results"]]
+    assert len(set(names)) == len(names), names
+    single_puts = [name for name in names if name.startswith(("put stream b=1 ", "ceiling"))]
+    assert [name for name in single_puts if " b=1 " in name] == [
+        "ceiling grpc.aio stream b=1 streams=4",
+        "put stream b=1 streams=4",
+    ]
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(90)
 def test_all_puts_a_ceiling_row_before_each_put_row_and_gives_the_share() -> None:
     code, out, err = run_bench(
         "--spawn", "all", "--duration-s", "0.3", "--warmup-s", "0", "--keys", "2000", "--json"
     )
     assert code == 0, out + err
     names = [row["name"] for row in json_document(out)["results"]]
+    assert len(set(names)) == len(names), names
     batched = names.index("put stream b=100")
     single = names.index("put stream b=1")
     clients = names.index("put stream b=1 streams=16")

@@ -129,6 +129,9 @@ from cairn.storage.bench.snapshot_transfer import (
 )
 from cairn.storage.bench.specs import LoadSpec, PhaseSpec
 
+# Streams per shard, and channels per server: each is a stream or a connection the
+# load generator keeps open.
+MAX_STREAMS = 64
 WORKLOADS = (
     "put",
     "get",
@@ -292,8 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
         default="stream",
         help="put: pipelined WriteStream or unary Write (get always uses Read)",
     )
-    load.add_argument("--streams-per-shard", type=_positive(int, 64), default=1)
-    load.add_argument("--channels", type=_positive(int, 64), default=1, help="per server")
+    load.add_argument("--streams-per-shard", type=_positive(int, MAX_STREAMS), default=1)
+    load.add_argument("--channels", type=_positive(int, MAX_STREAMS), default=1, help="per server")
     load.add_argument(
         "--procs", type=_positive(int, MAX_PROCS), default=1, help="load processes (aggregated)"
     )
@@ -742,12 +745,13 @@ async def run_workload(args: argparse.Namespace, target: Target, fsync_dir: Path
     # stream each, on its own connection, each waiting for its answer. One stream
     # carries one message at a time each way (gRPC's rule), so the row above shows
     # what one pipelining client gets; this one what the server serves to many.
-    clients = max(1, math.ceil(put_single.concurrency / shards))
-    put_clients = replace(put_single, streams_per_shard=clients)
-    connections = clients * shards
-    rows += await _ceiling_rows(args, put_clients, shards, channels=connections)
-    phase = _phase(args, put_clients, channels=connections)
-    rows += await _run_load_phase(args, target, phase, [put_clients.label()])
+    clients = min(MAX_STREAMS, math.ceil(put_single.concurrency / shards))
+    if clients > put_single.streams_per_shard:
+        put_clients = replace(put_single, streams_per_shard=clients)
+        connections = clients * shards
+        rows += await _ceiling_rows(args, put_clients, shards, channels=connections)
+        phase = _phase(args, put_clients, channels=connections)
+        rows += await _run_load_phase(args, target, phase, [put_clients.label()])
     await _do_preload(args, target)
     get_batched = replace(put_batched, kind="get", keys=_preload_keys(args))
     get_single = replace(get_batched, batch=1)
