@@ -21,12 +21,25 @@ from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import storage_internal_pb2 as internal_pb
 from cairn.storage.core import indexes, wire
 from cairn.storage.core.indexes import FLAGS_OFFSET, HAS_INDEXES
-from cairn.storage.core.meta import COMMIT_OFFSET_KEY, encode_i64, ephemeral_key, session_key
+from cairn.storage.core.meta import (
+    COMMIT_OFFSET_KEY,
+    SESSION_PREFIX,
+    encode_i64,
+    ephemeral_key,
+    session_key,
+)
 from cairn.storage.core.notifications import EntryNotifications
 from cairn.storage.core.sequences import next_sequence_suffix
 from cairn.storage.core.sessions import ephemeral_range, owning_session
 from cairn.storage.kv.store import Change, Column, KvReader
-from cairn.storage.records import HAS_SESSION, HEADER, HEADER_SIZE, RecordMeta, encode_record
+from cairn.storage.records import (
+    HAS_SESSION,
+    HEADER,
+    RecordMeta,
+    encode_record,
+    header_session,
+    version_header,
+)
 
 OK = pb.OK
 KEY_NOT_FOUND = pb.KEY_NOT_FOUND
@@ -48,7 +61,8 @@ _MAX_INSERTS_BEFORE_RESORT = 64
 
 class HeaderCache:
     """Version headers of recently written records: the read-before-write of every
-    put needs only these 33 bytes, and a RocksDB lookup costs several times more
+    put needs only these (the fixed 33 bytes, plus 8 for an ephemeral record's
+    session: records.version_header), and a RocksDB lookup costs several times more
     than the rest of the put. Write-through (the applier is the only writer of a
     shard's records), negative entries included, bounded by entry count with
     least-recently-written eviction."""
@@ -106,6 +120,8 @@ class PendingChanges:
         self._sorted_count = 0
         # A sequence put was applied: GetSequenceUpdates subscribers should look.
         self.sequence_keys_generated = False
+        # session id -> open and taking puts, as read in this group (see session_exists)
+        self._open_sessions: dict[int, bool] = {}
 
     def get_header(self, encoded_key: bytes) -> bytes | None:
         """The version header of the record in the new state, None if absent."""
@@ -118,7 +134,7 @@ class PendingChanges:
             if found:
                 return header
         data = self._reader.get(_RECORDS, encoded_key)
-        header = None if data is None else data[:HEADER_SIZE]
+        header = None if data is None else version_header(data)
         if cache is not None:
             cache.store(encoded_key, header)
         return header
@@ -130,7 +146,7 @@ class PendingChanges:
 
     def put_record(self, encoded_key: bytes, data: bytes) -> None:
         self._records[encoded_key] = data
-        self._headers[encoded_key] = data[:HEADER_SIZE]
+        self._headers[encoded_key] = version_header(data)
 
     def delete_record(self, encoded_key: bytes) -> None:
         self._records[encoded_key] = None
@@ -177,6 +193,8 @@ class PendingChanges:
 
     def set_meta(self, key: bytes, data: bytes | None) -> None:
         self._meta[key] = data
+        if key.startswith(SESSION_PREFIX):
+            self._open_sessions.clear()
 
     def get_meta(self, key: bytes) -> bytes | None:
         if key in self._meta:
@@ -218,9 +236,16 @@ class PendingChanges:
         return sorted(keys)
 
     def session_exists(self, session_id: int) -> bool:
-        """Open and taking puts (not being closed)."""
+        """Open and taking puts (not being closed). Remembered for the group until a
+        session's state changes in it: the ephemeral puts of a request mostly name one
+        session, and each answer would otherwise be a KV read and a parse."""
+        known = self._open_sessions.get(session_id)
+        if known is not None:
+            return known
         stored = self.get_meta(session_key(session_id))
-        return stored is not None and not internal_pb.SessionState.FromString(stored).closing
+        is_open = stored is not None and not internal_pb.SessionState.FromString(stored).closing
+        self._open_sessions[session_id] = is_open
+        return is_open
 
     def first_meta_keys(self, start: bytes, end: bytes, limit: int) -> list[bytes]:
         """The first `limit` internal-state keys in [start, end) in the new state."""
@@ -230,10 +255,13 @@ class PendingChanges:
         return list(itertools.islice(heapq.merge(stored, added), limit))
 
     def detach_ephemeral(self, encoded_key: bytes, header: bytes) -> None:
-        """Drop the record from its owning session's index, if it has an owner."""
+        """Drop the record from its owning session's index, if it has an owner (the
+        header carries its id: see records.version_header)."""
         if header[FLAGS_OFFSET] & HAS_SESSION:
-            record = self.get_record(encoded_key)
-            owner = None if record is None else owning_session(record)
+            owner = header_session(header)
+            if owner is None:
+                record = self.get_record(encoded_key)
+                owner = None if record is None else owning_session(record)
             if owner is not None:
                 self._meta[ephemeral_key(owner, encoded_key)] = None
 
