@@ -23,7 +23,7 @@ _LENGTH = struct.Struct("<H")
 HAS_SESSION = 0x01
 HAS_CLIENT_IDENTITY = 0x02
 HAS_PARTITION_KEY = 0x04
-_FLAGS_OFFSET = HEADER_SIZE - 1
+FLAGS_OFFSET = HEADER_SIZE - 1
 # A session's id comes first after the fixed header.
 _SESSION_END = HEADER_SIZE + _SESSION.size
 
@@ -32,15 +32,15 @@ def version_header(record: bytes) -> bytes:
     """What a write needs of a stored record before replacing it: the fixed header,
     and the owning session's id if it has one (so that detaching the record from its
     session needs no read of the whole record)."""
-    if len(record) > _FLAGS_OFFSET and record[_FLAGS_OFFSET] & HAS_SESSION:
+    if len(record) > FLAGS_OFFSET and record[FLAGS_OFFSET] & HAS_SESSION:
         return record[:_SESSION_END]
     return record[:HEADER_SIZE]
 
 
 def header_session(header: bytes) -> int | None:
-    """The owning session's id from a `version_header`; None for a persistent record,
-    or a header cut to the fixed part."""
-    if header[_FLAGS_OFFSET] & HAS_SESSION and len(header) >= _SESSION_END:
+    """The owning session's id from a `version_header` (or a whole record); None for
+    a persistent record."""
+    if header[FLAGS_OFFSET] & HAS_SESSION:
         session_id: int = _SESSION.unpack_from(header, HEADER_SIZE)[0]
         return session_id
     return None

@@ -20,7 +20,7 @@ from cairn.common.keyorder import KeyOrder
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import storage_internal_pb2 as internal_pb
 from cairn.storage.core import indexes, wire
-from cairn.storage.core.indexes import FLAGS_OFFSET, HAS_INDEXES
+from cairn.storage.core.indexes import HAS_INDEXES
 from cairn.storage.core.meta import (
     COMMIT_OFFSET_KEY,
     SESSION_PREFIX,
@@ -33,6 +33,7 @@ from cairn.storage.core.sequences import next_sequence_suffix
 from cairn.storage.core.sessions import ephemeral_range, owning_session
 from cairn.storage.kv.store import Change, Column, KvReader
 from cairn.storage.records import (
+    FLAGS_OFFSET,
     HAS_SESSION,
     HEADER,
     RecordMeta,
@@ -257,13 +258,9 @@ class PendingChanges:
     def detach_ephemeral(self, encoded_key: bytes, header: bytes) -> None:
         """Drop the record from its owning session's index, if it has an owner (the
         header carries its id: see records.version_header)."""
-        if header[FLAGS_OFFSET] & HAS_SESSION:
-            owner = header_session(header)
-            if owner is None:
-                record = self.get_record(encoded_key)
-                owner = None if record is None else owning_session(record)
-            if owner is not None:
-                self._meta[ephemeral_key(owner, encoded_key)] = None
+        owner = header_session(header)
+        if owner is not None:
+            self._meta[ephemeral_key(owner, encoded_key)] = None
 
     def unlink(self, encoded_key: bytes, header: bytes) -> None:
         """Before a record is replaced or deleted: drop its session ownership entry

@@ -30,14 +30,13 @@ from typing import Protocol
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.storage.core.meta import prefix_end
 from cairn.storage.kv.store import Column, KvReader
-from cairn.storage.records import HEADER_SIZE
+from cairn.storage.records import FLAGS_OFFSET, HEADER_SIZE
 
 INDEX_PREFIX = b"index/"
 RECORD_INDEXES_PREFIX = b"record_indexes/"
 # A bit of the record header's flags byte (records.py defines 0x01..0x04 and
 # ignores bits it does not know): the record has index entries.
 HAS_INDEXES = 0x08
-FLAGS_OFFSET = HEADER_SIZE - 1
 
 _TERMINATOR = b"\x00\x01"
 # Above every `esc(x) + T + ...` with the same x, below any greater x.

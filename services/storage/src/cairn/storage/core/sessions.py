@@ -20,7 +20,7 @@ from cairn.storage.core.meta import (
     session_key,
 )
 from cairn.storage.kv.store import Column, KvReader
-from cairn.storage.records import HAS_SESSION, HEADER, decode_meta
+from cairn.storage.records import header_session
 
 MIN_SESSION_TIMEOUT_MS = 2_000
 MAX_SESSION_TIMEOUT_MS = 300_000
@@ -87,9 +87,7 @@ def stored_sessions(reader: KvReader) -> list[tuple[int, internal_pb.SessionStat
 
 def owning_session(record: bytes) -> int | None:
     """The session that owns a stored record, None for a persistent one."""
-    if not HEADER.unpack_from(record)[4] & HAS_SESSION:
-        return None
-    return decode_meta(record).session_id
+    return header_session(record)
 
 
 def ephemeral_range(session_id: int) -> tuple[bytes, bytes]:
