@@ -11,6 +11,7 @@ every replica's KV compares equal, byte for byte.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import shutil
 import signal
@@ -25,6 +26,8 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
+from cairn.client.client import AsyncClient
+from cairn.client.options import ClientOptions
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import oxia_client_pb2_grpc as pb_grpc
 from cairn.proto import replication_pb2 as rpb
@@ -526,5 +529,48 @@ def test_a_hung_leader_that_resumes_after_a_new_term_commits_nothing_more(
         status = driver.status(old, SHARD)
         assert answered == 0, f"the old leader answered {answered} writes it could not commit"
         assert status.commit_offset <= max(fenced_heads), (status.commit_offset, fenced_heads)
+    finally:
+        driver.close()
+
+
+def test_a_pod_sends_no_shard_map_before_the_controllers_first_push(
+    cluster: Callable[..., list[NodeProcess]],
+) -> None:
+    """Pods started together with their controller know no namespace until its
+    first push. A shard-map stream opened before it waits, then gets the whole
+    map (NAMESPACE_NOT_FOUND instead would be final to our client, and to an
+    application starting alongside a fresh cluster); once a map is known, a
+    namespace it lacks is NOT_FOUND at once."""
+    nodes = cluster(3)
+    driver = Driver()
+    request = pb.ShardAssignmentsRequest(namespace="default")
+    connected: list[object] = []
+
+    async def connect_and_put() -> None:
+        async with await AsyncClient.connect(
+            nodes[1].address, options=ClientOptions(connect_timeout_s=60)
+        ) as client:
+            connected.append(await client.put("/early", b"v"))
+
+    early_client = threading.Thread(target=lambda: asyncio.run(connect_and_put()), daemon=True)
+    try:
+        with grpc.insecure_channel(nodes[0].address) as channel:
+            stub = pb_grpc.OxiaClientStub(channel)
+            early = stub.GetShardAssignments(request, timeout=60)
+            early_client.start()
+            with pytest.raises(grpc.RpcError) as unanswered:
+                next(stub.GetShardAssignments(request, timeout=1))
+            assert unanswered.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED  # type: ignore[attr-defined]
+            leader = driver.elect(SHARD, nodes)
+            driver.push_map(nodes)
+            first = next(early)
+            assignments = first.namespaces["default"].assignments
+            assert [(a.shard, a.leader) for a in assignments] == [(SHARD, leader.address)]
+            early.cancel()
+            early_client.join(timeout=30)
+            assert len(connected) == 1
+            with pytest.raises(grpc.RpcError) as missing:
+                next(stub.GetShardAssignments(pb.ShardAssignmentsRequest(namespace="x"), timeout=5))
+            assert missing.value.code() == grpc.StatusCode.NOT_FOUND  # type: ignore[attr-defined]
     finally:
         driver.close()

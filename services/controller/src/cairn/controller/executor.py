@@ -63,7 +63,9 @@ def wall_clock_ms() -> int:
 
 def assignments_of(state: ClusterState, last_leaders: dict[int, str]) -> pb.ShardAssignments:
     """The shard map pods hand to clients: every shard of every namespace with
-    its leader's public address (the last known one during an election)."""
+    its leader's public address (the last known one during an election). A
+    namespace whose shards are not placed yet is there with none, so that pods
+    can tell "not ready yet" (clients wait) from "no such namespace"."""
     status = state.status
     addresses = {node.name: node.public_address for node in status.nodes}
     assignments = pb.ShardAssignments()
@@ -72,8 +74,6 @@ def assignments_of(state: ClusterState, last_leaders: dict[int, str]) -> pb.Shar
             (r for r in status.shards if r.namespace == namespace.name),
             key=lambda r: r.hash_range.min_inclusive,
         )
-        if not records:
-            continue
         target = assignments.namespaces[namespace.name]
         target.shard_key_router = pb.XXHASH3
         target.key_sorting = (

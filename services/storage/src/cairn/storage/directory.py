@@ -3,6 +3,11 @@
 The map comes from the data directory's layout (standalone) or from the
 controller's pushes (a pod in a cluster). A request for a shard whose leader is
 elsewhere is answered NODE_IS_NOT_LEADER with the leader's address as a hint.
+
+A client's first shard map is sent only once it is whole (`first_assignments`):
+a pod that has had no push since it started cannot say whether a namespace
+exists, and a map naming no leader for a shard is one the Oxia Python client
+(which reads only the first message) could never use.
 """
 
 from __future__ import annotations
@@ -41,9 +46,12 @@ class NamespaceLayout:
 
 
 class ShardDirectory:
-    def __init__(self, default_namespace: str = "default") -> None:
+    def __init__(self, default_namespace: str = "default", *, pushed_map: bool = False) -> None:
+        """`pushed_map`: the map comes from the controller's pushes (a pod in a
+        cluster), so none is known until the first one arrives."""
         # What an empty namespace in a request means.
         self.default_namespace = default_namespace
+        self._pushed_map = pushed_map
         self._layouts: dict[str, NamespaceLayout] = {}
         self._replicas: dict[int, ShardReplica] = {}
         self._shard_namespace: dict[int, str] = {}
@@ -152,7 +160,9 @@ class ShardDirectory:
         """The map version and the shard map of one namespace, or of all of them for
         ALL_NAMESPACES."""
         if namespace == ALL_NAMESPACES:
-            layouts = list(self._layouts.values())
+            # A namespace still being created (no shards placed) is left out: to a
+            # client it would be a map that covers no hash.
+            layouts = [layout for layout in self._layouts.values() if layout.shards]
         else:
             layout = self._layouts.get(namespace)
             if layout is None:
@@ -162,6 +172,34 @@ class ShardDirectory:
         for layout in layouts:
             _fill_namespace(message.namespaces[layout.name], layout)
         return self._version, message
+
+    async def first_assignments(self, namespace: str) -> tuple[int, pb.ShardAssignments] | None:
+        """`assignments`, once this process can give a whole map: after the
+        controller's first push (a pod in a cluster) and once the namespace's
+        shards are placed and each has a leader. NamespaceNotFound once a map without the
+        namespace is known; None when the directory closes first. The caller
+        bounds the wait (a client's connect timeout)."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: self._closed or self._whole_for(namespace))
+            if self._closed:
+                return None
+        return self.assignments(namespace)
+
+    def _whole_for(self, namespace: str) -> bool:
+        if self._pushed_map and self._pushed_version < 0:
+            return False
+        if namespace == ALL_NAMESPACES:
+            layouts = list(self._layouts.values())
+        elif namespace in self._layouts:
+            layouts = [self._layouts[namespace]]
+        else:
+            return True  # known not to exist: `assignments` says so
+        # Every namespace covers the whole hash space, so one with no shards yet
+        # is still being placed.
+        return all(
+            layout.shards and all(placement.leader_address for placement in layout.shards)
+            for layout in layouts
+        )
 
     async def wait_for_assignment_change(self, seen_version: int) -> int | None:
         """The new version once the map changes; None when the directory closes."""

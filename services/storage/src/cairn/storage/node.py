@@ -63,7 +63,7 @@ def _read_spec(path: Path) -> ShardSpec:
 class NodeServer:
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
-        self.directory = ShardDirectory()
+        self.directory = ShardDirectory(pushed_map=True)
         self.peers = PeerChannels()
         self.me = Member("", "")
         self.health = HealthService()

@@ -63,9 +63,12 @@ class ClientService:
     ) -> AsyncIterator[pb.ShardAssignments]:
         try:
             namespace = request.namespace or self.directory.default_namespace
-            version, message = self.directory.assignments(namespace)
+            first = await self.directory.first_assignments(namespace)
         except CairnError as error:
             await abort(context, error)
+        if first is None:
+            return
+        version, message = first
         yield message
         # The stream stays open: later messages are full snapshots after a change.
         while True:
