@@ -8,6 +8,10 @@ from pathlib import Path
 import pytest
 
 from cairn.storage.bench.apply_cost import ApplySpec, main, measure
+from cairn.storage.core.indexes import HAS_INDEXES, INDEX_PREFIX
+from cairn.storage.core.meta import prefix_end
+from cairn.storage.kv import Column, RocksKv
+from cairn.storage.records import FLAGS_OFFSET, HAS_PARTITION_KEY
 
 
 def test_every_round_of_both_replicas_is_measured(tmp_path: Path) -> None:
@@ -25,10 +29,29 @@ def test_prints_a_line_per_replica(capsys: pytest.CaptureFixture[str]) -> None:
     assert len(lines) == 2
     for line, name in zip(lines, ("leader", "follower"), strict=True):
         assert re.fullmatch(
-            rf"apply {name} b=4 fold=1 group=8: us/put median=[0-9.]+ min=[0-9.]+ rounds=2", line
+            rf"apply {name} plain b=4 fold=1 group=8: us/put median=[0-9.]+ min=[0-9.]+ rounds=2",
+            line,
         )
 
 
 def test_refuses_zero_counts(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--rounds", "0"]) == 2
     assert "at least 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("shape", "flag"), [("plain", 0), ("partition-key", HAS_PARTITION_KEY), ("index", HAS_INDEXES)]
+)
+def test_each_shape_stores_what_it_says(tmp_path: Path, shape: str, flag: int) -> None:
+    measure(ApplySpec(requests=4, batch=5, keys=10, rounds=1, shape=shape), tmp_path)
+    kv = RocksKv(tmp_path / "leader")
+    try:
+        records = [record for _, record in kv.scan(Column.RECORDS, b"", None)]
+        entries = list(kv.scan(Column.META, INDEX_PREFIX, prefix_end(INDEX_PREFIX)))
+    finally:
+        kv.close()
+    assert records
+    for record in records:
+        assert record[FLAGS_OFFSET] == flag
+    # One entry per indexed record (each put names one index).
+    assert len(entries) == (len(records) if shape == "index" else 0)

@@ -4,15 +4,32 @@ and reads by index with every comparison."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cairn.common.errors import InvalidRequest, RequestTooLarge
 from cairn.proto import oxia_client_pb2 as pb
+from cairn.proto import storage_internal_pb2 as internal_pb
 from cairn.storage.config import Limits
 from cairn.storage.core import reads
-from cairn.storage.core.indexes import INDEX_PREFIX, RECORD_INDEXES_PREFIX
+from cairn.storage.core.apply import (
+    HeaderCache,
+    PendingChanges,
+    apply_close_session,
+    apply_create_session,
+    apply_write,
+)
+from cairn.storage.core.indexes import (
+    HAS_INDEXES,
+    INDEX_PREFIX,
+    MAX_CARRIED_MIDDLES_BYTES,
+    RECORD_INDEXES_PREFIX,
+    add_entries,
+)
 from cairn.storage.core.meta import prefix_end
 from cairn.storage.core.validation import MAX_SECONDARY_INDEXES_PER_PUT, validate_write
-from cairn.storage.kv import Column
+from cairn.storage.kv import Column, MemoryKv
+from cairn.storage.records import FLAGS_OFFSET
 from support.memory_shard import ORDER, Shard, put
 
 
@@ -200,3 +217,95 @@ def test_validation_rules() -> None:
         check(("name", "k" * (limits.max_key_bytes + 1)))
     with pytest.raises(RequestTooLarge, match="secondary indexes"):
         check(*[("name", str(i)) for i in range(MAX_SECONDARY_INDEXES_PER_PUT + 1)])
+
+
+# Exactness under any interleaving, with the write path's header cache or without
+# it: a replaced or deleted record's entries are found from the middles its version
+# header carries when it was indexed in this process (indexes.with_carried_middles),
+# else from its reverse entry; middles too long to carry are always read.
+_INDEX_KEYS = ["/a", "/b", "/c"]
+_LONG_SECONDARY = "s" * (MAX_CARRIED_MIDDLES_BYTES + 1)
+_index_pairs = st.lists(
+    st.tuples(st.sampled_from(["name", "city"]), st.sampled_from(["x", "y", _LONG_SECONDARY])),
+    max_size=3,
+)
+_index_ops = st.one_of(
+    # kind: "plain" (the fast path), "general" (a partition key), "ephemeral" (owned
+    # by the session, which a "close" ends)
+    st.tuples(
+        st.just("put"),
+        st.sampled_from(_INDEX_KEYS),
+        st.sampled_from(["plain", "general", "ephemeral"]),
+        _index_pairs,
+    ),
+    st.tuples(st.just("delete"), st.sampled_from(_INDEX_KEYS)),
+    st.tuples(st.just("delete_range"), st.sampled_from(_INDEX_KEYS)),
+    st.tuples(st.just("close")),
+)
+
+
+def _index_entries(kv: MemoryKv) -> set[bytes]:
+    return {
+        key
+        for prefix in (INDEX_PREFIX, RECORD_INDEXES_PREFIX)
+        for key, _ in kv.scan(Column.META, prefix, prefix_end(prefix))
+    }
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    groups=st.lists(st.lists(_index_ops, min_size=1, max_size=6), min_size=1, max_size=8),
+    cache_entries=st.sampled_from([None, 1, 2, 16]),
+)
+def test_index_entries_are_exactly_those_of_the_live_indexed_records(
+    groups: list[list[tuple[object, ...]]], cache_entries: int | None
+) -> None:
+    kv = MemoryKv()
+    cache = None if cache_entries is None else HeaderCache(cache_entries)
+    opening = PendingChanges(kv, cache)
+    session = apply_create_session(opening, internal_pb.CreateSessionEntry(timeout_ms=5000), 0)
+    kv.write(opening.changes())
+    last_pairs: dict[str, list[tuple[str, str]]] = {}
+    offset = 1
+    for group in groups:
+        state = PendingChanges(kv, cache)
+        for op in group:
+            if op[0] == "put":
+                _, key, kind, pairs = op
+                assert isinstance(key, str) and isinstance(pairs, list)
+                request = pb.PutRequest(key=key, value=b"v")
+                for name, secondary in pairs:
+                    request.secondary_indexes.add(index_name=name, secondary_key=secondary)
+                if kind == "general":
+                    request.partition_key = "p"
+                elif kind == "ephemeral":
+                    request.session_id = session
+                plain = kind == "plain" and not pairs  # what fastpath.has_plain_puts says
+                raw = apply_write(
+                    state, pb.WriteRequest(puts=[request]), offset, 1000 + offset, ORDER, plain
+                )
+                if pb.WriteResponse.FromString(raw).puts[0].status == pb.OK:
+                    last_pairs[key] = list(pairs)
+            elif op[0] == "delete":
+                request_delete = pb.WriteRequest(deletes=[pb.DeleteRequest(key=str(op[1]))])
+                apply_write(state, request_delete, offset, 1000 + offset, ORDER)
+            elif op[0] == "delete_range":
+                start = str(op[1])
+                span = pb.DeleteRangeRequest(start_inclusive=start, end_exclusive=start + "/")
+                apply_write(state, pb.WriteRequest(delete_ranges=[span]), offset, 1000, ORDER)
+            else:
+                apply_close_session(state, internal_pb.CloseSessionEntry(session_id=session), ORDER)
+            offset += 1
+        kv.write(state.changes())
+        state.written()
+        # What the live records' last puts index, written afresh into an empty store.
+        expected_kv = MemoryKv()
+        expected = PendingChanges(expected_kv)
+        for encoded_key, record in kv.scan(Column.RECORDS, b"", None):
+            pairs = last_pairs[ORDER.decode(encoded_key)]
+            assert bool(record[FLAGS_OFFSET] & HAS_INDEXES) == bool(pairs)
+            if pairs:
+                wanted = [pb.SecondaryIndex(index_name=n, secondary_key=s) for n, s in pairs]
+                add_entries(expected, encoded_key, wanted, ORDER.encoder)
+        expected_kv.write(expected.changes())
+        assert _index_entries(kv) == _index_entries(expected_kv)

@@ -37,6 +37,12 @@ def version_header(record: bytes) -> bytes:
     return record[:HEADER_SIZE]
 
 
+def version_header_size(header: bytes) -> int:
+    """The length of the `version_header` part of a header (the apply overlay's and
+    the header cache's headers may carry more after it: see indexes.py)."""
+    return _SESSION_END if header[FLAGS_OFFSET] & HAS_SESSION else HEADER_SIZE
+
+
 def header_session(header: bytes) -> int | None:
     """The owning session's id from a `version_header` (or a whole record); None for
     a persistent record."""

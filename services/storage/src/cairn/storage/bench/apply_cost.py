@@ -2,9 +2,11 @@
 
     python -m cairn.storage.bench.apply_cost [--requests 600] [--batch 100]
         [--keys 100000] [--value-size 100] [--group 8] [--fold 1] [--rounds 9]
+        [--shape plain|partition-key|index]
 
-Builds `requests` write requests of `batch` plain puts on random keys out of
-`keys`, then applies them the way a shard's applier does (a RocksDB batch per
+Builds `requests` write requests of `batch` puts on random keys out of `keys`
+(plain puts, or each with a partition key, or each with one secondary index),
+then applies them the way a shard's applier does (a RocksDB batch per
 `group` entries, each entry holding `fold` requests) into a RocksDB in a
 temporary directory: as a leader (responses built) and as a follower (none),
 alternating, `rounds` times each after one warm-up round. Prints microseconds
@@ -34,6 +36,10 @@ from cairn.storage.core.entry_apply import ShardRules, apply_entry
 from cairn.storage.kv import RocksKv
 
 TIMESTAMP_MS = 1_700_000_000_000
+# What each put carries besides key and value: nothing (the plain-put fast path),
+# a partition key (one of PARTITIONS), or one secondary index entry.
+SHAPES = ("plain", "partition-key", "index")
+PARTITIONS = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +52,7 @@ class ApplySpec:
     fold: int = 1
     rounds: int = 9
     seed: int = 1
+    shape: str = "plain"
 
 
 def _requests(spec: ApplySpec) -> list[pb.WriteRequest]:
@@ -53,10 +60,18 @@ def _requests(spec: ApplySpec) -> list[pb.WriteRequest]:
     value = b"x" * spec.value_size
     made = []
     for _ in range(spec.requests):
-        puts = [
-            pb.PutRequest(key=f"/bench/key-{rng.randrange(spec.keys):08d}", value=value)
-            for _ in range(spec.batch)
-        ]
+        puts = []
+        for _ in range(spec.batch):
+            number = rng.randrange(spec.keys)
+            put = pb.PutRequest(key=f"/bench/key-{number:08d}", value=value)
+            if spec.shape == "partition-key":
+                put.partition_key = f"partition-{number % PARTITIONS}"
+            elif spec.shape == "index":
+                # A secondary key that changes between overwrites, as an owner would.
+                put.secondary_indexes.add(
+                    index_name="owner", secondary_key=f"{rng.randrange(1000)}"
+                )
+            puts.append(put)
         # Parsed from bytes, as the server holds them.
         raw = pb.WriteRequest(shard=0, puts=puts).SerializeToString()
         made.append(pb.WriteRequest.FromString(raw))
@@ -75,6 +90,7 @@ class _Applier:
     def run(self, requests: Sequence[pb.WriteRequest], spec: ApplySpec, answer: bool) -> float:
         """Apply every request once; seconds of CPU time taken."""
         entries = [requests[i : i + spec.fold] for i in range(0, len(requests), spec.fold)]
+        plain = spec.shape == "plain"
         started = time.thread_time()
         for first in range(0, len(entries), spec.group):
             state = PendingChanges(self.kv, self.cache)
@@ -82,7 +98,7 @@ class _Applier:
                 kind, body = (
                     (CLIENT_WRITE, entry[0]) if len(entry) == 1 else (FOLDED_WRITES, Folded(entry))
                 )
-                apply_entry(self.rules, state, kind, body, self.offset, TIMESTAMP_MS, True, answer)
+                apply_entry(self.rules, state, kind, body, self.offset, TIMESTAMP_MS, plain, answer)
                 self.offset += 1
             state.set_commit_offset(self.offset - 1)
             self.kv.write(state.changes())
@@ -130,6 +146,9 @@ def _parser() -> argparse.ArgumentParser:
     ):
         default = getattr(defaults, name.replace("-", "_"))
         parser.add_argument(f"--{name}", type=int, default=default, help=help_text)
+    parser.add_argument(
+        "--shape", choices=SHAPES, default=defaults.shape, help="what each put carries"
+    )
     return parser
 
 
@@ -137,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     spec = ApplySpec(
         args.requests, args.batch, args.keys, args.value_size, args.group, args.fold,
-        args.rounds, args.seed,
+        args.rounds, args.seed, args.shape,
     )  # fmt: skip
     if min(spec.requests, spec.batch, spec.keys, spec.group, spec.fold, spec.rounds) < 1:
         print("apply_cost: counts must be at least 1", file=sys.stderr)
@@ -146,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rounds = measure(spec, Path(directory))
     for name, figures in rounds.items():
         print(
-            f"apply {name} b={spec.batch} fold={spec.fold} group={spec.group}: "
+            f"apply {name} {spec.shape} b={spec.batch} fold={spec.fold} group={spec.group}: "
             f"us/put median={statistics.median(figures):.2f} min={min(figures):.2f} "
             f"rounds={len(figures)}",
             flush=True,

@@ -145,9 +145,13 @@ class PendingChanges:
             return self._records[encoded_key]
         return self._reader.get(_RECORDS, encoded_key)
 
-    def put_record(self, encoded_key: bytes, data: bytes) -> None:
+    def put_record(self, encoded_key: bytes, data: bytes, index_middles: bytes = b"") -> None:
+        """`index_middles`: the record's index entries (indexes.add_entries), carried
+        in its version header so that replacing it needs no read of them."""
         self._records[encoded_key] = data
-        self._headers[encoded_key] = version_header(data)
+        self._headers[encoded_key] = indexes.with_carried_middles(
+            version_header(data), index_middles
+        )
 
     def delete_record(self, encoded_key: bytes) -> None:
         self._records[encoded_key] = None
@@ -269,7 +273,7 @@ class PendingChanges:
         if flags & HAS_SESSION:
             self.detach_ephemeral(encoded_key, header)
         if flags & HAS_INDEXES:
-            indexes.remove_entries(self, encoded_key)
+            indexes.remove_entries(self, encoded_key, indexes.carried_middles(header))
 
     def set_commit_offset(self, offset: int) -> None:
         self._meta[COMMIT_OFFSET_KEY] = encode_i64(offset)
@@ -325,7 +329,7 @@ def apply_write(
     answer: bool = True,
 ) -> bytes:
     """Apply one entry's write request (puts, then deletes, then delete ranges) and
-    return the serialized WriteResponse (with `answer` False, what plain puts
+    return the serialized WriteResponse (with `answer` False, what successful puts
     would answer is left out: nobody waits for it).
 
     `plain_puts`: the caller established (see fastpath.py) that no put carries more
@@ -335,14 +339,14 @@ def apply_write(
     encode = key_order.encoder
     parts: list[bytes] = []
     append = parts.append
+    responses = wire.PutResponses(offset, timestamp_ms) if answer else _NO_PUT_RESPONSES
     if plain_puts:
-        responses = wire.PutResponses(offset, timestamp_ms) if answer else _NO_PUT_RESPONSES
         _apply_plain_puts(
             state, request.puts, encode, offset, timestamp_ms, responses, notes, parts
         )
     else:
         for put in request.puts:
-            append(_apply_put(state, put, encode, offset, timestamp_ms, notes))
+            append(_apply_put(state, put, encode, offset, timestamp_ms, responses, notes))
     for delete in request.deletes:
         status = _apply_delete(state, delete, encode(delete.key))
         if notes is not None and status == OK:
@@ -442,6 +446,7 @@ def _apply_put(
     encode: Callable[[str], bytes],
     offset: int,
     timestamp_ms: int,
+    responses: wire.PutResponses,
     notes: EntryNotifications | None,
 ) -> bytes:
     key = put.key
@@ -493,9 +498,10 @@ def _apply_put(
     )
     record = encode_record(meta, put.value)
     if put.secondary_indexes:
-        indexes.add_entries(state, encoded_key, put.secondary_indexes, encode)
-        record = indexes.with_index_flag(record)
-    state.put_record(encoded_key, record)
+        middles = indexes.add_entries(state, encoded_key, put.secondary_indexes, encode)
+        state.put_record(encoded_key, indexes.with_index_flag(record), middles)
+    else:
+        state.put_record(encoded_key, record)
     if generated:
         state.sequence_keys_generated = True
     if notes is not None:
@@ -503,6 +509,14 @@ def _apply_put(
             notes.created(key, offset)
         else:
             notes.modified(key, offset)
+    if session_id is None and not generated:
+        # What every put of the entry shares is encoded once (and nothing is built
+        # where nobody waits for the answer).
+        if existing is None:
+            return responses.created
+        return responses.updated(modifications, created_ms)
+    if isinstance(responses, wire.NoPutResponses):
+        return b""
     return wire.field(
         wire.PUTS,
         wire.put_ok(
@@ -576,7 +590,7 @@ def apply_close_session(
         record = state.get_record(encoded_key)
         if record is not None and owning_session(record) == session_id:
             if record[FLAGS_OFFSET] & HAS_INDEXES:
-                indexes.remove_entries(state, encoded_key)
+                indexes.remove_entries(state, encoded_key, None)
             state.delete_record(encoded_key)
             if notes is not None:
                 notes.deleted(key_order.decode(encoded_key))

@@ -19,7 +19,11 @@ session close), the record remembers them:
                                                (esc(name) + T + esc(encoded secondary) + T)
 
 and its stored header carries the HAS_INDEXES flag, so that overwriting or
-deleting a record without indexes (the common case) costs no extra lookup.
+deleting a record without indexes (the common case) costs no extra lookup. The
+version header that the apply overlay and the header cache keep of a record
+indexed since it was last read from the KV carries those middles after it
+(`with_carried_middles`), so that overwriting or deleting it soon after needs no
+read of the reverse entry either; a header read from the KV carries none.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from typing import Protocol
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.storage.core.meta import prefix_end
 from cairn.storage.kv.store import Column, KvReader
-from cairn.storage.records import FLAGS_OFFSET, HEADER_SIZE
+from cairn.storage.records import FLAGS_OFFSET, HEADER_SIZE, version_header_size
 
 INDEX_PREFIX = b"index/"
 RECORD_INDEXES_PREFIX = b"record_indexes/"
@@ -43,6 +47,10 @@ _TERMINATOR = b"\x00\x01"
 _AFTER_TERMINATOR = b"\x00\x02"
 _NUL = b"\x00"
 _ESCAPED_NUL = b"\x00\xff"
+# Middles longer than this stay out of cached version headers (each costs its
+# length for as long as the header stays cached): such a record's reverse entry is
+# read when it is replaced, as for a header read from the KV.
+MAX_CARRIED_MIDDLES_BYTES = 512
 
 
 class MetaState(Protocol):
@@ -90,22 +98,44 @@ def add_entries(
     encoded_primary: bytes,
     indexes: Sequence[pb.SecondaryIndex],
     encode: Callable[[str], bytes],
-) -> None:
-    """Index a record just written (its previous entries already removed)."""
+) -> bytes:
+    """Index a record just written (its previous entries already removed); returns
+    the entries' middles as the reverse entry holds them (never empty)."""
     middles: dict[bytes, None] = {}  # ordered and without duplicates
     for index in indexes:
         middles[_middle(index.index_name, encode(index.secondary_key))] = None
     for middle in middles:
         state.set_meta(INDEX_PREFIX + middle + encoded_primary, b"")
-    state.set_meta(record_indexes_key(encoded_primary), b"".join(middles))
+    joined = b"".join(middles)
+    state.set_meta(record_indexes_key(encoded_primary), joined)
+    return joined
 
 
-def remove_entries(state: MetaState, encoded_primary: bytes) -> None:
-    """Remove every entry of a record that has the HAS_INDEXES flag."""
+def remove_entries(state: MetaState, encoded_primary: bytes, middles: bytes | None) -> None:
+    """Remove every entry of a record that has the HAS_INDEXES flag. `middles`: as
+    its version header carried them; None to read them from the reverse entry."""
     reverse_key = record_indexes_key(encoded_primary)
-    for middle in _split_middles(state.get_meta(reverse_key) or b""):
+    if middles is None:
+        middles = state.get_meta(reverse_key) or b""
+    for middle in _split_middles(middles):
         state.set_meta(INDEX_PREFIX + middle + encoded_primary, None)
     state.set_meta(reverse_key, None)
+
+
+def with_carried_middles(header: bytes, middles: bytes) -> bytes:
+    """A version header carrying its record's index middles (none given, or too
+    long to keep: the header as it is)."""
+    if middles and len(middles) <= MAX_CARRIED_MIDDLES_BYTES:
+        return header + middles
+    return header
+
+
+def carried_middles(header: bytes) -> bytes | None:
+    """The middles a version header of an indexed record carries; None if it
+    carries none (the reverse entry must be read). An indexed record has at least
+    one entry, so carried middles are never empty."""
+    middles = header[version_header_size(header) :]
+    return middles or None
 
 
 def _split_middles(data: bytes) -> Iterator[bytes]:
