@@ -1,5 +1,6 @@
 """PutResponse.key (sequence puts) in the hand-encoded responses is exactly what the
-protobuf library would produce, and absent unless the server generated the key."""
+protobuf library would produce, and absent unless the server generated the key; also
+as an entry's PutResponses builds it."""
 
 from __future__ import annotations
 
@@ -54,3 +55,8 @@ def test_put_ok_with_a_generated_key_matches_protobuf(
     decoded = pb.WriteResponse.FromString(encoded)
     assert decoded == expected
     assert decoded.puts[0].HasField("key") == (generated_key is not None)
+    # The same from an entry's responses, as puts beyond the fast path answer; a
+    # replica nobody waits on builds none of it.
+    named = (modifications, created, session_id, client_identity, generated_key)
+    assert wire.PutResponses(version_id, modified).owned_or_named(*named) == encoded
+    assert wire.NoPutResponses().owned_or_named(*named) == b""

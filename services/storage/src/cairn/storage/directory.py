@@ -175,10 +175,10 @@ class ShardDirectory:
 
     async def first_assignments(self, namespace: str) -> tuple[int, pb.ShardAssignments] | None:
         """`assignments`, once this process can give a whole map: after the
-        controller's first push (a pod in a cluster) and once the namespace's
-        shards are placed and each has a leader. NamespaceNotFound once a map without the
-        namespace is known; None when the directory closes first. The caller
-        bounds the wait (a client's connect timeout)."""
+        controller's first push (a pod in a cluster), with the namespace's shards
+        placed and each led (for ALL_NAMESPACES, every namespace's). NamespaceNotFound
+        once a map without the namespace is known; None when the directory closes
+        first. The caller bounds the wait (a client's connect timeout)."""
         async with self._changed:
             await self._changed.wait_for(lambda: self._closed or self._whole_for(namespace))
             if self._closed:

@@ -510,24 +510,12 @@ def _apply_put(
         else:
             notes.modified(key, offset)
     if session_id is None and not generated:
-        # What every put of the entry shares is encoded once (and nothing is built
-        # where nobody waits for the answer).
+        # What every put of the entry shares is encoded once.
         if existing is None:
             return responses.created
         return responses.updated(modifications, created_ms)
-    if isinstance(responses, wire.NoPutResponses):
-        return b""
-    return wire.field(
-        wire.PUTS,
-        wire.put_ok(
-            offset,
-            modifications,
-            created_ms,
-            timestamp_ms,
-            session_id,
-            client_identity,
-            key if generated else None,
-        ),
+    return responses.owned_or_named(
+        modifications, created_ms, session_id, client_identity, key if generated else None
     )
 
 

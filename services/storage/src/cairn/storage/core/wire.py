@@ -89,6 +89,8 @@ class PutResponses:
     entry (version id = the entry's offset, modified time = its timestamp) encoded once."""
 
     def __init__(self, version_id: int, modified_ms: int) -> None:
+        self._version_id_value = version_id
+        self._modified_ms = modified_ms
         self._version_id = _VERSION_ID + varint(version_id) if version_id else b""
         self._modified = _MODIFIED + _FIXED64.pack(modified_ms) if modified_ms else b""
         self.created = self._framed(0, modified_ms)
@@ -120,6 +122,27 @@ class PutResponses:
             self._update_head, modifications_count, _CREATED_TAG, created_ms, self._modified
         )
 
+    def owned_or_named(
+        self,
+        modifications_count: int,
+        created_ms: int,
+        session_id: int | None,
+        client_identity: str | None,
+        generated_key: str | None,
+    ) -> bytes:
+        """A put's response that also names its session (and client) or the key the
+        server generated: built in full."""
+        version = put_ok(
+            self._version_id_value,
+            modifications_count,
+            created_ms,
+            self._modified_ms,
+            session_id,
+            client_identity,
+            generated_key,
+        )
+        return field(PUTS, version)
+
 
 _CREATED_TAG = _CREATED[0]
 
@@ -137,6 +160,16 @@ class NoPutResponses(PutResponses):
         self.created = b""
 
     def updated(self, modifications_count: int, created_ms: int) -> bytes:
+        return b""
+
+    def owned_or_named(
+        self,
+        modifications_count: int,
+        created_ms: int,
+        session_id: int | None,
+        client_identity: str | None,
+        generated_key: str | None,
+    ) -> bytes:
         return b""
 
 
