@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from cairn.common.errors import InvalidRequest
 from cairn.common.keyorder import KeyOrder
@@ -47,7 +47,39 @@ def get(
     """Answer one get into `response` (a new message if None)."""
     if response is None:
         response = pb.GetResponse()
-    encoded = key_order.encoder(request.key)
+    return _get(reader, request, key_order, key_order.encoder, response)
+
+
+def get_chunks(
+    reader: KvReader,
+    requests: Sequence[pb.GetRequest],
+    key_order: KeyOrder,
+    max_gets_per_chunk: int,
+) -> Iterator[pb.ReadResponse]:
+    """The answers to a Read's gets, in order, at most `max_gets_per_chunk` to a
+    ReadResponse (one, empty, for no gets). The key order's encoder is looked up
+    once for them all: a Read carries up to thousands of gets."""
+    encode = key_order.encoder
+    chunk = pb.ReadResponse()
+    add = chunk.gets.add
+    for request in requests:
+        _get(reader, request, key_order, encode, add())
+        if len(chunk.gets) >= max_gets_per_chunk:
+            yield chunk
+            chunk = pb.ReadResponse()
+            add = chunk.gets.add
+    if chunk.gets or not requests:
+        yield chunk
+
+
+def _get(
+    reader: KvReader,
+    request: pb.GetRequest,
+    key_order: KeyOrder,
+    encode: Callable[[str], bytes],
+    response: pb.GetResponse,
+) -> pb.GetResponse:
+    encoded = encode(request.key)
     comparison = request.comparison_type
     if request.HasField("secondary_index_name"):
         return _get_by_index(reader, request, encoded, key_order, response)

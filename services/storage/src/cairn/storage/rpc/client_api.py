@@ -164,17 +164,14 @@ class ClientService:
         except CairnError as error:
             await abort(context, error)
         shard.count_read(len(request.gets))
-        chunk = pb.ReadResponse()
-        for get in request.gets:
-            try:
-                reads.get(shard.kv, get, shard.key_order, chunk.gets.add())
-            except CairnError as error:
-                await abort(context, error)
-            if len(chunk.gets) >= self.limits.max_gets_per_read_chunk:
+        chunks = reads.get_chunks(
+            shard.kv, request.gets, shard.key_order, self.limits.max_gets_per_read_chunk
+        )
+        try:
+            for chunk in chunks:
                 yield chunk
-                chunk = pb.ReadResponse()
-        if chunk.gets or not request.gets:
-            yield chunk
+        except CairnError as error:
+            await abort(context, error)
 
     async def list(
         self, request: pb.ListRequest, context: grpc.aio.ServicerContext

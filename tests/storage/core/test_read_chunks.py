@@ -1,0 +1,63 @@
+"""A Read's gets answered in order, in chunks of a bounded number of answers."""
+
+from __future__ import annotations
+
+import pytest
+
+from cairn.common.errors import InvalidRequest
+from cairn.proto import oxia_client_pb2 as pb
+from cairn.storage.core import reads
+from support.memory_shard import ORDER, Shard, put
+
+
+def shard_with(keys: list[str]) -> Shard:
+    shard = Shard()
+    for key in keys:
+        shard.write(put(key, key.encode()))
+    return shard
+
+
+def test_answers_come_in_order_in_bounded_chunks_as_single_gets_would() -> None:
+    shard = shard_with(["/a", "/b", "/c", "/d"])
+    gets = pb.ReadRequest(
+        gets=[
+            pb.GetRequest(key="/b", include_value=True),
+            pb.GetRequest(key="/x", include_value=True),  # absent
+            pb.GetRequest(key="/bb", comparison_type=pb.FLOOR, include_value=True),
+            pb.GetRequest(key="/c", include_value=False),
+            pb.GetRequest(key="/a", comparison_type=pb.HIGHER, include_value=True),
+            pb.GetRequest(key="/d", comparison_type=pb.HIGHER),  # nothing above
+            pb.GetRequest(key="/d", include_value=True),
+        ]
+    ).gets
+    chunks = list(reads.get_chunks(shard.kv, gets, ORDER, 3))
+    assert [len(chunk.gets) for chunk in chunks] == [3, 3, 1]
+    answers = [answer for chunk in chunks for answer in chunk.gets]
+    assert answers == [reads.get(shard.kv, get, ORDER) for get in gets]
+    assert [(a.status, a.key, a.value) for a in answers] == [
+        (pb.OK, "/b", b"/b"),
+        (pb.KEY_NOT_FOUND, "", b""),
+        (pb.OK, "/b", b"/b"),
+        (pb.OK, "/c", b""),
+        (pb.OK, "/b", b"/b"),
+        (pb.KEY_NOT_FOUND, "", b""),
+        (pb.OK, "/d", b"/d"),
+    ]
+
+
+def test_no_gets_get_one_empty_chunk_and_a_full_last_chunk_no_empty_one() -> None:
+    shard = shard_with(["/a"])
+    assert list(reads.get_chunks(shard.kv, pb.ReadRequest().gets, ORDER, 3)) == [pb.ReadResponse()]
+    two = pb.ReadRequest(gets=[pb.GetRequest(key="/a"), pb.GetRequest(key="/a")]).gets
+    assert [len(chunk.gets) for chunk in reads.get_chunks(shard.kv, two, ORDER, 2)] == [2]
+
+
+def test_an_unknown_comparison_ends_the_answers_with_an_error() -> None:
+    shard = shard_with(["/a"])
+    gets = pb.ReadRequest(
+        gets=[pb.GetRequest(key="/a"), pb.GetRequest(key="/a", comparison_type=99)]  # type: ignore[arg-type]
+    ).gets
+    chunks = reads.get_chunks(shard.kv, gets, ORDER, 1)
+    assert len(next(chunks).gets) == 1
+    with pytest.raises(InvalidRequest):
+        next(chunks)
