@@ -10,8 +10,9 @@ import pytest
 from cairn.storage.bench.apply_cost import ApplySpec, main, measure
 from cairn.storage.core.indexes import HAS_INDEXES, INDEX_PREFIX
 from cairn.storage.core.meta import prefix_end
+from cairn.storage.core.sessions import owning_session
 from cairn.storage.kv import Column, RocksKv
-from cairn.storage.records import FLAGS_OFFSET, HAS_PARTITION_KEY
+from cairn.storage.records import FLAGS_OFFSET, HAS_PARTITION_KEY, HAS_SESSION
 
 
 def test_every_round_of_both_replicas_is_measured(tmp_path: Path) -> None:
@@ -40,7 +41,13 @@ def test_refuses_zero_counts(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.parametrize(
-    ("shape", "flag"), [("plain", 0), ("partition-key", HAS_PARTITION_KEY), ("index", HAS_INDEXES)]
+    ("shape", "flag"),
+    [
+        ("plain", 0),
+        ("partition-key", HAS_PARTITION_KEY),
+        ("index", HAS_INDEXES),
+        ("ephemeral", HAS_SESSION),
+    ],
 )
 def test_each_shape_stores_what_it_says(tmp_path: Path, shape: str, flag: int) -> None:
     measure(ApplySpec(requests=4, batch=5, keys=10, rounds=1, shape=shape), tmp_path)
@@ -53,5 +60,7 @@ def test_each_shape_stores_what_it_says(tmp_path: Path, shape: str, flag: int) -
     assert records
     for record in records:
         assert record[FLAGS_OFFSET] == flag
+        # Ephemeral records belong to the session the replica opened first.
+        assert owning_session(record) == (0 if shape == "ephemeral" else None)
     # One entry per indexed record (each put names one index).
     assert len(entries) == (len(records) if shape == "index" else 0)

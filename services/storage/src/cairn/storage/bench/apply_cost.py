@@ -2,17 +2,18 @@
 
     python -m cairn.storage.bench.apply_cost [--requests 600] [--batch 100]
         [--keys 100000] [--value-size 100] [--group 8] [--fold 1] [--rounds 9]
-        [--shape plain|partition-key|index]
+        [--shape plain|partition-key|index|ephemeral]
 
 Builds `requests` write requests of `batch` puts on random keys out of `keys`
-(plain puts, or each with a partition key, or each with one secondary index),
-then applies them the way a shard's applier does (a RocksDB batch per
-`group` entries, each entry holding `fold` requests) into a RocksDB in a
-temporary directory: as a leader (responses built) and as a follower (none),
-alternating, `rounds` times each after one warm-up round. Prints microseconds
-per put, the median and the lowest of the rounds. Single-threaded and
-CPU-bound, so on a shared machine it moves less than the end-to-end
-benchmarks: the figure to compare when changing the apply path.
+(plain puts, or each with a partition key, one secondary index, or owned by a
+session that each replica opens first), then applies them the way a shard's
+applier does (a RocksDB batch per `group` entries, each entry holding `fold`
+requests) into a RocksDB in a temporary directory: as a leader (responses
+built) and as a follower (none), alternating, `rounds` times each after one
+warm-up round. Prints microseconds per put, the median and the lowest of the
+rounds. Single-threaded and CPU-bound, so on a shared machine it moves less
+than the end-to-end benchmarks: the figure to compare when changing the apply
+path.
 """
 
 from __future__ import annotations
@@ -29,16 +30,19 @@ from pathlib import Path
 
 from cairn.common.keyorder import KeyOrder
 from cairn.proto import oxia_client_pb2 as pb
+from cairn.proto import storage_internal_pb2 as internal_pb
 from cairn.storage.config import Limits
 from cairn.storage.core.apply import HeaderCache, PendingChanges
-from cairn.storage.core.entries import CLIENT_WRITE, FOLDED_WRITES, Folded
+from cairn.storage.core.entries import CLIENT_WRITE, CREATE_SESSION, FOLDED_WRITES, Folded
 from cairn.storage.core.entry_apply import ShardRules, apply_entry
 from cairn.storage.kv import RocksKv
 
 TIMESTAMP_MS = 1_700_000_000_000
 # What each put carries besides key and value: nothing (the plain-put fast path),
-# a partition key (one of PARTITIONS), or one secondary index entry.
-SHAPES = ("plain", "partition-key", "index")
+# a partition key (one of PARTITIONS), one secondary index entry, or a session (the
+# one each replica opens at offset 0, so its id is 0 on both).
+SHAPES = ("plain", "partition-key", "index", "ephemeral")
+SESSION_ID = 0
 PARTITIONS = 100
 
 
@@ -71,6 +75,8 @@ def _requests(spec: ApplySpec) -> list[pb.WriteRequest]:
                 put.secondary_indexes.add(
                     index_name="owner", secondary_key=f"{rng.randrange(1000)}"
                 )
+            elif spec.shape == "ephemeral":
+                put.session_id = SESSION_ID
             puts.append(put)
         # Parsed from bytes, as the server holds them.
         raw = pb.WriteRequest(shard=0, puts=puts).SerializeToString()
@@ -85,7 +91,12 @@ class _Applier:
         self.kv = RocksKv(path)
         self.cache = HeaderCache(Limits().max_cached_headers_per_shard)
         self.rules = ShardRules(0, KeyOrder.HIERARCHICAL, True, 3_600_000, 1000)
-        self.offset = 0
+        opening = PendingChanges(self.kv, self.cache)
+        session = internal_pb.CreateSessionEntry(timeout_ms=3_600_000)
+        apply_entry(self.rules, opening, CREATE_SESSION, session, 0, TIMESTAMP_MS, False, False)
+        self.kv.write(opening.changes())
+        opening.written()
+        self.offset = 1
 
     def run(self, requests: Sequence[pb.WriteRequest], spec: ApplySpec, answer: bool) -> float:
         """Apply every request once; seconds of CPU time taken."""
