@@ -83,6 +83,10 @@ def test_snapshot_sizes_parse() -> None:
         ["replication", "--rate", "1000"],
         ["replication", "--mode", "unary"],
         ["replication", "--address", "127.0.0.1:1"],
+        ["replication", "--peak-concurrencies", "16,16"],
+        ["replication", "--peak-concurrencies", "0,16"],
+        ["replication", "--peak-concurrencies", "16,"],
+        ["replication", "--peak-concurrencies", ",".join(map(str, range(1, 10)))],
         ["snapshot", "--address", "127.0.0.1:1"],
         ["--spawn", "put", "--snapshot-bytes", "1M"],
     ],
@@ -91,6 +95,13 @@ def test_bad_cluster_arguments_are_refused(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as raised:
         main(argv)
     assert raised.value.code == 2
+
+
+def test_replication_peaks_default_to_three_concurrencies() -> None:
+    assert parse_args(["replication"]).peak_concurrencies == (16, 32, 64)
+    assert parse_args(["replication", "--peak-concurrencies", "8"]).peak_concurrencies == (8,)
+    with pytest.raises(UsageError):
+        _validate(parse_args(["replication", "--procs", "9", "--peak-concurrencies", "8,64"]))
 
 
 def test_cluster_workloads_need_no_server_address() -> None:
@@ -290,33 +301,39 @@ def row(name: str, ops_per_s: float, p: tuple[float, float, float], **extra: Any
     )
 
 
-def test_replication_summary_gives_the_share_and_half_peak_latencies() -> None:
+def test_replication_summary_compares_the_best_peaks_and_each_shared_concurrency() -> None:
     rows = [
-        row(replication_label(1, "put stream b=100"), 80_000, (10, 20, 30), cpu=7.0),
+        row(replication_label(1, "put stream b=100 c=16"), 80_000, (10, 20, 30), cpu=7.0),
+        row(replication_label(1, "put stream b=100 c=32"), 78_000, (20, 40, 50), cpu=7.5),
         row(
-            replication_label(1, "half put stream b=100 @40000/s"),
+            replication_label(1, "half put stream b=100 @40000/s c=16"),
             40_000,
             (1.25, 4.5, 9.0),
             target_ops_per_s=40_000.0,
         ),
-        row(replication_label(3, "put stream b=100"), 30_000, (30, 60, 90), cpu=25.5),
+        row(replication_label(3, "put stream b=100 c=16"), 30_000, (30, 60, 90), cpu=27.0),
+        row(replication_label(3, "put stream b=100 c=32"), 36_000, (50, 90, 99), cpu=25.5),
         row(
-            replication_label(3, "half put stream b=100 @15000/s"),
-            15_000,
+            replication_label(3, "half put stream b=100 @18000/s c=32"),
+            18_000,
             (3.5, 12, 150),
-            target_ops_per_s=15_000.0,
+            target_ops_per_s=18_000.0,
         ),
     ]
     (line,) = format_replication_summary(rows)
     assert line == (
-        "replication: rf=3 put stream b=100 30k ops/s = 38% of rf=1's 80k; "
-        "half peak p50/p99/p999 ms: rf=1 1.25/4.5/9 @40k/s, rf=3 3.5/12/150 @15k/s; "
+        "replication: rf=3 put stream b=100 c=32 36k ops/s = 45% of rf=1's 80k "
+        "(put stream b=100 c=16); at equal concurrency: c=16 38%, c=32 46%; "
+        "half peak p50/p99/p999 ms: rf=1 1.25/4.5/9 @40k/s, rf=3 3.5/12/150 @18k/s; "
         "server CPU us/op at peak (all pods): rf=1 7, rf=3 25.5"
     )
-    assert format_replication_summary(rows[:2]) == [], "nothing to compare with"
-    (no_half,) = format_replication_summary([rows[0], rows[2]])
+    assert format_replication_summary(rows[:3]) == [], "nothing to compare with"
+    (no_half,) = format_replication_summary([rows[0], rows[3]])
     assert "rf=1 -, rf=3 -" in no_half
-    zero = [row("rf=1 put stream b=100", 0, (1, 1, 1)), rows[2]]
+    assert "at equal concurrency: c=16 38%; " in no_half
+    (unshared,) = format_replication_summary([rows[0], rows[4]])
+    assert "equal concurrency" not in unshared, "no concurrency both ran"
+    zero = [row("rf=1 put stream b=100 c=16", 0, (1, 1, 1)), rows[3]]
     assert "= - of rf=1's 0" in format_replication_summary(zero)[0]
 
 
@@ -429,21 +446,27 @@ def test_replication_runs_rf1_then_rf3(tmp_path: Path) -> None:
         "2",
         "--keys",
         "2000",
+        "--peak-concurrencies",
+        "8,16",
         "--data-dir",
         str(tmp_path),
         "--json",
     )
     assert code in (0, 1), out + err  # 1: some operation failed (checked below)
-    names = [
-        "rf=1 put stream b=100",
-        "rf=1 half put stream b=100",
-        "rf=3 put stream b=100",
-        "rf=3 half put stream b=100",
-    ]
-    for name in names:
-        assert re.search(rf"^{name}( @\d+/s)?: ops/s=\d+ ", out, re.MULTILINE), out
+    peaks = {factor: [f"rf={factor} put stream b=100 c={c}" for c in (8, 16)] for factor in (1, 3)}
+    half = re.compile(r"^rf=(\d) half put stream b=100 @\d+/s c=(\d+)$")
     results = list(json_results(out).values())
-    assert [r["name"].split(" @")[0] for r in results] == names
+    names = [r["name"] for r in results]
+    assert names[:2] == peaks[1] and names[3:5] == peaks[3], names
+    for index, factor in ((2, 1), (5, 3)):
+        match = half.match(names[index])
+        assert match is not None and int(match.group(1)) == factor, names
+        # the half-peak phase runs at half the best peak, with its concurrency
+        best = max(results[index - 2 : index], key=lambda r: r["ops_per_s"])
+        assert match.group(2) == best["name"].rsplit("c=", 1)[1]
+        assert results[index]["target_ops_per_s"] == pytest.approx(best["ops_per_s"] / 2, abs=0.1)
+    for name in names:
+        assert re.search(rf"^{re.escape(name)}: ops/s=\d+ ", out, re.MULTILINE), out
     for result in results:
         assert result["ops"] > 0, result
         if result["errors"]:
@@ -451,14 +474,15 @@ def test_replication_runs_rf1_then_rf3(tmp_path: Path) -> None:
             assert result["errors"] == 100 * result["rpc_errors"], "whole requests unanswered"
         assert result["server_cpu_us_per_op"] is not None
     assert code == (1 if any(r["errors"] for r in results) else 0)
-    assert "pod_cores" not in results[0] and results[2]["pod_cores"].count("+") == 2
+    assert "pod_cores" not in results[0] and results[3]["pod_cores"].count("+") == 2
     assert results[0]["thread_cores"].startswith("main:")
-    assert re.search(r"^rf=3 put stream b=100: .* thread_cores=main:", out, re.MULTILINE), out
+    assert re.search(r"^rf=3 put stream b=100 c=8: .* thread_cores=main:", out, re.MULTILINE)
     assert re.fullmatch(
-        r"(\w+:[\d.]+\+[\d.]+\+[\d.]+,){3}\w+:[\d.]+\+[\d.]+\+[\d.]+", results[2]["thread_cores"]
+        r"(\w+:[\d.]+\+[\d.]+\+[\d.]+,){3}\w+:[\d.]+\+[\d.]+\+[\d.]+", results[3]["thread_cores"]
     )
     assert re.search(
-        r"^replication: rf=3 put stream b=100 \S+ ops/s = \d+% of rf=1's \S+; "
+        r"^replication: rf=3 put stream b=100 c=(8|16) \S+ ops/s = \d+% of rf=1's \S+ "
+        r"\(put stream b=100 c=(8|16)\); at equal concurrency: c=8 \d+%, c=16 \d+%; "
         r"half peak p50/p99/p999 ms: rf=1 \S+ @\S+/s, rf=3 \S+ @\S+/s; ",
         out,
         re.MULTILINE,

@@ -40,13 +40,18 @@ notification fan-out and the ephemeral puts as a share of plain puts).
 node`) on this machine and play the controller (bench/cluster.py); they are
 separate, longer runs, not part of `all`. `replication`: the batched put load
 (stream mode) against a one-pod cluster (rf=1) and then a three-pod cluster
-(rf=3), --shards shards led by the first pod, each flat out and then at half its
-peak; rows `rf=1 ...`/`rf=3 ...`, server CPU summed over the cluster's pods
-(pod_cores: each pod's, leader first), and a summary line: rf=3's ops/s as a
-share of rf=1's, latencies at half peak. Every row with a known server pid also
-has thread_cores: its cores by thread group, pods leader first: main (the event
-loop), rocksdb (RocksDB's flushes and compactions), grpc (gRPC core's I/O and
-timer threads), other (the WAL's sync thread, executors, and threads that ended).
+(rf=3), --shards shards led by the first pod, each flat out with each of
+--peak-concurrencies requests in flight (default 16,32,64: a closed loop's
+throughput is its requests in flight over their latency, so the longer commit
+path of rf=3 needs more of them to reach its peak), and then at half its peak
+(the best of those, with its requests in flight as the bound); rows `rf=1
+... c=N`/`rf=3 ... c=N`, server CPU summed over the cluster's pods (pod_cores:
+each pod's, leader first), and a summary line: rf=3's peak as a share of rf=1's
+peak, and at each concurrency both ran, latencies at half peak. Every row with
+a known server pid also has thread_cores: its cores by thread group, pods leader
+first: main (the event loop), rocksdb (RocksDB's flushes and compactions), grpc
+(gRPC core's I/O and timer threads), other (the WAL's sync thread, executors,
+and threads that ended).
 `snapshot`: per size (--snapshot-bytes, default 1G, or --snapshot-sizes
 256M,1G), a one-pod cluster with a small WAL
 retention is loaded with that much data (--value-size values, default 1024 B
@@ -96,6 +101,7 @@ from cairn.storage.bench.report import (
     Row,
     ceiling_label,
     ceiling_shares,
+    concurrency_label,
     format_ceiling_shares,
     format_ephemeral_summary,
     format_notify_summary,
@@ -155,6 +161,8 @@ DEFAULT_WAL_RETENTION_BYTES = 16 * 1024 * 1024
 PROBLEM_LINES_SHOWN = 3
 MAX_DURATION_S = 3600.0
 MAX_CONCURRENCY = 4096
+DEFAULT_PEAK_CONCURRENCIES = (16, 32, 64)
+MAX_PEAK_CONCURRENCIES = 8
 MAX_BATCH = 100_000
 MAX_VALUE_SIZE_BYTES = 16 * 1024 * 1024
 MAX_KEYS = 100_000_000
@@ -190,6 +198,19 @@ def _bounded_size(size: int) -> int:
     if size > MAX_SNAPSHOT_BYTES:
         raise argparse.ArgumentTypeError(f"must be at most {size_label(MAX_SNAPSHOT_BYTES)}")
     return size
+
+
+def _concurrencies(text: str) -> tuple[int, ...]:
+    parse = _positive(int, MAX_CONCURRENCY)
+    try:
+        values = tuple(parse(part) for part in text.split(","))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if len(set(values)) != len(values) or len(values) > MAX_PEAK_CONCURRENCIES:
+        raise argparse.ArgumentTypeError(
+            f"give 1 to {MAX_PEAK_CONCURRENCIES} different concurrencies, got {text}"
+        )
+    return values
 
 
 def _size(text: str) -> int:
@@ -294,6 +315,13 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("stream", "unary"),
         default="stream",
         help="put: pipelined WriteStream or unary Write (get always uses Read)",
+    )
+    load.add_argument(
+        "--peak-concurrencies",
+        type=_concurrencies,
+        default=DEFAULT_PEAK_CONCURRENCIES,
+        help="replication: the requests in flight of each flat-out phase, comma-separated "
+        "(default %(default)s); the best is the peak",
     )
     load.add_argument("--streams-per-shard", type=_positive(int, MAX_STREAMS), default=1)
     load.add_argument("--channels", type=_positive(int, MAX_STREAMS), default=1, help="per server")
@@ -619,18 +647,28 @@ async def _replication_cluster_rows(
             f"{time.monotonic() - started_s:.1f} s after spawning",
             flush=True,
         )
-        spec = _load_spec(args, mode="stream", rate_ops_per_s=None)
-        name = replication_label(factor, spec.label())
-        rows = await _run_load_phase(args, target, _phase(args, spec), [name])
-        _note_stretched(args, rows)
-        await _followers_caught_up(args, cluster, factor)
-        half = rows[0].ops_per_s / 2
-        if half > 0:
-            half_spec = replace(spec, rate_ops_per_s=half)
-            name = replication_label(factor, HALF_PREFIX + half_spec.label())
-            rows += await _run_load_phase(args, target, _phase(args, half_spec), [name])
-            _note_stretched(args, rows[1:])
+        rows: list[Row] = []
+        peak: tuple[Row, LoadSpec] | None = None
+        for concurrency in args.peak_concurrencies:
+            spec = _load_spec(args, mode="stream", rate_ops_per_s=None, concurrency=concurrency)
+            name = replication_label(factor, concurrency_label(spec.label(), concurrency))
+            phase_rows = await _run_load_phase(args, target, _phase(args, spec), [name])
+            _note_stretched(args, phase_rows)
             await _followers_caught_up(args, cluster, factor)
+            rows += phase_rows
+            if peak is None or phase_rows[0].ops_per_s > peak[0].ops_per_s:
+                peak = (phase_rows[0], spec)
+        assert peak is not None  # at least one concurrency (argparse)
+        half = peak[0].ops_per_s / 2
+        if half > 0:
+            half_spec = replace(peak[1], rate_ops_per_s=half)
+            label = concurrency_label(HALF_PREFIX + half_spec.label(), half_spec.concurrency)
+            phase_rows = await _run_load_phase(
+                args, target, _phase(args, half_spec), [replication_label(factor, label)]
+            )
+            _note_stretched(args, phase_rows)
+            await _followers_caught_up(args, cluster, factor)
+            rows += phase_rows
         else:
             print(f"# rf={factor}: skipping the half-peak phase: the peak was zero", flush=True)
         for shard in cluster.shards:
@@ -808,11 +846,16 @@ _PHASES = {"put": 1, "get": 1, "fsync": 0, "ceiling": 1, "notify": 1, "ephemeral
 _SPAWNS = {"put": 1, "get": 1, "fsync": 0, "ceiling": 1, "notify": 1, "ephemeral": 1, "all": 4}
 
 
-def _phase_count(workload: str) -> float:
+def _phase_count(args: argparse.Namespace) -> float:
     """Phases of the full duration (`all` runs two at half of it)."""
-    if workload == "replication":
-        return 2 * len(REPLICATION_FACTORS)
-    return _PHASES.get(workload, 0)
+    if args.workload == "replication":
+        return _replication_phases(args) * len(REPLICATION_FACTORS)
+    return _PHASES.get(args.workload, 0)
+
+
+def _replication_phases(args: argparse.Namespace) -> int:
+    """Per cluster: a peak phase per concurrency, then the half-peak phase."""
+    return len(args.peak_concurrencies) + 1
 
 
 def _spawn_count(workload: str) -> int:
@@ -830,7 +873,8 @@ def _companion_s(args: argparse.Namespace) -> float:
     ephemeral_s = 3 * float(args.rpc_timeout_s)
     # replication: each cluster's wait for its leader to serve, followers' catch-up
     factors = len(REPLICATION_FACTORS)
-    replication_s = factors * float(args.spawn_timeout_s) + 2 * factors * CATCH_UP_TIMEOUT_S
+    catch_ups = factors * _replication_phases(args)
+    replication_s = factors * float(args.spawn_timeout_s) + catch_ups * CATCH_UP_TIMEOUT_S
     return {
         "notify": notify_s,
         "ephemeral": ephemeral_s,
@@ -848,7 +892,7 @@ def _hard_timeout_s(args: argparse.Namespace) -> float:
     fsync_s = 2 * (args.warmup_s + args.duration_s) if args.workload in ("fsync", "all") else 0.0
     preload_s = 60.0 + _preload_keys(args) / PRELOAD_RATE_FLOOR_OPS_PER_S
     preload_s = preload_s if args.workload in ("get", "all") else 0.0
-    phases = _phase_count(args.workload)
+    phases = _phase_count(args)
     spawn_s = _spawn_count(args.workload) * float(args.spawn_timeout_s + args.stop_timeout_s)
     companion_s = _companion_s(args)
     return (
@@ -873,6 +917,8 @@ def _validate(args: argparse.Namespace) -> None:
         raise UsageError("get needs at least one preloaded key")
     if args.procs > args.concurrency:
         raise UsageError("--procs must not exceed --concurrency")
+    if args.workload == "replication" and args.procs > min(args.peak_concurrencies):
+        raise UsageError("--procs must not exceed any of --peak-concurrencies")
     if args.workload == "all" and (args.rate is not None or args.mode != "stream"):
         raise UsageError("all picks its own rates and modes: drop --rate and --mode")
     if args.workload == "notify" and args.procs != 1:

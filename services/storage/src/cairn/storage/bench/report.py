@@ -435,22 +435,56 @@ def format_ephemeral_summary(rows: Sequence[Row]) -> list[str]:
 
 HALF_PREFIX = "half "
 _REPLICATION_ROW = re.compile(r"^rf=(\d+) (half )?")
+_CONCURRENCY = re.compile(r" c=(\d+)$")
 
 
 def replication_label(replication_factor: int, label: str) -> str:
-    """`rf=3 put stream b=100`, `rf=3 half put stream b=100 @20000/s`."""
+    """`rf=3 put stream b=100 c=32`, `rf=3 half put stream b=100 @20000/s c=32`."""
     return f"rf={replication_factor} {label}"
 
 
-def _replication_rows(rows: Sequence[Row]) -> tuple[dict[int, Row], dict[int, Row]]:
-    """The flat-out and the half-peak row of each replication factor."""
-    peaks: dict[int, Row] = {}
+def concurrency_label(label: str, concurrency: int) -> str:
+    """A load's label with its requests in flight: `put stream b=100 c=32`."""
+    return f"{label} c={concurrency}"
+
+
+def _concurrency_of(row: Row) -> int | None:
+    match = _CONCURRENCY.search(row.name)
+    return None if match is None else int(match.group(1))
+
+
+def _replication_rows(
+    rows: Sequence[Row],
+) -> tuple[dict[int, list[Row]], dict[int, Row]]:
+    """Each replication factor's flat-out rows, and its half-peak row."""
+    peaks: dict[int, list[Row]] = {}
     halves: dict[int, Row] = {}
     for row in rows:
         match = _REPLICATION_ROW.match(row.name)
-        if match is not None:
-            (halves if match.group(2) else peaks).setdefault(int(match.group(1)), row)
+        if match is None:
+            continue
+        factor = int(match.group(1))
+        if match.group(2):
+            halves.setdefault(factor, row)
+        else:
+            peaks.setdefault(factor, []).append(row)
     return peaks, halves
+
+
+def _share(row: Row, base_row: Row) -> str:
+    percent = _percent(row.ops_per_s, base_row.ops_per_s)
+    return "-" if percent is None else f"{percent:.0f}%"
+
+
+def _equal_concurrency_shares(rows: Sequence[Row], base_rows: Sequence[Row]) -> str:
+    """`c=16 45%, c=32 51%`: the share at each concurrency both factors ran."""
+    base_by_concurrency = {_concurrency_of(row): row for row in base_rows}
+    shares = [
+        f"c={concurrency} {_share(row, base_by_concurrency[concurrency])}"
+        for row in rows
+        if (concurrency := _concurrency_of(row)) is not None and concurrency in base_by_concurrency
+    ]
+    return ", ".join(shares)
 
 
 def _latencies(row: Row | None) -> str:
@@ -462,25 +496,32 @@ def _latencies(row: Row | None) -> str:
 
 
 def format_replication_summary(rows: Sequence[Row]) -> list[str]:
-    """`replication: rf=3 put stream b=100 41.2k ops/s = 47% of rf=1's 87.6k; half
-    peak p50/p99/p999 ms: rf=1 .. @43.8k/s, rf=3 ..; server CPU us/op (all pods): ..`,
-    one line per replication factor above the lowest."""
+    """`replication: rf=3 put stream b=100 c=32 41.2k ops/s = 47% of rf=1's 87.6k
+    (put stream b=100 c=16); at equal concurrency: c=16 44%, c=32 47%; half peak
+    p50/p99/p999 ms: rf=1 .. @43.8k/s, rf=3 ..; server CPU us/op at peak (all pods):
+    ..`, one line per replication factor above the lowest. A factor's peak is its
+    best flat-out row."""
     peaks, halves = _replication_rows(rows)
     if len(peaks) < 2:
         return []
+    best = {
+        factor: max(candidates, key=lambda row: row.ops_per_s)
+        for factor, candidates in peaks.items()
+    }
     factors = sorted(peaks)
     base = factors[0]
+    base_row = best[base]
     lines = []
     for factor in factors[1:]:
-        row, base_row = peaks[factor], peaks[base]
-        label = _REPLICATION_ROW.sub("", row.name)
-        percent = _percent(row.ops_per_s, base_row.ops_per_s)
-        share = "-" if percent is None else f"{percent:.0f}%"
-        cpu = ", ".join(f"rf={f} {_fmt(peaks[f].server_cpu_us_per_op)}" for f in (base, factor))
+        row = best[factor]
+        equal = _equal_concurrency_shares(peaks[factor], peaks[base])
+        cpu = ", ".join(f"rf={f} {_fmt(best[f].server_cpu_us_per_op)}" for f in (base, factor))
         lines.append(
-            f"replication: rf={factor} {label} {_si(row.ops_per_s)} ops/s = {share} of "
-            f"rf={base}'s {_si(base_row.ops_per_s)}; half peak p50/p99/p999 ms: "
-            f"rf={base} {_latencies(halves.get(base))}, "
+            f"replication: rf={factor} {_REPLICATION_ROW.sub('', row.name)} "
+            f"{_si(row.ops_per_s)} ops/s = {_share(row, base_row)} of rf={base}'s "
+            f"{_si(base_row.ops_per_s)} ({_REPLICATION_ROW.sub('', base_row.name)}); "
+            + (f"at equal concurrency: {equal}; " if equal else "")
+            + f"half peak p50/p99/p999 ms: rf={base} {_latencies(halves.get(base))}, "
             f"rf={factor} {_latencies(halves.get(factor))}; "
             f"server CPU us/op at peak (all pods): {cpu}"
         )
