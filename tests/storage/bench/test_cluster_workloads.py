@@ -26,12 +26,14 @@ from cairn.storage.bench.report import (
     Row,
     format_replication_summary,
     format_table,
+    load_row,
     pod_cores,
     replication_label,
     thread_cores,
 )
 from cairn.storage.bench.server import (
     THREAD_GROUPS,
+    main_thread_wait_s,
     thread_cpu_seconds,
     thread_group,
 )
@@ -48,6 +50,7 @@ from cairn.storage.bench.snapshot_transfer import (
     snapshot_row,
     status_field_bytes,
 )
+from cairn.storage.bench.specs import LoadResult, LoadSpec, PhaseResult
 
 MiB = 1024 * 1024
 
@@ -282,6 +285,48 @@ def test_thread_cpu_of_a_live_process_adds_up_to_its_total() -> None:
     assert thread_cpu_seconds(2**22 + 12345) is None, "no such process"
 
 
+def test_main_thread_wait_counts_time_runnable_without_a_cpu() -> None:
+    # Two processes spinning on one CPU: each is runnable all along and runs about
+    # half the time, so between them they wait about as long as they run.
+    spin = (
+        "import os, time\n"
+        "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+        "end = time.monotonic() + 5\n"
+        "while time.monotonic() < end:\n"
+        "    pass\n"
+    )
+    spinners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(2)]
+
+    def waited_s() -> float:
+        total = 0.0
+        for spinner in spinners:
+            wait_s = main_thread_wait_s(spinner.pid)
+            assert wait_s is not None, "the kernel reports run-queue delay"
+            total += wait_s
+        return total
+
+    try:
+        time.sleep(0.3)  # both started and pinned
+        before = waited_s()
+        time.sleep(0.6)
+        waited = waited_s() - before
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+    assert 0.3 < waited < 1.3, waited
+    assert main_thread_wait_s(2**22 + 12345) is None, "no such process"
+
+
+def test_rows_show_each_pods_main_thread_wait() -> None:
+    spec = LoadSpec("put", "stream", 100, 100, 1000, 16, None)
+    result = LoadResult(spec, ops_ok=1000, elapsed_s=2.0)
+    phase = PhaseResult([result], 2.0, 0.1, 3.0, 0.0, pod_cpu_s=(1.0, 1.0, 1.0))
+    assert "main_runq" not in dict(load_row("x", result, phase).extra)
+    phase.pod_main_wait_s = (0.8, 0.5, 0.25)
+    assert dict(load_row("x", result, phase).extra)["main_runq"] == "0.40+0.25+0.12"
+
+
 # ---------------------------------------------------------------------------
 # replication summary
 
@@ -425,14 +470,6 @@ def json_results(out: str) -> dict[str, dict[str, Any]]:
     return {result["name"]: result for result in json.loads(line)["results"]}
 
 
-# A storage pod issue seen while this was written (not the bench's): at rf=3, now
-# and then the answer to the last write of a burst stayed pending although the
-# entry was committed on a majority (the next write released it). At the end of a
-# phase nothing follows, so that request fails at the drain deadline. Tolerated
-# here only in that exact form, so that this test checks the bench, not the pod.
-POD_STALL = "TimeoutError: no response before the drain deadline"
-
-
 @pytest.mark.e2e
 @pytest.mark.timeout(60)
 def test_replication_runs_rf1_then_rf3(tmp_path: Path) -> None:
@@ -452,7 +489,9 @@ def test_replication_runs_rf1_then_rf3(tmp_path: Path) -> None:
         str(tmp_path),
         "--json",
     )
-    assert code in (0, 1), out + err  # 1: some operation failed (checked below)
+    # Every write answered: a pod that left an answer pending until the next write
+    # (a missed wake-up, fixed) failed the last requests of a phase here.
+    assert code == 0, out + err
     peaks = {factor: [f"rf={factor} put stream b=100 c={c}" for c in (8, 16)] for factor in (1, 3)}
     half = re.compile(r"^rf=(\d) half put stream b=100 @\d+/s c=(\d+)$")
     results = list(json_results(out).values())
@@ -468,13 +507,10 @@ def test_replication_runs_rf1_then_rf3(tmp_path: Path) -> None:
     for name in names:
         assert re.search(rf"^{re.escape(name)}: ops/s=\d+ ", out, re.MULTILINE), out
     for result in results:
-        assert result["ops"] > 0, result
-        if result["errors"]:
-            assert result["name"].startswith("rf=3 ") and result["first_error"] == POD_STALL
-            assert result["errors"] == 100 * result["rpc_errors"], "whole requests unanswered"
+        assert result["ops"] > 0 and result["errors"] == 0, result
         assert result["server_cpu_us_per_op"] is not None
-    assert code == (1 if any(r["errors"] for r in results) else 0)
     assert "pod_cores" not in results[0] and results[3]["pod_cores"].count("+") == 2
+    assert re.fullmatch(r"[\d.]+(\+[\d.]+){2}", results[3]["main_runq"])
     assert results[0]["thread_cores"].startswith("main:")
     assert re.search(r"^rf=3 put stream b=100 c=8: .* thread_cores=main:", out, re.MULTILINE)
     assert re.fullmatch(

@@ -51,7 +51,9 @@ peak, and at each concurrency both ran, latencies at half peak. Every row with
 a known server pid also has thread_cores: its cores by thread group, pods leader
 first: main (the event loop), rocksdb (RocksDB's flushes and compactions), grpc
 (gRPC core's I/O and timer threads), other (the WAL's sync thread, executors,
-and threads that ended).
+and threads that ended); and main_runq: the share of the window each pod's
+event loop thread was runnable but waiting for a CPU (the kernel's run-queue
+delay), which shows when pods, load and RocksDB contend for too few cores.
 `snapshot`: per size (--snapshot-bytes, default 1G, or --snapshot-sizes
 256M,1G), a one-pod cluster with a small WAL
 retention is loaded with that much data (--value-size values, default 1024 B

@@ -21,7 +21,7 @@ from cairn.storage.bench.load import (
     run_phase_in_child,
 )
 from cairn.storage.bench.rpc import ShardInfo
-from cairn.storage.bench.server import cpu_seconds, thread_cpu_seconds
+from cairn.storage.bench.server import cpu_seconds, main_thread_wait_s, thread_cpu_seconds
 from cairn.storage.bench.specs import LoadResult, PhaseResult, PhaseSpec
 from cairn.storage.bench.timing import AnswerObserver
 
@@ -77,11 +77,13 @@ async def execute_phase(
         raise ValueError("an observer or companion runs in this process: procs must be 1")
     server_marks: dict[str, list[float | None]] = {}
     thread_marks: dict[str, list[dict[str, float] | None]] = {}
+    wait_marks: dict[str, list[float | None]] = {}
 
     def on_window(event: str) -> None:
         if target.server_pids:
             server_marks[event] = [cpu_seconds(pid) for pid in target.server_pids]
             thread_marks[event] = [thread_cpu_seconds(pid) for pid in target.server_pids]
+            wait_marks[event] = [main_thread_wait_s(pid) for pid in target.server_pids]
 
     if procs == 1:
         results, client_cpu_s, build_s = await run_phase(
@@ -103,6 +105,7 @@ async def execute_phase(
         pod_thread_cpu_s=_pod_thread_cpu_s(
             thread_marks.get("measure_start"), thread_marks.get("end")
         ),
+        pod_main_wait_s=_pod_cpu_s(wait_marks.get("measure_start"), wait_marks.get("end")),
     )
 
 
@@ -124,7 +127,8 @@ def _marks_per_pod(
 def _pod_cpu_s(
     start: list[float | None] | None, end: list[float | None] | None
 ) -> tuple[float, ...] | None:
-    """CPU seconds of each server process in the window; None unless all were read."""
+    """CPU seconds (or any other per-process counter of seconds) of each server
+    process in the window; None unless all were read."""
     pairs = _marks_per_pod(start, end)
     return None if pairs is None else tuple(after - before for before, after in pairs)
 

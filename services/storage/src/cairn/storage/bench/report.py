@@ -27,6 +27,7 @@ _SHOWN_EXTRAS = frozenset(
         "server_cores",
         "pod_cores",
         "thread_cores",
+        "main_runq",
         "target_ops_per_s",
         "unsent_requests",
         "delivered_pct",
@@ -103,6 +104,8 @@ def load_row(name: str, result: LoadResult, phase: PhaseResult) -> Row:
         extra.append(("pod_cores", pod_cores(phase.pod_cpu_s, phase.window_s)))
     if phase.pod_thread_cpu_s is not None:
         extra.append(("thread_cores", thread_cores(phase.pod_thread_cpu_s, phase.window_s)))
+    if phase.pod_main_wait_s is not None:
+        extra.append(("main_runq", pod_cores(phase.pod_main_wait_s, phase.window_s)))
     if result.spec.rate_ops_per_s is not None:
         lag, from_send = result.send_lag, result.from_send
         extra += [

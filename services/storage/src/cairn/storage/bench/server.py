@@ -303,6 +303,20 @@ def thread_group(tid: int, pid: int, name: str) -> str:
     return "other"
 
 
+def main_thread_wait_s(pid: int) -> float | None:
+    """Seconds the process's main thread (a pod's event loop) has spent runnable
+    but waiting for a CPU: the run-queue delay the kernel counts for it
+    (/proc/PID/task/PID/schedstat). Where pods, clients and RocksDB share too few
+    cores, every request waits behind this. None when the kernel does not report it
+    or the process is gone."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/schedstat", encoding="ascii") as handle:
+            waited_ns = int(handle.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+    return waited_ns / 1e9
+
+
 def _stat_cpu_s(stat: str) -> float:
     fields = stat[stat.rfind(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS_PER_S

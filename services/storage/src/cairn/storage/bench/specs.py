@@ -148,6 +148,8 @@ class PhaseResult:
     pod_cpu_s: tuple[float, ...] | None = None
     # The same by thread group (server.THREAD_GROUPS), per server process.
     pod_thread_cpu_s: tuple[dict[str, float], ...] | None = None
+    # Per server process: seconds its main thread was runnable but had no CPU.
+    pod_main_wait_s: tuple[float, ...] | None = None
 
     @property
     def ops_per_s(self) -> float:
