@@ -86,6 +86,7 @@ def test_snapshot_sizes_parse() -> None:
         ["replication", "--rate", "1000"],
         ["replication", "--mode", "unary"],
         ["replication", "--address", "127.0.0.1:1"],
+        ["replication", "--concurrency", "32"],  # it takes --peak-concurrencies
         ["replication", "--peak-concurrencies", "16,16"],
         ["replication", "--peak-concurrencies", "0,16"],
         ["replication", "--peak-concurrencies", "16,"],
@@ -102,6 +103,7 @@ def test_bad_cluster_arguments_are_refused(argv: list[str]) -> None:
 
 def test_replication_peaks_default_to_three_concurrencies() -> None:
     assert parse_args(["replication"]).peak_concurrencies == (16, 32, 64)
+    assert parse_args(["--spawn", "put"]).concurrency == 16
     assert parse_args(["replication", "--peak-concurrencies", "8"]).peak_concurrencies == (8,)
     with pytest.raises(UsageError):
         _validate(parse_args(["replication", "--procs", "9", "--peak-concurrencies", "8,64"]))

@@ -163,6 +163,7 @@ DEFAULT_WAL_RETENTION_BYTES = 16 * 1024 * 1024
 PROBLEM_LINES_SHOWN = 3
 MAX_DURATION_S = 3600.0
 MAX_CONCURRENCY = 4096
+DEFAULT_CONCURRENCY = 16
 DEFAULT_PEAK_CONCURRENCIES = (16, 32, 64)
 MAX_PEAK_CONCURRENCIES = 8
 MAX_BATCH = 100_000
@@ -290,8 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument(
         "--concurrency",
         type=_positive(int, MAX_CONCURRENCY),
-        default=16,
-        help="requests in flight in total (spread over the streams in stream mode)",
+        help=f"requests in flight in total (spread over the streams in stream mode; default "
+        f"{DEFAULT_CONCURRENCY}); replication runs at --peak-concurrencies instead",
     )
     load.add_argument(
         "--batch", type=_positive(int, MAX_BATCH), default=100, help="ops per request"
@@ -380,7 +381,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The parsed arguments with workload-dependent defaults filled in."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.concurrency is None:
+        args.concurrency = DEFAULT_CONCURRENCY
+    elif args.workload == "replication":
+        parser.error("replication runs at --peak-concurrencies: drop --concurrency")
     if args.value_size is None:
         snapshot = args.workload == "snapshot"
         args.value_size = SNAPSHOT_VALUE_SIZE_BYTES if snapshot else DEFAULT_VALUE_SIZE_BYTES
@@ -431,7 +437,11 @@ def _header(workload: str, args: argparse.Namespace, target: Target | None) -> s
             f"batch={args.batch}",
             f"value={args.value_size}B",
             f"keys={args.keys}",
-            f"concurrency={args.concurrency}",
+            (
+                f"peak_concurrencies={','.join(map(str, args.peak_concurrencies))}"
+                if workload == "replication"
+                else f"concurrency={args.concurrency}"
+            ),
             f"streams_per_shard={args.streams_per_shard}",
             f"channels={args.channels}",
             f"rate={'max' if args.rate is None else f'{args.rate:g}'}",
