@@ -64,24 +64,47 @@ class RecordMeta:
 
 
 def encode_record(meta: RecordMeta, value: bytes) -> bytes:
+    return encode_record_fields(
+        meta.version_id,
+        meta.modifications_count,
+        meta.created_ms,
+        meta.modified_ms,
+        meta.session_id,
+        meta.client_identity,
+        meta.partition_key,
+        value,
+    )
+
+
+def encode_record_fields(
+    version_id: int,
+    modifications_count: int,
+    created_ms: int,
+    modified_ms: int,
+    session_id: int | None,
+    client_identity: str | None,
+    partition_key: str | None,
+    value: bytes,
+) -> bytes:
+    """`encode_record` from the fields themselves: the write path builds no
+    RecordMeta (a frozen dataclass costs about 0.8 us to construct here, as much
+    as the encoding)."""
     flags = 0
     tail: list[bytes] = []
-    if meta.session_id is not None:
+    if session_id is not None:
         flags |= HAS_SESSION
-        tail.append(_SESSION.pack(meta.session_id))
-    if meta.client_identity is not None:
+        tail.append(_SESSION.pack(session_id))
+    if client_identity is not None:
         flags |= HAS_CLIENT_IDENTITY
-        raw = meta.client_identity.encode("utf-8")
+        raw = client_identity.encode("utf-8")
         tail.append(_LENGTH.pack(len(raw)))
         tail.append(raw)
-    if meta.partition_key is not None:
+    if partition_key is not None:
         flags |= HAS_PARTITION_KEY
-        raw = meta.partition_key.encode("utf-8")
+        raw = partition_key.encode("utf-8")
         tail.append(_LENGTH.pack(len(raw)))
         tail.append(raw)
-    head = _FIXED.pack(
-        meta.version_id, meta.modifications_count, meta.created_ms, meta.modified_ms, flags
-    )
+    head = _FIXED.pack(version_id, modifications_count, created_ms, modified_ms, flags)
     if not tail:
         return head + value
     return b"".join((head, *tail, value))

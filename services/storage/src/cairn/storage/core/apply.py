@@ -37,7 +37,7 @@ from cairn.storage.records import (
     HAS_SESSION,
     HEADER,
     RecordMeta,
-    encode_record,
+    encode_record_fields,
     header_session,
     version_header,
 )
@@ -487,7 +487,7 @@ def _apply_put(
         state.unlink(encoded_key, existing)
     if session_id is not None:
         state.set_meta(ephemeral_key(session_id, encoded_key), b"")
-    meta = RecordMeta(
+    record = encode_record_fields(
         offset,
         modifications,
         created_ms,
@@ -495,8 +495,8 @@ def _apply_put(
         session_id,
         client_identity,
         put.partition_key if put.HasField("partition_key") else None,
+        put.value,
     )
-    record = encode_record(meta, put.value)
     if put.secondary_indexes:
         middles = indexes.add_entries(state, encoded_key, put.secondary_indexes, encode)
         state.put_record(encoded_key, indexes.with_index_flag(record), middles)

@@ -89,8 +89,6 @@ class PutResponses:
     entry (version id = the entry's offset, modified time = its timestamp) encoded once."""
 
     def __init__(self, version_id: int, modified_ms: int) -> None:
-        self._version_id_value = version_id
-        self._modified_ms = modified_ms
         self._version_id = _VERSION_ID + varint(version_id) if version_id else b""
         self._modified = _MODIFIED + _FIXED64.pack(modified_ms) if modified_ms else b""
         self.created = self._framed(0, modified_ms)
@@ -131,16 +129,21 @@ class PutResponses:
         generated_key: str | None,
     ) -> bytes:
         """A put's response that also names its session (and client) or the key the
-        server generated: built in full."""
-        version = put_ok(
-            self._version_id_value,
-            modifications_count,
-            created_ms,
-            self._modified_ms,
-            session_id,
-            client_identity,
-            generated_key,
-        )
+        server generated, with the entry's encoded version id and modified time (put_ok's
+        fields, in its order)."""
+        parts = [self._version_id]
+        if modifications_count:
+            parts.append(_MODIFICATIONS + varint(modifications_count))
+        if created_ms:
+            parts.append(_CREATED + _FIXED64.pack(created_ms))
+        parts.append(self._modified)
+        if session_id is not None:
+            parts.append(_SESSION_ID + varint(session_id))
+        if client_identity is not None:
+            parts.append(field(_CLIENT_IDENTITY, client_identity.encode("utf-8")))
+        version = field(_VERSION, b"".join(parts))
+        if generated_key is not None:
+            version += field(_KEY, generated_key.encode("utf-8"))
         return field(PUTS, version)
 
 
