@@ -37,7 +37,7 @@ from cairn.storage.records import (
     HAS_SESSION,
     HEADER,
     RecordMeta,
-    encode_record_fields,
+    encode_record,
     header_session,
     version_header,
 )
@@ -487,7 +487,7 @@ def _apply_put(
         state.unlink(encoded_key, existing)
     if session_id is not None:
         state.set_meta(ephemeral_key(session_id, encoded_key), b"")
-    record = encode_record_fields(
+    record = encode_record(
         offset,
         modifications,
         created_ms,
