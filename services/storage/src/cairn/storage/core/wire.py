@@ -65,15 +65,42 @@ def put_ok(
 ) -> bytes:
     """A successful PutResponse (status OK is the default, so it is omitted).
     `generated_key`: the key the server chose (sequence keys); None omits the field."""
-    parts = []
-    if version_id:
-        parts.append(_VERSION_ID + varint(version_id))
+    return _put_ok(
+        _version_id_field(version_id),
+        modifications_count,
+        created_ms,
+        _modified_field(modified_ms),
+        session_id,
+        client_identity,
+        generated_key,
+    )
+
+
+def _version_id_field(version_id: int) -> bytes:
+    return _VERSION_ID + varint(version_id) if version_id else b""
+
+
+def _modified_field(modified_ms: int) -> bytes:
+    return _MODIFIED + _FIXED64.pack(modified_ms) if modified_ms else b""
+
+
+def _put_ok(
+    version_id_field: bytes,
+    modifications_count: int,
+    created_ms: int,
+    modified_field: bytes,
+    session_id: int | None,
+    client_identity: str | None,
+    generated_key: str | None,
+) -> bytes:
+    """put_ok with the version id and modified time already encoded (an entry's
+    puts share them)."""
+    parts = [version_id_field]
     if modifications_count:
         parts.append(_MODIFICATIONS + varint(modifications_count))
     if created_ms:
         parts.append(_CREATED + _FIXED64.pack(created_ms))
-    if modified_ms:
-        parts.append(_MODIFIED + _FIXED64.pack(modified_ms))
+    parts.append(modified_field)
     if session_id is not None:
         parts.append(_SESSION_ID + varint(session_id))
     if client_identity is not None:
@@ -89,8 +116,8 @@ class PutResponses:
     entry (version id = the entry's offset, modified time = its timestamp) encoded once."""
 
     def __init__(self, version_id: int, modified_ms: int) -> None:
-        self._version_id = _VERSION_ID + varint(version_id) if version_id else b""
-        self._modified = _MODIFIED + _FIXED64.pack(modified_ms) if modified_ms else b""
+        self._version_id = _version_id_field(version_id)
+        self._modified = _modified_field(modified_ms)
         self.created = self._framed(0, modified_ms)
         # The common update (a one-byte count and a created time) is one struct pack:
         # everything before the count and after the created time is the same for every
@@ -129,21 +156,16 @@ class PutResponses:
         generated_key: str | None,
     ) -> bytes:
         """A put's response that also names its session (and client) or the key the
-        server generated, with the entry's encoded version id and modified time (put_ok's
-        fields, in its order)."""
-        parts = [self._version_id]
-        if modifications_count:
-            parts.append(_MODIFICATIONS + varint(modifications_count))
-        if created_ms:
-            parts.append(_CREATED + _FIXED64.pack(created_ms))
-        parts.append(self._modified)
-        if session_id is not None:
-            parts.append(_SESSION_ID + varint(session_id))
-        if client_identity is not None:
-            parts.append(field(_CLIENT_IDENTITY, client_identity.encode("utf-8")))
-        version = field(_VERSION, b"".join(parts))
-        if generated_key is not None:
-            version += field(_KEY, generated_key.encode("utf-8"))
+        server generated: built in full, but for the entry's shared parts."""
+        version = _put_ok(
+            self._version_id,
+            modifications_count,
+            created_ms,
+            self._modified,
+            session_id,
+            client_identity,
+            generated_key,
+        )
         return field(PUTS, version)
 
 
