@@ -21,7 +21,7 @@ from cairn.common.hashing import split_hash_space
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.storage.bench.__main__ import UsageError, _validate, main, parse_args
 from cairn.storage.bench.cluster import log_problems, shard_map
-from cairn.storage.bench.procs import Target, _pod_cpu_s, _pod_thread_cpu_s
+from cairn.storage.bench.procs import Target, _pod_seconds, _pod_thread_cpu_s
 from cairn.storage.bench.report import (
     Row,
     format_replication_summary,
@@ -233,9 +233,9 @@ def test_cpu_is_summed_over_every_pod() -> None:
     target = Target("a:1", [], 10, True, (11, 12))
     assert target.server_pids == (10, 11, 12)
     assert Target("a:1", [], None, False).server_pids == ()
-    assert _pod_cpu_s([1.0, 2.0, 3.0], [1.5, 2.25, 3.0]) == (0.5, 0.25, 0.0)
-    assert _pod_cpu_s([1.0, None], [2.0, 3.0]) is None, "a pod gone: unknown"
-    assert _pod_cpu_s(None, [2.0]) is None
+    assert _pod_seconds([1.0, 2.0, 3.0], [1.5, 2.25, 3.0]) == (0.5, 0.25, 0.0)
+    assert _pod_seconds([1.0, None], [2.0, 3.0]) is None, "a pod gone: unknown"
+    assert _pod_seconds(None, [2.0]) is None
     assert pod_cores((1.9, 0.8, 0.81), 2.0) == "0.95+0.40+0.41"
 
 

@@ -93,7 +93,7 @@ async def execute_phase(
         results, client_cpu_s, build_s = await run_phase_procs(
             phase, target.shards, procs, on_window
         )
-    pod_cpu_s = _pod_cpu_s(server_marks.get("measure_start"), server_marks.get("end"))
+    pod_cpu_s = _pod_seconds(server_marks.get("measure_start"), server_marks.get("end"))
     server_cpu_s = None if pod_cpu_s is None else sum(pod_cpu_s)
     return PhaseResult(
         results,
@@ -105,7 +105,7 @@ async def execute_phase(
         pod_thread_cpu_s=_pod_thread_cpu_s(
             thread_marks.get("measure_start"), thread_marks.get("end")
         ),
-        pod_main_wait_s=_pod_cpu_s(wait_marks.get("measure_start"), wait_marks.get("end")),
+        pod_main_wait_s=_pod_seconds(wait_marks.get("measure_start"), wait_marks.get("end")),
     )
 
 
@@ -124,11 +124,11 @@ def _marks_per_pod(
     return pairs
 
 
-def _pod_cpu_s(
+def _pod_seconds(
     start: list[float | None] | None, end: list[float | None] | None
 ) -> tuple[float, ...] | None:
-    """CPU seconds (or any other per-process counter of seconds) of each server
-    process in the window; None unless all were read."""
+    """What a per-process counter of seconds (CPU time, run-queue wait) grew by in
+    the window, for each server process; None unless all were read."""
     pairs = _marks_per_pod(start, end)
     return None if pairs is None else tuple(after - before for before, after in pairs)
 
