@@ -1,4 +1,5 @@
-"""An in-memory shard that applies entries directly, for core tests."""
+"""A shard that applies entries directly, for core tests: in memory unless given
+another store."""
 
 from __future__ import annotations
 
@@ -14,14 +15,14 @@ from cairn.storage.core.apply import (
     apply_write,
 )
 from cairn.storage.core.fastpath import has_plain_puts
-from cairn.storage.kv import MemoryKv
+from cairn.storage.kv import KvStore, MemoryKv
 
 ORDER = KeyOrder.HIERARCHICAL
 
 
 class Shard:
-    def __init__(self) -> None:
-        self.kv = MemoryKv()
+    def __init__(self, kv: KvStore | None = None) -> None:
+        self.kv: KvStore = MemoryKv() if kv is None else kv
         self.offset = -1
 
     def write(self, request: pb.WriteRequest, timestamp_ms: int = 1000) -> pb.WriteResponse:

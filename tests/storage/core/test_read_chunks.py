@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cairn.common.errors import InvalidRequest
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.storage.core import reads
+from cairn.storage.kv import RocksKv
 from support.memory_shard import ORDER, Shard, put
 
 
@@ -61,3 +67,48 @@ def test_an_unknown_comparison_ends_the_answers_with_an_error() -> None:
     assert len(next(chunks).gets) == 1
     with pytest.raises(InvalidRequest):
         next(chunks)
+
+
+keys = st.sampled_from(["/a", "/a/b", "/a/c", "/b", "/b/a", "/c", "/z"])
+comparisons = st.sampled_from([pb.EQUAL, pb.FLOOR, pb.LOWER, pb.CEILING, pb.HIGHER])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    writes=st.lists(st.tuples(keys, st.sampled_from(["put", "ephemeral", "delete"])), max_size=12),
+    gets=st.lists(st.tuples(keys, comparisons, st.booleans()), max_size=12),
+    per_chunk=st.integers(min_value=1, max_value=5),
+    rocksdb=st.booleans(),
+)
+def test_chunked_answers_are_the_single_gets_answers_on_either_store(
+    writes: list[tuple[str, str]],
+    gets: list[tuple[str, int, bool]],
+    per_chunk: int,
+    rocksdb: bool,
+) -> None:
+    """Exact-key gets are read together (KvReader.get_many), the others one by one;
+    interleaved, on RocksDB as in memory, the answers are those of single gets."""
+    with tempfile.TemporaryDirectory() as directory:
+        shard = Shard(RocksKv(Path(directory) / "kv") if rocksdb else None)
+        try:
+            session = shard.create_session()
+            for number, (key, kind) in enumerate(writes):
+                if kind == "delete":
+                    shard.write(pb.WriteRequest(deletes=[pb.DeleteRequest(key=key)]))
+                elif kind == "ephemeral":
+                    shard.write(put(key, b"e%d" % number, session_id=session, client_identity="c"))
+                else:
+                    shard.write(put(key, b"p%d" % number))
+            requests = pb.ReadRequest(
+                gets=[
+                    pb.GetRequest(key=key, comparison_type=comparison, include_value=value)  # type: ignore[arg-type]
+                    for key, comparison, value in gets
+                ]
+            ).gets
+            chunks = list(reads.get_chunks(shard.kv, requests, ORDER, per_chunk))
+            expected_sizes = [min(per_chunk, len(gets) - i) for i in range(0, len(gets), per_chunk)]
+            assert [len(chunk.gets) for chunk in chunks] == (expected_sizes or [0])
+            answers = [answer for chunk in chunks for answer in chunk.gets]
+            assert answers == [reads.get(shard.kv, get, ORDER) for get in requests]
+        finally:
+            shard.kv.close()

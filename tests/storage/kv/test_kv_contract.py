@@ -49,14 +49,16 @@ def _sorted(items: dict[str, bytes]) -> list[tuple[str, bytes]]:
     writes=st.lists(st.tuples(keys, st.one_of(st.none(), values)), max_size=40),
     probe=keys,
     bounds=st.tuples(keys, keys),
+    probes=st.lists(keys, max_size=8),
 )
 # Found by this test: rocksdict's iterate_upper_bound ended this scan after "a".
-@example(writes=[("a", b""), ("aa", b"")], probe="", bounds=("", "/"))
+@example(writes=[("a", b""), ("aa", b"")], probe="", bounds=("", "/"), probes=[])
 def test_store_matches_sorted_model(
     store_factory: Callable[[], KvStore],
     writes: list[tuple[str, bytes | None]],
     probe: str,
     bounds: tuple[str, str],
+    probes: list[str],
 ) -> None:
     store = store_factory()
     model: dict[str, bytes] = {}
@@ -112,6 +114,14 @@ def test_store_matches_sorted_model(
         higher[0] if higher else None
     )
     assert store.get(Column.RECORDS, encoded) == model.get(probe)
+    # Many at once (the probe's internal entry is in the other column), in order,
+    # repeats and absent keys included.
+    many = [*probes, probe, probe]
+    assert store.get_many(Column.RECORDS, [ORDER.encode(key) for key in many]) == [
+        model.get(key) for key in many
+    ]
+    assert store.get_many(Column.META, [encoded]) == [b"internal"]
+    assert store.get_many(Column.RECORDS, []) == []
 
 
 def test_batches_are_atomic_across_columns_and_survive_reopen(tmp_path: Path) -> None:

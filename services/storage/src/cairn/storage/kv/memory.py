@@ -30,6 +30,10 @@ class MemoryKv:
     def get(self, column: Column, key: bytes) -> bytes | None:
         return self._columns[column].values.get(key)
 
+    def get_many(self, column: Column, keys: Sequence[bytes]) -> list[bytes | None]:
+        values = self._columns[column].values
+        return [values.get(key) for key in keys]
+
     def scan(
         self, column: Column, start: bytes, end: bytes | None, *, bulk: bool = False
     ) -> Iterator[tuple[bytes, bytes]]:

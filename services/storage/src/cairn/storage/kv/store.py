@@ -40,6 +40,11 @@ Change = tuple[Column, bytes, bytes | None]
 class KvReader(Protocol):
     def get(self, column: Column, key: bytes) -> bytes | None: ...
 
+    def get_many(self, column: Column, keys: Sequence[bytes]) -> list[bytes | None]:
+        """The values of `keys` (None where absent), in order, all read from one
+        consistent view."""
+        ...
+
     def scan(
         self, column: Column, start: bytes, end: bytes | None, *, bulk: bool = False
     ) -> Iterator[tuple[bytes, bytes]]:
