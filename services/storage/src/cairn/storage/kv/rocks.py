@@ -40,7 +40,7 @@ LEVELS = 7
 # flush, and each such file spans from the commit offset to the newest notification,
 # so merging it rewrites every notification kept. At RocksDB's default of 4 files a
 # merge, a pod at 65k puts/s spent as much CPU compacting meta as compacting records
-# (1.1-1.3 s each over 27 s, from RocksDB's event log); at 20 files, 0.15-0.27 s.
+# (about 1 s each over 27 s, from RocksDB's event log); at 20 files, 0.15-0.27 s.
 # Its point reads (sessions) get a bloom filter, since they may now meet 20 files.
 META_L0_FILES_PER_COMPACTION = 20
 # The apply step's batches skip RocksDB's own log (`write_unlogged`); only rare
@@ -135,9 +135,9 @@ class RocksKv:
         return value
 
     def get_many(self, column: Column, keys: Sequence[bytes]) -> list[bytes | None]:
-        # Given a list, rocksdict runs one MultiGet: a single call, the keys looked
-        # up together (sorted, in batches) from one implicit snapshot. Measured on
-        # 100-get Reads of 100k records: 4.0-4.9 us a get against 5.3-5.8 one by one.
+        # Given a list, rocksdict makes one MultiGet call for all the keys, read from
+        # one implicit snapshot. A Read's whole get path, in process, on 100-get
+        # Reads of 100k records: 4.0-4.9 us a get this way, 5.3-5.8 a call each.
         values: list[bytes | None] = self._columns[column].get(list(keys))
         return values
 
