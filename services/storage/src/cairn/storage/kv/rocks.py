@@ -29,20 +29,15 @@ BACKGROUND_JOBS = 2
 # the bottom level until a shard outgrows it) are not compressed: their data passes
 # through every flush and compaction, and snappy on it was a third of the work.
 # Levels below, which only a grown shard has and which hold most of its data, use LZ4.
+# The meta column keeps RocksDB's defaults (4 files a merge) on purpose: at 20, its
+# merges took a fifth of the CPU (its small flushed files all span the commit offset to
+# the newest notification, so every merge rewrites the notifications kept), but rf=3
+# write p99 at half peak doubled (median 117 ms against 54, 9 and 10 runs of two kinds).
 L0_FILES_PER_COMPACTION = 12
 L0_FILES_SLOWING_WRITES = 36
 L0_FILES_STOPPING_WRITES = 60
 UNCOMPRESSED_TOP_LEVELS = 2
 LEVELS = 7
-# The meta column holds every entry's notification batch (kept for the notification
-# retention, an hour by default) beside the commit offset that every apply rewrites.
-# Atomic flushes cut a small meta file (about 190 KB at 65k puts/s) with each records
-# flush, and each such file spans from the commit offset to the newest notification,
-# so merging it rewrites every notification kept. At RocksDB's default of 4 files a
-# merge, a pod at 65k puts/s spent as much CPU compacting meta as compacting records
-# (about 1 s each over 27 s, from RocksDB's event log); at 20 files, 0.15-0.27 s.
-# Its point reads (sessions) get a bloom filter, since they may now meet 20 files.
-META_L0_FILES_PER_COMPACTION = 20
 # The apply step's batches skip RocksDB's own log (`write_unlogged`); only rare
 # writes (the term, a snapshot's log base) go through it. Unlogged batches need
 # atomic flushes: every flush takes all columns at one point, so that what a crash
@@ -84,19 +79,10 @@ def _column_options(column: Column) -> Any:
             [none] * UNCOMPRESSED_TOP_LEVELS + [lz4] * (LEVELS - UNCOMPRESSED_TOP_LEVELS)
         )
         # More, smaller L0 files: bloom filters keep point reads of absent keys cheap.
-        options.set_block_based_table_factory(_bloom_filtered_tables())
-    elif column is Column.META:
-        options.set_level_zero_file_num_compaction_trigger(META_L0_FILES_PER_COMPACTION)
-        options.set_level_zero_slowdown_writes_trigger(L0_FILES_SLOWING_WRITES)
-        options.set_level_zero_stop_writes_trigger(L0_FILES_STOPPING_WRITES)
-        options.set_block_based_table_factory(_bloom_filtered_tables())
+        table = rocksdict.BlockBasedOptions()
+        table.set_bloom_filter(BLOOM_BITS_PER_KEY, False)
+        options.set_block_based_table_factory(table)
     return options
-
-
-def _bloom_filtered_tables() -> Any:
-    table = rocksdict.BlockBasedOptions()
-    table.set_bloom_filter(BLOOM_BITS_PER_KEY, False)
-    return table
 
 
 class RocksKv:
