@@ -831,6 +831,43 @@ def test_reads_write_what_was_appended_first(
         assert path.read_bytes()[: wal.total_size_bytes()] == b"".join(map(encode, entries))
 
 
+def test_a_read_waits_for_records_a_sync_on_another_thread_is_writing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sync takes the records appended into the room, then writes them: a read in
+    between (the loop serving a follower, say) must wait for those bytes rather than
+    read the zeros still there. (Seen in a three-pod run: a leader's read of its
+    newest entries found zeros, and replication to that follower stopped.)"""
+    with Wal.open(tmp_path, ZERO_FILLED) as wal:
+        entries = fill(wal, 0, 1)
+        wal.sync()
+        entries += fill(wal, 1, 4)
+        writing, release = threading.Event(), threading.Event()
+        real_pwrite = os.pwrite
+
+        def slow_pwrite(fd: int, data: bytes, position: int) -> int:
+            if any(data) and threading.current_thread().name == "syncer":
+                writing.set()
+                release.wait(10)
+            return real_pwrite(fd, data, position)
+
+        monkeypatch.setattr(os, "pwrite", slow_pwrite)
+        syncer = threading.Thread(target=wal.sync, name="syncer")
+        syncer.start()
+        assert writing.wait(10)
+        # The read starts while the syncer holds the records, and cannot return
+        # before they are written: release them from another thread a moment later.
+        releaser = threading.Timer(0.3, release.set)
+        releaser.start()
+        try:
+            assert list(wal.read(0)) == entries
+            assert release.is_set()
+        finally:
+            release.set()
+            releaser.cancel()
+            syncer.join()
+
+
 def test_an_append_past_the_room_is_written_at_once_after_the_deferred_ones(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -392,12 +392,14 @@ class Wal:
                 raise WalError(self._failure) from exc
 
     def _write_appended(self) -> None:
-        """Write every record appended so far (before reading any of them)."""
-        if self._unwritten:
-            with self._write_lock:
-                with self._lock:
-                    unwritten = self._take_unwritten()
-                self._write(unwritten)
+        """Write every record appended so far (before reading any of them), and wait
+        for those a sync on another thread has taken and is writing: finding the list
+        empty does not mean they are in the file yet (a read that skipped the lock
+        then read zeros where the newest records go)."""
+        with self._write_lock:
+            with self._lock:
+                unwritten = self._take_unwritten()
+            self._write(unwritten)
 
     def _fsync_directory(self) -> None:
         try:
@@ -452,8 +454,10 @@ class Wal:
             # Everything left is durable: sealed segments were flushed above and the
             # truncate synced the rest.
             self._synced_offset = self.last_offset
-            last = self.last_entry()
-            self._last_term = -1 if last is None else last.term
+        # Read with the locks released (a read takes them); appends run on this thread,
+        # so the last entry cannot change meanwhile.
+        last = self.last_entry()
+        self._last_term = -1 if last is None else last.term
 
     def trim_before(self, offset: int) -> int:
         """Delete whole segments whose entries are all < ``offset`` (never the active one).
