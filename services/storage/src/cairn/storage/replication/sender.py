@@ -45,6 +45,19 @@ class StreamEnded(Exception):
     """The follower closed the Replicate stream."""
 
 
+# How a session ends in the normal course of things: the follower unreachable,
+# restarted or refusing our term, the stream closed or finished under a write
+# (InvalidStateError), or our WAL no longer holding what the follower needs
+# (ValueError/OSError: trimmed meanwhile; the next session decides again).
+_SESSION_ENDINGS = (
+    grpc.aio.AioRpcError,
+    StreamEnded,
+    asyncio.InvalidStateError,
+    ValueError,
+    OSError,
+)
+
+
 class FollowerSender:
     def __init__(self, leader: ReplicatingLeader, member: Member, channel: grpc.aio.Channel):
         self.leader = leader
@@ -76,18 +89,29 @@ class FollowerSender:
         while not self._stopped:
             try:
                 await self._session()
-            except (grpc.aio.AioRpcError, StreamEnded, ValueError, OSError) as error:
-                # ValueError/OSError: our WAL no longer holds what we were sending
-                # (trimmed meanwhile); the next session decides again.
+            except Exception as error:  # (cancellation is not an Exception: it ends the task)
                 self.connected = False
                 self.leader.core.on_disconnected(self.address)
-                log.info(
-                    "shard %d: replication to %s interrupted (%s); retrying in %.2f s",
-                    shard.shard_id,
-                    self.address,
-                    _describe(error),
-                    delay_s,
-                )
+                if self._stopped:
+                    return
+                if isinstance(error, _SESSION_ENDINGS):
+                    log.info(
+                        "shard %d: replication to %s interrupted (%s); retrying in %.2f s",
+                        shard.shard_id,
+                        self.address,
+                        _describe(error),
+                        delay_s,
+                    )
+                else:
+                    # Unforeseen (a read of our log that failed, a bug): start over
+                    # all the same. Ending here would leave the follower without a
+                    # sender for the rest of the term, never caught up.
+                    log.exception(
+                        "shard %d: replication to %s failed; retrying in %.2f s",
+                        shard.shard_id,
+                        self.address,
+                        delay_s,
+                    )
                 await asyncio.sleep(delay_s)
                 delay_s = min(delay_s * 2, settings.reconnect_max_delay_s)
             else:
