@@ -196,11 +196,32 @@ def test_the_controller_killed_mid_election_finishes_it_after_restart(
     assert h.bench.verify() > 100
 
 
-def _wait(condition: Callable[[], bool], what: str, timeout_s: float = 120.0) -> None:
+def _wait(
+    condition: Callable[[], bool],
+    what: str,
+    timeout_s: float = 120.0,
+    harness: Harness | None = None,
+) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if time.monotonic() >= deadline:
+            state = _state_of(harness) if harness is not None else ""
+            raise AssertionError(f"timed out waiting for {what}{state}")
         time.sleep(0.2)
+
+
+def _state_of(h: Harness) -> str:
+    """What the controller and the pods say, for a timeout's message: which shard
+    or follower is stuck, and where the logs are."""
+    lines = [f"\nlogs: {h.cluster.directory}"]
+    with contextlib.suppress(httpx.HTTPError):
+        lines.append(f"nodes: {json.dumps(h.bench.nodes())}")
+        for shard in h.shards():
+            lines.append(f"shard: {json.dumps(shard)}")
+    for name, replicas in h.pod_statuses().items():
+        for status in replicas:
+            lines.append(f"{name}: {' '.join(str(status).split())}")
+    return "\n".join(lines)
 
 
 def test_replication_factor_goes_3_to_1_to_3_on_a_live_namespace(
@@ -222,7 +243,7 @@ def test_replication_factor_goes_3_to_1_to_3_on_a_live_namespace(
             shards = h.shards()
             return all(len(s["ensemble"]) == factor for s in shards) and h.bench.settled()
 
-        _wait(reached, f"replication factor {factor}")
+        _wait(reached, f"replication factor {factor}", harness=h)
         h.assert_one_leader_per_shard()
     # The members removed at 1 had their replicas deleted, the ones added at 3 got
     # the data: every acknowledged write reads back through every leader.
@@ -258,7 +279,7 @@ def test_a_fourth_pod_gets_shards_and_leaders_and_a_drained_pod_is_emptied_first
         leaders = sum(1 for s in shards if s["leader"] == "storage-3")
         return members >= 4 and leaders >= 1 and h.bench.settled()
 
-    _wait(spread, "shards and leaders on storage-3")
+    _wait(spread, "shards and leaders on storage-3", harness=h)
     h.assert_one_leader_per_shard()
     # A drain by name empties a pod that stays in the pod count; undone, it
     # takes shards again.
@@ -268,7 +289,7 @@ def test_a_fourth_pod_gets_shards_and_leaders_and_a_drained_pod_is_emptied_first
         shards = h.shards()
         return all("storage-0" not in s["ensemble"] for s in shards) and h.bench.settled()
 
-    _wait(drained, "storage-0 drained")
+    _wait(drained, "storage-0 drained", harness=h)
     h.assert_one_leader_per_shard()
     assert h.admin().delete("/v1/nodes/storage-0/drain").status_code == 200
     # Back to three pods: storage-3 is drained (its shards move to the others
@@ -283,7 +304,7 @@ def test_a_fourth_pod_gets_shards_and_leaders_and_a_drained_pod_is_emptied_first
             and h.bench.settled()
         )
 
-    _wait(released, "storage-3 drained and released")
+    _wait(released, "storage-3 drained and released", harness=h)
     h.assert_one_leader_per_shard()
     for probe in h.bench.probes.values():
         probe.stop()
