@@ -46,6 +46,7 @@ from typing import Any, Protocol
 from google.protobuf.message import Message
 
 from cairn.common.errors import (
+    CairnError,
     InvalidRequest,
     InvalidTerm,
     Overloaded,
@@ -941,9 +942,23 @@ class ShardReplica:
                 if self.sessions.start_closing(session_id):
                     log.info("shard %d: session %d expired", self.shard_id, session_id)
                     # Expiry waits its turn in the log like any write; a failure leaves
-                    # the session for the next leader (it restarts the timeout).
-                    with contextlib.suppress(Unavailable, InvalidRequest):
+                    # the session for the next leader (it restarts the timeout), and
+                    # never ends this loop: this replica may lead again.
+                    try:
                         await self._close_session(session_id, internal_pb.EXPIRED)
+                    except CairnError as error:  # not leading any more, closing, ...
+                        log.info(
+                            "shard %d: session %d not closed here: %s",
+                            self.shard_id,
+                            session_id,
+                            error,
+                        )
+                    except Exception:
+                        log.exception(
+                            "shard %d: closing expired session %d failed",
+                            self.shard_id,
+                            session_id,
+                        )
 
     # ---- WAL retention ----------------------------------------------------------------
 
