@@ -192,14 +192,25 @@ class Controller:
     # -- side tasks ------------------------------------------------------------------------
 
     async def _follow_store(self) -> None:
-        """Spec changes by others (kubectl, a second admin API) wake the loop."""
+        """Spec changes by others (kubectl, a second admin API) wake the loop. A
+        feed that fails or ends is followed again after a growing pause: ending
+        here would leave the controller on an old spec for good."""
         keeper = self.keeper
         assert keeper is not None
-        async for state in self.store.changes():
-            if state.generation != keeper.state.generation:
-                await keeper.reload()
-                log.info("spec changed (generation %d)", keeper.state.generation)
-                self.wake.set()
+        delay_ms = BACKOFF_MIN_MS
+        while True:
+            try:
+                async for state in self.store.changes():
+                    delay_ms = BACKOFF_MIN_MS
+                    if state.generation != keeper.state.generation:
+                        await keeper.reload()
+                        log.info("spec changed (generation %d)", keeper.state.generation)
+                        self.wake.set()
+                log.warning("the feed of cluster state changes ended; following again")
+            except Exception:
+                log.exception("following cluster state changes failed (retry in %d ms)", delay_ms)
+            await asyncio.sleep(delay_ms / 1000)
+            delay_ms = min(BACKOFF_MAX_MS, delay_ms * 2)
 
     async def _push_to_joiners(self) -> None:
         executor = self.executor
