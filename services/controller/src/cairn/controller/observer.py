@@ -206,8 +206,10 @@ class Observer:
                     delay_s = WATCH_RETRY_MIN_S
             except grpc.aio.AioRpcError as error:
                 log.debug("health watch of %s ended: %s", name, error.code())
-            except asyncio.CancelledError:
-                raise
+            except Exception:
+                # Watched again all the same: a watch that ended here would hold the
+                # node at its last state for good.
+                log.exception("health watch of %s failed", name)
             self._set_serving(name, False)
             await asyncio.sleep(delay_s)
             delay_s = min(WATCH_RETRY_MAX_S, delay_s * 2)
@@ -228,7 +230,12 @@ class Observer:
                     await node.poll_now.wait()
             node.poll_now.clear()
             if node.view.alive:
-                await self._poll_once(name)
+                try:
+                    await self._poll_once(name)
+                except Exception:
+                    # Polled again at the next interval: a poll loop that ended here
+                    # would keep the node's replicas as they were for good.
+                    log.exception("status poll of %s failed", name)
 
     async def _poll_once(self, name: str) -> None:
         node = self._nodes.get(name)
