@@ -432,6 +432,28 @@ def test_a_holder_that_cannot_renew_loses_the_lease_before_another_takes_it(
     run(scenario())
 
 
+def test_a_renewal_failing_in_an_unforeseen_way_gives_the_lease_up(
+    fake_kube: FakeKubeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Anything a renewal raises beyond the store's own errors (a lease object it
+    cannot read, a bug) ends the holding as lost: a renewer that just stopped
+    would let the lease lapse to another controller while this one, never told,
+    went on acting."""
+
+    async def scenario() -> None:
+        holder = kube_lock(fake_kube, "controller-0")
+        await holder.acquire()
+
+        def unreadable(self: KubernetesLeaderLock) -> bool:
+            raise KeyError("spec")
+
+        monkeypatch.setattr(KubernetesLeaderLock, "_renew", unreadable)
+        await asyncio.wait_for(holder.lost.wait(), RENEW_INTERVAL_S + PROPAGATION_S)
+        await holder.release()
+
+    run(scenario())
+
+
 def test_the_holder_loses_the_lease_when_another_identity_takes_it(
     fake_kube: FakeKubeServer,
 ) -> None:

@@ -632,6 +632,13 @@ class KubernetesLeaderLock:
             except StateStoreError as error:
                 self._lose(f"renewing it was refused: {error}")
                 return
+            except Exception as error:
+                # Unforeseen (a lease it cannot read, a bug): give up, said out loud.
+                # A renewer that just ended would let the lease lapse to another
+                # controller while this one, never told, went on acting.
+                log.exception("renewing %s failed", self._what)
+                self._lose(f"renewing it failed: {error!r}")
+                return
             if not ours:
                 self._lose("someone else holds it")
                 return
