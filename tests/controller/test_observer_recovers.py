@@ -65,7 +65,7 @@ async def _recovers() -> None:
             )
         )
         view: Any = None
-        for _ in range(250):
+        for _ in range(750):  # up to 15 s: a loaded CI machine
             view = observer.view().nodes["storage-0"]
             if view.alive and view.replicas == {0: REPORT}:
                 break
