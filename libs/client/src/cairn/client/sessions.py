@@ -57,7 +57,14 @@ class ManagedSession:
                 log.warning("session %d of shard %d expired", self.session_id, self.shard)
                 self.lost = True
                 return
-            except errors.ClientError as error:
+            except Exception as error:
+                if not isinstance(error, errors.ClientError):
+                    # Unforeseen, but retried like a transient failure: a heartbeat
+                    # that ended here would let the session expire on the server
+                    # without `lost` ever saying so.
+                    log.exception(
+                        "session %d of shard %d: keep-alive failed", self.session_id, self.shard
+                    )
                 if time.monotonic() - last_success_s > self.timeout_ms / 1000:
                     log.warning(
                         "session %d of shard %d: no keep-alive got through for its whole "
