@@ -149,6 +149,10 @@ class ShardMapFollower:
                 log.debug("shard map stream from %s failed: %s", address, error.details())
             except ShardMapError as error:
                 log.warning("unusable shard map from %s: %s", address, error)
+            except Exception:
+                # Followed again all the same: ending here would leave the client
+                # routing by this map for good.
+                log.exception("following the shard map from %s failed", address)
             await asyncio.sleep(random.uniform(0, backoff_s))
             backoff_s = min(backoff_s * 2, self._max_backoff_s)
 
