@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 
 from cairn.client.sessions import ManagedSession
+from support.polling import eventually
 
 TIMEOUT_MS = 1_500  # keep-alives every 0.5 s
 
@@ -23,10 +24,7 @@ async def _keeps_going() -> None:
 
     session = ManagedSession(0, 7, TIMEOUT_MS, keep_alive)
     try:
-        for _ in range(150):  # up to 15 s: a loaded CI machine
-            if len(calls) >= 3:
-                break
-            await asyncio.sleep(0.1)
+        await eventually(lambda: len(calls) >= 3, interval_s=0.1)
         assert len(calls) >= 3, calls
         assert not session.lost
     finally:
@@ -39,10 +37,7 @@ async def _lost_after_its_timeout() -> None:
 
     session = ManagedSession(0, 7, TIMEOUT_MS, keep_alive)
     try:
-        for _ in range(150):
-            if session.lost:
-                break
-            await asyncio.sleep(0.1)
+        await eventually(lambda: session.lost, interval_s=0.1)
         assert session.lost
     finally:
         await session.stop()

@@ -13,6 +13,7 @@ from cairn.client.assignments import ShardMapFollower
 from cairn.client.channels import ChannelPool
 from cairn.common.hashing import HashRange
 from cairn.proto import oxia_client_pb2 as pb
+from support.polling import eventually
 
 FULL = HashRange(0, 0xFFFFFFFF)
 
@@ -60,10 +61,7 @@ async def _followed_again() -> None:
     )
     try:
         await follower.start(timeout_s=10)
-        for _ in range(750):  # up to 15 s: a loaded CI machine
-            if follower.leader(0) not in (None, "pod-1:6648"):
-                break
-            await asyncio.sleep(0.02)
+        await eventually(lambda: follower.leader(0) not in (None, "pod-1:6648"))
         assert follower.leader(0) not in (None, "pod-1:6648"), pool.streams
         assert changes >= 2
     finally:

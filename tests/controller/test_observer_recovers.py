@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any, cast
+from typing import cast
 
 from cairn.common.heartbeat import Heartbeat, ReplicaReport
+from cairn.controller.observed import NodeView
 from cairn.controller.observer import DetectionSettings, Observer
 from cairn.controller.pods import PodClient
+from support.polling import eventually
 
 REPORT = ReplicaReport(
     shard=0,
@@ -64,12 +66,12 @@ async def _recovers() -> None:
                 sent_at_ms=0,
             )
         )
-        view: Any = None
-        for _ in range(750):  # up to 15 s: a loaded CI machine
-            view = observer.view().nodes["storage-0"]
-            if view.alive and view.replicas == {0: REPORT}:
-                break
-            await asyncio.sleep(0.02)
+
+        def seen() -> NodeView:
+            return observer.view().nodes["storage-0"]
+
+        await eventually(lambda: seen().alive and seen().replicas == {0: REPORT})
+        view = seen()
         assert view.alive, view
         assert view.replicas == {0: REPORT}, view
         assert pods.watches >= 2 and pods.polls >= 2

@@ -13,6 +13,7 @@ from pathlib import Path
 from cairn.controller.model import ClusterSpec, ClusterState, ClusterStatus, default_spec
 from cairn.controller.runtime import Controller, RuntimeSettings
 from cairn.controller.state.file_store import FileLeaderLock, FileStateStore
+from support.polling import eventually
 
 
 class FeedFailingOnce:
@@ -55,10 +56,7 @@ async def _follows_after_a_failed_feed(directory: Path) -> None:
     try:
         await asyncio.wait_for(controller.leading.wait(), 10)
         # Someone else (an admin API, kubectl) changes the spec, after the feed failed.
-        for _ in range(750):  # up to 15 s: a loaded CI machine
-            if store.feeds >= 1:
-                break
-            await asyncio.sleep(0.02)
+        await eventually(lambda: store.feeds >= 1)
         await asyncio.sleep(0.2)
         other = FileStateStore(directory)
         current = await other.read()
@@ -67,10 +65,7 @@ async def _follows_after_a_failed_feed(directory: Path) -> None:
         await other.write_spec(changed, current.version)
         keeper = controller.keeper
         assert keeper is not None
-        for _ in range(750):  # up to 15 s: a loaded CI machine
-            if keeper.state.spec == changed:
-                break
-            await asyncio.sleep(0.02)
+        await eventually(lambda: keeper.state.spec == changed)
         assert keeper.state.spec == changed, keeper.state.spec
         assert store.feeds >= 2
     finally:

@@ -9,7 +9,6 @@ replication factor change waiting for it never finished)."""
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 import grpc
@@ -23,6 +22,7 @@ from cairn.storage.core.replication.replica import Member
 from cairn.storage.node import NodeServer
 from cairn.storage.shard import ShardReplica
 from cairn.storage.wal import WalCorruptionError
+from support.polling import eventually
 
 SHARD = 0
 TERM = 1
@@ -84,12 +84,12 @@ async def _caught_up_after_a_failed_read(tmp_path: Path, monkeypatch: pytest.Mon
         # Every write committed with the follower's acknowledgement after the
         # failed read: the session started over and streamed.
         assert failures
-        deadline = time.monotonic() + 30
-        while follower.applied_offset < leader.applied_offset:
-            assert time.monotonic() < deadline, (
-                f"follower applied {follower.applied_offset}, leader {leader.applied_offset}"
-            )
-            await asyncio.sleep(0.05)
+        caught_up = await eventually(
+            lambda: follower.applied_offset >= leader.applied_offset, timeout_s=30
+        )
+        assert caught_up, (
+            f"follower applied {follower.applied_offset}, leader {leader.applied_offset}"
+        )
         status = await _follower_of(stub)
         assert status.state == "streaming"
         assert status.voting

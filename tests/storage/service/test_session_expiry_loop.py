@@ -21,6 +21,7 @@ from cairn.storage.kv import RocksKv
 from cairn.storage.replication.leader import lead_alone
 from cairn.storage.shard import ShardReplica
 from cairn.storage.wal import Wal
+from support.polling import eventually
 
 ME = Member("127.0.0.1:1", "127.0.0.1:2")
 TIMEOUT_MS = 2_000
@@ -52,33 +53,26 @@ async def _expiry_survives(tmp_path: Path, failure: Exception) -> None:
 
         replica._close_session = failing_once  # type: ignore[method-assign]
         now[0] += TIMEOUT_MS + 1
-        survivor = {first, second} - set(await _first_failure(failed))
+        assert await eventually(lambda: bool(failed)), "no expired session was closed"
+        survivor = {first, second} - set(failed)
         await _until_gone(replica, survivor)
         # Later expiries are still served.
         third = await replica.create_session(TIMEOUT_MS, "third")
         now[0] += TIMEOUT_MS + 1
         await _until_gone(replica, {third})
         assert set(failed) <= {first, second}
-        assert {session for session, _ in stored_sessions(replica.kv)} == set(failed)
+        assert _stored(replica) == set(failed)
     finally:
         await replica.close()
 
 
-async def _first_failure(failed: list[int]) -> list[int]:
-    for _ in range(750):  # up to 15 s: a loaded CI machine
-        if failed:
-            return failed
-        await asyncio.sleep(0.02)
-    raise AssertionError("no expired session was closed")
+def _stored(replica: ShardReplica) -> set[int]:
+    return {session for session, _ in stored_sessions(replica.kv)}
 
 
 async def _until_gone(replica: ShardReplica, sessions: set[int]) -> None:
-    for _ in range(750):  # up to 15 s: a loaded CI machine
-        stored = {session for session, _ in stored_sessions(replica.kv)}
-        if not stored & sessions:
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"sessions {sessions} never expired; stored: {stored}")
+    gone = await eventually(lambda: not _stored(replica) & sessions)
+    assert gone, f"sessions {sessions} never expired; stored: {_stored(replica)}"
 
 
 @pytest.mark.parametrize(
