@@ -15,43 +15,54 @@ from cairn.storage.core.apply import (
     apply_write,
 )
 from cairn.storage.core.fastpath import has_plain_puts
+from cairn.storage.core.record_cache import RecordCache
 from cairn.storage.kv import KvStore, MemoryKv
 
 ORDER = KeyOrder.HIERARCHICAL
 
 
 class Shard:
-    def __init__(self, kv: KvStore | None = None) -> None:
+    """Applies as a shard's applier does, `record_cache` (if given) included."""
+
+    def __init__(self, kv: KvStore | None = None, record_cache: RecordCache | None = None) -> None:
         self.kv: KvStore = MemoryKv() if kv is None else kv
+        self.record_cache = record_cache
         self.offset = -1
+
+    def _changes(self) -> PendingChanges:
+        return PendingChanges(self.kv, None, self.record_cache)
+
+    def _write(self, state: PendingChanges) -> None:
+        self.kv.write(state.changes())
+        state.written()
 
     def write(self, request: pb.WriteRequest, timestamp_ms: int = 1000) -> pb.WriteResponse:
         self.offset += 1
-        state = PendingChanges(self.kv)
+        state = self._changes()
         plain = has_plain_puts(request.SerializeToString())
         response = pb.WriteResponse.FromString(
             apply_write(state, request, self.offset, timestamp_ms, ORDER, plain)
         )
         state.set_commit_offset(self.offset)
-        self.kv.write(state.changes())
+        self._write(state)
         return response
 
     def create_session(self, timeout_ms: int = 5000) -> int:
         self.offset += 1
-        state = PendingChanges(self.kv)
+        state = self._changes()
         entry = internal_pb.CreateSessionEntry(timeout_ms=timeout_ms, client_identity="c")
         session_id = apply_create_session(state, entry, self.offset)
-        self.kv.write(state.changes())
+        self._write(state)
         return session_id
 
     def close_session_step(self, session_id: int) -> CloseOutcome:
         """One CloseSession entry."""
         self.offset += 1
-        state = PendingChanges(self.kv)
+        state = self._changes()
         outcome = apply_close_session(
             state, internal_pb.CloseSessionEntry(session_id=session_id), ORDER
         )
-        self.kv.write(state.changes())
+        self._write(state)
         return outcome
 
     def close_session(self, session_id: int) -> bool:

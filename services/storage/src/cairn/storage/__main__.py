@@ -189,6 +189,12 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
             help="a leader folds plain writes into one log entry while at least this many "
             "entries wait for their commit (a large number: never)",
         )
+        command.add_argument(
+            "--read-cache-bytes",
+            type=int,
+            default=_DEFAULT_LIMITS.max_cached_record_bytes_per_shard,
+            help="bytes of records a shard's leader keeps in memory for point reads (0: none)",
+        )
         command.add_argument("--log-level", default="INFO")
     return parser, standalone
 
@@ -198,6 +204,7 @@ def _limits(args: argparse.Namespace) -> Limits:
         return replace(
             _DEFAULT_LIMITS,
             fold_writes_after_uncommitted_entries=args.fold_after_uncommitted_entries,
+            max_cached_record_bytes_per_shard=args.read_cache_bytes,
         )
     except ValueError as error:
         raise SystemExit(f"cairn-storage: {error}") from None

@@ -35,6 +35,7 @@ from cairn.storage.config import Limits
 from cairn.storage.core.apply import HeaderCache, PendingChanges
 from cairn.storage.core.entries import CLIENT_WRITE, CREATE_SESSION, FOLDED_WRITES, Folded
 from cairn.storage.core.entry_apply import ShardRules, apply_entry
+from cairn.storage.core.record_cache import RecordCache
 from cairn.storage.kv import RocksKv
 
 TIMESTAMP_MS = 1_700_000_000_000
@@ -85,11 +86,18 @@ def _requests(spec: ApplySpec) -> list[pb.WriteRequest]:
 
 
 class _Applier:
-    """One replica's state: a RocksDB, its header cache, the next offset."""
+    """One replica's state: a RocksDB, its header cache, its record cache (held by a
+    leader only, as on the server), the next offset."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, leading: bool) -> None:
         self.kv = RocksKv(path)
-        self.cache = HeaderCache(Limits().max_cached_headers_per_shard)
+        limits = Limits()
+        self.cache = HeaderCache(limits.max_cached_headers_per_shard)
+        self.records = RecordCache(
+            limits.max_cached_records_per_shard, limits.max_cached_record_bytes_per_shard
+        )
+        if leading:
+            self.records.enable(self.kv)
         self.rules = ShardRules(0, KeyOrder.HIERARCHICAL, True, 3_600_000, 1000)
         opening = PendingChanges(self.kv, self.cache)
         session = internal_pb.CreateSessionEntry(timeout_ms=3_600_000)
@@ -104,7 +112,7 @@ class _Applier:
         plain = spec.shape == "plain"
         started = time.thread_time()
         for first in range(0, len(entries), spec.group):
-            state = PendingChanges(self.kv, self.cache)
+            state = PendingChanges(self.kv, self.cache, self.records)
             for entry in entries[first : first + spec.group]:
                 kind, body = (
                     (CLIENT_WRITE, entry[0]) if len(entry) == 1 else (FOLDED_WRITES, Folded(entry))
@@ -123,8 +131,8 @@ def measure(spec: ApplySpec, directory: Path) -> dict[str, list[float]]:
     requests = _requests(spec)
     puts = spec.requests * spec.batch
     appliers = {
-        "leader": _Applier(directory / "leader"),
-        "follower": _Applier(directory / "follower"),
+        "leader": _Applier(directory / "leader", leading=True),
+        "follower": _Applier(directory / "follower", leading=False),
     }
     try:
         for applier_name, applier in appliers.items():

@@ -29,6 +29,7 @@ from cairn.storage.core.meta import (
     session_key,
 )
 from cairn.storage.core.notifications import EntryNotifications
+from cairn.storage.core.record_cache import RecordCache
 from cairn.storage.core.sequences import next_sequence_suffix
 from cairn.storage.core.sessions import ephemeral_range, owning_session
 from cairn.storage.kv.store import Change, Column, KvReader
@@ -106,9 +107,15 @@ class HeaderCache:
 class PendingChanges:
     """Changes of a group of entries not yet written, readable as the new state."""
 
-    def __init__(self, reader: KvReader, header_cache: HeaderCache | None = None) -> None:
+    def __init__(
+        self,
+        reader: KvReader,
+        header_cache: HeaderCache | None = None,
+        record_cache: RecordCache | None = None,
+    ) -> None:
         self._reader = reader
         self._cache = header_cache
+        self._record_cache = record_cache
         self._records: dict[bytes, bytes | None] = {}
         # The version header of every record in `_records` (same keys; None: deleted),
         # kept as records are written so that neither reads nor the cache slice them.
@@ -284,9 +291,12 @@ class PendingChanges:
         return result
 
     def written(self) -> None:
-        """The changes are in the KV: carry the new headers into the cache."""
+        """The changes are in the KV: carry the new headers into the header cache,
+        and drop the records changed from the record cache."""
         if self._cache is not None:
             self._cache.store_headers(self._headers)
+        if self._record_cache is not None:
+            self._record_cache.forget_written(self._records)
 
     def __len__(self) -> int:
         return len(self._records) + len(self._meta)

@@ -165,7 +165,11 @@ class ClientService:
             await abort(context, error)
         shard.count_read(len(request.gets))
         chunks = reads.get_chunks(
-            shard.kv, request.gets, shard.key_order, self.limits.max_gets_per_read_chunk
+            shard.kv,
+            request.gets,
+            shard.key_order,
+            self.limits.max_gets_per_read_chunk,
+            shard.record_cache,
         )
         try:
             for chunk in chunks:

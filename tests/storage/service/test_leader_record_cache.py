@@ -1,0 +1,74 @@
+"""A shard replica holds records in memory for reads only while it leads: its own
+applier keeps them true to the KV, and a new term (fencing) empties and stops the
+cache. Real RocksDB and WAL, in process."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from cairn.proto import oxia_client_pb2 as pb
+from cairn.storage.config import Limits, ShardSpec
+from cairn.storage.core import reads
+from cairn.storage.core.fastpath import has_plain_puts
+from cairn.storage.core.replication.replica import Member
+from cairn.storage.kv import RocksKv
+from cairn.storage.replication.leader import lead_alone
+from cairn.storage.shard import ShardReplica
+from cairn.storage.wal import Wal
+
+ME = Member("127.0.0.1:1", "127.0.0.1:2")
+
+
+async def write(replica: ShardReplica, request: pb.WriteRequest) -> None:
+    raw = request.SerializeToString()
+    await asyncio.wait_for(await replica.submit(raw, request, has_plain_puts(raw)), 10)
+
+
+def read(replica: ShardReplica, *keys: str) -> list[tuple[int, bytes]]:
+    """As the client API reads: the replica's KV, through its record cache."""
+    gets = pb.ReadRequest(gets=[pb.GetRequest(key=key, include_value=True) for key in keys]).gets
+    chunks = reads.get_chunks(replica.kv, gets, replica.key_order, 100, replica.record_cache)
+    return [(answer.status, answer.value) for chunk in chunks for answer in chunk.gets]
+
+
+def put(key: str, value: bytes) -> pb.WriteRequest:
+    return pb.WriteRequest(shard=0, puts=[pb.PutRequest(key=key, value=value)])
+
+
+async def _leads_with_a_cache_true_to_the_kv(path: Path) -> None:
+    replica = ShardReplica(0, ShardSpec(), RocksKv(path / "kv"), Wal.open(path / "wal"), Limits())
+    try:
+        assert not replica.record_cache.enabled
+        await lead_alone(replica, ME)
+        assert replica.record_cache.enabled
+        await write(replica, put("/a", b"1"))
+        await write(replica, put("/b", b"2"))
+        assert read(replica, "/a", "/b", "/c") == [
+            (pb.OK, b"1"),
+            (pb.OK, b"2"),
+            (pb.KEY_NOT_FOUND, b""),
+        ]
+        assert len(replica.record_cache) == 3
+        await write(replica, put("/a", b"new"))
+        await write(replica, put("/c", b"created"))
+        await write(replica, pb.WriteRequest(shard=0, deletes=[pb.DeleteRequest(key="/b")]))
+        assert read(replica, "/a", "/b", "/c") == [
+            (pb.OK, b"new"),
+            (pb.KEY_NOT_FOUND, b""),
+            (pb.OK, b"created"),
+        ]
+        # Fenced by a newer term: no longer the leader, the cache empties and stops.
+        await replica.new_term(replica.term + 1)
+        assert not replica.record_cache.enabled
+        assert len(replica.record_cache) == 0
+        # Leading again starts it empty.
+        await lead_alone(replica, ME)
+        assert replica.record_cache.enabled and len(replica.record_cache) == 0
+        assert read(replica, "/a", "/b") == [(pb.OK, b"new"), (pb.KEY_NOT_FOUND, b"")]
+    finally:
+        await replica.close()
+
+
+def test_a_leader_caches_records_true_to_its_kv_and_stops_when_fenced(tmp_path: Path) -> None:
+    asyncio.run(_leads_with_a_cache_true_to_the_kv(tmp_path))
