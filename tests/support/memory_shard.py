@@ -15,22 +15,22 @@ from cairn.storage.core.apply import (
     apply_write,
 )
 from cairn.storage.core.fastpath import has_plain_puts
-from cairn.storage.core.record_cache import RecordCache
+from cairn.storage.core.read_cache import ReadCache
 from cairn.storage.kv import KvStore, MemoryKv
 
 ORDER = KeyOrder.HIERARCHICAL
 
 
 class Shard:
-    """Applies as a shard's applier does, `record_cache` (if given) included."""
+    """Applies as a shard's applier does, `read_cache` (if given) included."""
 
-    def __init__(self, kv: KvStore | None = None, record_cache: RecordCache | None = None) -> None:
+    def __init__(self, kv: KvStore | None = None, read_cache: ReadCache | None = None) -> None:
         self.kv: KvStore = MemoryKv() if kv is None else kv
-        self.record_cache = record_cache
+        self.read_cache = read_cache
         self.offset = -1
 
     def _changes(self) -> PendingChanges:
-        return PendingChanges(self.kv, None, self.record_cache)
+        return PendingChanges(self.kv, None, self.read_cache)
 
     def _write(self, state: PendingChanges) -> None:
         self.kv.write(state.changes())

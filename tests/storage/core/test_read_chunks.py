@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -12,8 +13,22 @@ from hypothesis import strategies as st
 from cairn.common.errors import InvalidRequest
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.storage.core import reads
+from cairn.storage.core.read_cache import ReadCache
 from cairn.storage.kv import RocksKv
 from support.memory_shard import ORDER, Shard, put
+
+
+def chunks_of(
+    shard: Shard, gets: Sequence[pb.GetRequest], per_chunk: int, cache: ReadCache | None = None
+) -> list[pb.ReadResponse]:
+    """The Read's answer chunks, parsed; each serialized exactly as the protobuf
+    library would serialize the parsed message (field order, presence)."""
+    chunks = []
+    for raw in reads.get_chunks(shard.kv, gets, ORDER, per_chunk, cache):
+        chunk = pb.ReadResponse.FromString(raw)
+        assert chunk.SerializeToString() == raw
+        chunks.append(chunk)
+    return chunks
 
 
 def shard_with(keys: list[str]) -> Shard:
@@ -36,7 +51,7 @@ def test_answers_come_in_order_in_bounded_chunks_as_single_gets_would() -> None:
             pb.GetRequest(key="/d", include_value=True),
         ]
     ).gets
-    chunks = list(reads.get_chunks(shard.kv, gets, ORDER, 3))
+    chunks = chunks_of(shard, gets, 3)
     assert [len(chunk.gets) for chunk in chunks] == [3, 3, 1]
     answers = [answer for chunk in chunks for answer in chunk.gets]
     assert answers == [reads.get(shard.kv, get, ORDER) for get in gets]
@@ -53,9 +68,9 @@ def test_answers_come_in_order_in_bounded_chunks_as_single_gets_would() -> None:
 
 def test_no_gets_get_one_empty_chunk_and_a_full_last_chunk_no_empty_one() -> None:
     shard = shard_with(["/a"])
-    assert list(reads.get_chunks(shard.kv, pb.ReadRequest().gets, ORDER, 3)) == [pb.ReadResponse()]
+    assert chunks_of(shard, pb.ReadRequest().gets, 3) == [pb.ReadResponse()]
     two = pb.ReadRequest(gets=[pb.GetRequest(key="/a"), pb.GetRequest(key="/a")]).gets
-    assert [len(chunk.gets) for chunk in reads.get_chunks(shard.kv, two, ORDER, 2)] == [2]
+    assert [len(chunk.gets) for chunk in chunks_of(shard, two, 2)] == [2]
 
 
 def test_an_unknown_comparison_ends_the_answers_with_an_error() -> None:
@@ -64,7 +79,7 @@ def test_an_unknown_comparison_ends_the_answers_with_an_error() -> None:
         gets=[pb.GetRequest(key="/a"), pb.GetRequest(key="/a", comparison_type=99)]  # type: ignore[arg-type]
     ).gets
     chunks = reads.get_chunks(shard.kv, gets, ORDER, 1)
-    assert len(next(chunks).gets) == 1
+    assert len(pb.ReadResponse.FromString(next(chunks)).gets) == 1
     with pytest.raises(InvalidRequest):
         next(chunks)
 
@@ -79,15 +94,18 @@ comparisons = st.sampled_from([pb.EQUAL, pb.FLOOR, pb.LOWER, pb.CEILING, pb.HIGH
     gets=st.lists(st.tuples(keys, comparisons, st.booleans()), max_size=12),
     per_chunk=st.integers(min_value=1, max_value=5),
     rocksdb=st.booleans(),
+    cached=st.booleans(),
 )
 def test_chunked_answers_are_the_single_gets_answers_on_either_store(
     writes: list[tuple[str, str]],
     gets: list[tuple[str, int, bool]],
     per_chunk: int,
     rocksdb: bool,
+    cached: bool,
 ) -> None:
-    """Exact-key gets are read together (KvReader.get_many), the others one by one;
-    interleaved, on RocksDB as in memory, the answers are those of single gets."""
+    """Exact-key gets are read together (KvReader.get_many, or a read cache), the
+    others one by one; interleaved, on RocksDB as in memory, the answers are those of
+    single gets, serialized as the protobuf library would."""
     with tempfile.TemporaryDirectory() as directory:
         shard = Shard(RocksKv(Path(directory) / "kv") if rocksdb else None)
         try:
@@ -105,7 +123,13 @@ def test_chunked_answers_are_the_single_gets_answers_on_either_store(
                     for key, comparison, value in gets
                 ]
             ).gets
-            chunks = list(reads.get_chunks(shard.kv, requests, ORDER, per_chunk))
+            cache = None
+            if cached:
+                cache = ReadCache(100, 1 << 20)
+                cache.enable(shard.kv)
+            chunks = chunks_of(shard, requests, per_chunk, cache)
+            # A second time, the exact-key answers come from the cache if there is one.
+            assert chunks_of(shard, requests, per_chunk, cache) == chunks
             expected_sizes = [min(per_chunk, len(gets) - i) for i in range(0, len(gets), per_chunk)]
             assert [len(chunk.gets) for chunk in chunks] == (expected_sizes or [0])
             answers = [answer for chunk in chunks for answer in chunk.gets]

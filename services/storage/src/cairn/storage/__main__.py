@@ -192,7 +192,7 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         command.add_argument(
             "--read-cache-bytes",
             type=int,
-            default=_DEFAULT_LIMITS.max_cached_record_bytes_per_shard,
+            default=_DEFAULT_LIMITS.max_read_cache_bytes_per_shard,
             help="bytes of records a shard's leader keeps in memory for point reads (0: none)",
         )
         command.add_argument("--log-level", default="INFO")
@@ -204,7 +204,7 @@ def _limits(args: argparse.Namespace) -> Limits:
         return replace(
             _DEFAULT_LIMITS,
             fold_writes_after_uncommitted_entries=args.fold_after_uncommitted_entries,
-            max_cached_record_bytes_per_shard=args.read_cache_bytes,
+            max_read_cache_bytes_per_shard=args.read_cache_bytes,
         )
     except ValueError as error:
         raise SystemExit(f"cairn-storage: {error}") from None

@@ -65,10 +65,10 @@ class Limits:
     max_notification_batches_per_read: int = 256
     # Version headers kept in memory per shard (about 150 bytes each).
     max_cached_headers_per_shard: int = 200_000
-    # Records a leader keeps in memory per shard for point reads (record_cache.py),
-    # bounded by count and by record bytes; either at 0 turns the cache off.
-    max_cached_records_per_shard: int = 200_000
-    max_cached_record_bytes_per_shard: int = 64 * MiB
+    # Answers to exact-key gets a leader keeps in memory per shard (read_cache.py),
+    # bounded by count and by their serialized bytes; either at 0 turns it off.
+    max_read_cache_entries_per_shard: int = 200_000
+    max_read_cache_bytes_per_shard: int = 64 * MiB
 
     def __post_init__(self) -> None:
         if (
@@ -81,7 +81,7 @@ class Limits:
         ):
             # 0 uncommitted entries would fold with nothing to commit: never logged.
             raise ValueError("folding bounds must be at least 1")
-        if min(self.max_cached_records_per_shard, self.max_cached_record_bytes_per_shard) < 0:
+        if min(self.max_read_cache_entries_per_shard, self.max_read_cache_bytes_per_shard) < 0:
             raise ValueError("read cache bounds must be >= 0")
 
 

@@ -92,7 +92,7 @@ from cairn.storage.core.meta import (
     decode_i64,
     encode_i64,
 )
-from cairn.storage.core.record_cache import RecordCache
+from cairn.storage.core.read_cache import ReadCache
 from cairn.storage.core.replication.replica import Member, ReplicaCore, Role
 from cairn.storage.core.replication.terms import (
     NO_OFFSET,
@@ -235,9 +235,9 @@ class ShardReplica:
         self.sequence_generation = 0
         self._sequence_advanced = asyncio.Event()
         self._header_cache = HeaderCache(limits.max_cached_headers_per_shard)
-        # Held only while leading (the one role that serves reads); see record_cache.py.
-        self.record_cache = RecordCache(
-            limits.max_cached_records_per_shard, limits.max_cached_record_bytes_per_shard
+        # Held only while leading (the one role that serves reads); see read_cache.py.
+        self.read_cache = ReadCache(
+            limits.max_read_cache_entries_per_shard, limits.max_read_cache_bytes_per_shard
         )
         self._load_state()
         self.sessions = SessionTracker()
@@ -436,7 +436,7 @@ class ShardReplica:
             term_start = self.core.become_leader(term, me)
             self._term_start_offset = term_start.offset
             self._serving.clear()
-            self.record_cache.enable(self.kv)
+            self.read_cache.enable(self.kv)
             self._leader = make_leader(self, term_start.offset)
             body = internal_pb.TermStartEntry(leader=me.internal_address)
             # Never waits for room: what fills the pipeline may be inherited entries
@@ -473,7 +473,7 @@ class ShardReplica:
         elsewhere. Their entries stay in the log: a later leader decides them."""
         leader, self._leader = self._leader, None
         self._serving.clear()
-        self.record_cache.disable()
+        self.read_cache.disable()
         self._drop_fold(Unavailable(f"shard {self.shard_id}: leadership changed"))
         error = WriteOutcomeUnknown(
             f"shard {self.shard_id}: leadership changed; the write may or may not commit"
@@ -688,7 +688,7 @@ class ShardReplica:
         self._pending.clear()
         self._pending_bytes = 0
         self._header_cache.clear()
-        self.record_cache.clear()
+        self.read_cache.clear()
 
     def _reopen_storage(self) -> None:
         """Open the KV and WAL again (finishing an install a failure interrupted)
@@ -696,7 +696,7 @@ class ShardReplica:
         assert self.shard_dir is not None
         finish_pending_install(self.shard_dir)
         # Off until the next term (a replica reopens its storage as a follower).
-        self.record_cache.disable()
+        self.read_cache.disable()
         self.kv = RocksKv(self.shard_dir / "kv")
         self.wal = Wal.open(self.shard_dir / "wal", self.wal.options)
         self._tasks[0] = self._loop.create_task(self._sync_loop(), name=f"syncer-{self.shard_id}")
@@ -1165,7 +1165,7 @@ class ShardReplica:
         return group
 
     def _apply_group(self, group: list[_Pending]) -> tuple[PendingChanges, list[Any]]:
-        state = PendingChanges(self.kv, self._header_cache, self.record_cache)
+        state = PendingChanges(self.kv, self._header_cache, self.read_cache)
         results = [
             apply_entry(
                 self._rules,

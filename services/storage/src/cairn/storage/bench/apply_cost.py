@@ -35,7 +35,7 @@ from cairn.storage.config import Limits
 from cairn.storage.core.apply import HeaderCache, PendingChanges
 from cairn.storage.core.entries import CLIENT_WRITE, CREATE_SESSION, FOLDED_WRITES, Folded
 from cairn.storage.core.entry_apply import ShardRules, apply_entry
-from cairn.storage.core.record_cache import RecordCache
+from cairn.storage.core.read_cache import ReadCache
 from cairn.storage.kv import RocksKv
 
 TIMESTAMP_MS = 1_700_000_000_000
@@ -93,8 +93,8 @@ class _Applier:
         self.kv = RocksKv(path)
         limits = Limits()
         self.cache = HeaderCache(limits.max_cached_headers_per_shard)
-        self.records = RecordCache(
-            limits.max_cached_records_per_shard, limits.max_cached_record_bytes_per_shard
+        self.records = ReadCache(
+            limits.max_read_cache_entries_per_shard, limits.max_read_cache_bytes_per_shard
         )
         if leading:
             self.records.enable(self.kv)

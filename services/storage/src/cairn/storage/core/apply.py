@@ -29,7 +29,7 @@ from cairn.storage.core.meta import (
     session_key,
 )
 from cairn.storage.core.notifications import EntryNotifications
-from cairn.storage.core.record_cache import RecordCache
+from cairn.storage.core.read_cache import ReadCache
 from cairn.storage.core.sequences import next_sequence_suffix
 from cairn.storage.core.sessions import ephemeral_range, owning_session
 from cairn.storage.kv.store import Change, Column, KvReader
@@ -111,11 +111,11 @@ class PendingChanges:
         self,
         reader: KvReader,
         header_cache: HeaderCache | None = None,
-        record_cache: RecordCache | None = None,
+        read_cache: ReadCache | None = None,
     ) -> None:
         self._reader = reader
         self._cache = header_cache
-        self._record_cache = record_cache
+        self._read_cache = read_cache
         self._records: dict[bytes, bytes | None] = {}
         # The version header of every record in `_records` (same keys; None: deleted),
         # kept as records are written so that neither reads nor the cache slice them.
@@ -292,11 +292,11 @@ class PendingChanges:
 
     def written(self) -> None:
         """The changes are in the KV: carry the new headers into the header cache,
-        and drop the records changed from the record cache."""
+        and drop the answers of the records changed from the read cache."""
         if self._cache is not None:
             self._cache.store_headers(self._headers)
-        if self._record_cache is not None:
-            self._record_cache.forget_written(self._records)
+        if self._read_cache is not None:
+            self._read_cache.forget_written(self._records)
 
     def __len__(self) -> int:
         return len(self._records) + len(self._meta)

@@ -157,7 +157,7 @@ class ClientService:
 
     async def read(
         self, request: pb.ReadRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.ReadResponse]:
+    ) -> AsyncIterator[bytes]:
         try:
             shard = await self.directory.serving_shard(self._shard_of(request, context))
             validate_read(request, self.limits)
@@ -169,7 +169,7 @@ class ClientService:
             request.gets,
             shard.key_order,
             self.limits.max_gets_per_read_chunk,
-            shard.record_cache,
+            shard.read_cache,
         )
         try:
             for chunk in chunks:
@@ -402,7 +402,10 @@ def generic_handlers(service: ClientService) -> list[grpc.GenericRpcHandler]:
         # Writes: raw bytes both ways (no (de)serializer), see ClientService.write.
         "Write": grpc.unary_unary_rpc_method_handler(service.write),
         "WriteStream": grpc.stream_stream_rpc_method_handler(service.write_stream),
-        "Read": _unary_stream(service.read, pb.ReadRequest, pb.ReadResponse),
+        # Answers are serialized as they are built (reads.get_chunks).
+        "Read": grpc.unary_stream_rpc_method_handler(
+            service.read, request_deserializer=pb.ReadRequest.FromString
+        ),
         "List": _unary_stream(service.list, pb.ListRequest, pb.ListResponse),
         "RangeScan": _unary_stream(service.range_scan, pb.RangeScanRequest, pb.RangeScanResponse),
         "GetSequenceUpdates": _unary_stream(

@@ -28,8 +28,9 @@ async def write(replica: ShardReplica, request: pb.WriteRequest) -> None:
 def read(replica: ShardReplica, *keys: str) -> list[tuple[int, bytes]]:
     """As the client API reads: the replica's KV, through its record cache."""
     gets = pb.ReadRequest(gets=[pb.GetRequest(key=key, include_value=True) for key in keys]).gets
-    chunks = reads.get_chunks(replica.kv, gets, replica.key_order, 100, replica.record_cache)
-    return [(answer.status, answer.value) for chunk in chunks for answer in chunk.gets]
+    chunks = reads.get_chunks(replica.kv, gets, replica.key_order, 100, replica.read_cache)
+    parsed = [pb.ReadResponse.FromString(raw) for raw in chunks]
+    return [(answer.status, answer.value) for chunk in parsed for answer in chunk.gets]
 
 
 def put(key: str, value: bytes) -> pb.WriteRequest:
@@ -39,9 +40,9 @@ def put(key: str, value: bytes) -> pb.WriteRequest:
 async def _leads_with_a_cache_true_to_the_kv(path: Path) -> None:
     replica = ShardReplica(0, ShardSpec(), RocksKv(path / "kv"), Wal.open(path / "wal"), Limits())
     try:
-        assert not replica.record_cache.enabled
+        assert not replica.read_cache.enabled
         await lead_alone(replica, ME)
-        assert replica.record_cache.enabled
+        assert replica.read_cache.enabled
         await write(replica, put("/a", b"1"))
         await write(replica, put("/b", b"2"))
         assert read(replica, "/a", "/b", "/c") == [
@@ -49,7 +50,7 @@ async def _leads_with_a_cache_true_to_the_kv(path: Path) -> None:
             (pb.OK, b"2"),
             (pb.KEY_NOT_FOUND, b""),
         ]
-        assert len(replica.record_cache) == 3
+        assert len(replica.read_cache) == 3
         await write(replica, put("/a", b"new"))
         await write(replica, put("/c", b"created"))
         await write(replica, pb.WriteRequest(shard=0, deletes=[pb.DeleteRequest(key="/b")]))
@@ -60,11 +61,11 @@ async def _leads_with_a_cache_true_to_the_kv(path: Path) -> None:
         ]
         # Fenced by a newer term: no longer the leader, the cache empties and stops.
         await replica.new_term(replica.term + 1)
-        assert not replica.record_cache.enabled
-        assert len(replica.record_cache) == 0
+        assert not replica.read_cache.enabled
+        assert len(replica.read_cache) == 0
         # Leading again starts it empty.
         await lead_alone(replica, ME)
-        assert replica.record_cache.enabled and len(replica.record_cache) == 0
+        assert replica.read_cache.enabled and len(replica.read_cache) == 0
         assert read(replica, "/a", "/b") == [(pb.OK, b"new"), (pb.KEY_NOT_FOUND, b"")]
     finally:
         await replica.close()

@@ -1,14 +1,17 @@
-"""Stored records of a leading shard, kept in memory for point reads.
+"""Answers to exact-key gets of a leading shard, kept in memory.
 
 A metadata store's hot set is small and read far more than written: ZooKeeper
 and etcd keep all of it in memory. Here RocksDB stays the store, and this cache
-spares the exact-key gets that find their key here RocksDB's lookup, the largest
-part of a get's cost on the server (`cairn-bench get`: RocksDB's MultiGet took 37%
-of the server's samples, about 3.5 us of a get's 10).
+spares the exact-key gets that find their key here both RocksDB's lookup and the
+building of the answer: it holds each record as `reads.answer_fields`, the
+serialized version and value of its GetResponse, so that a hit costs a dict
+lookup and the framing of the key. (Under `cairn-bench get`, RocksDB's MultiGet
+took 37% of the server's samples, about 3.5 us of a get's 10, and building the
+answer as protobuf objects most of the rest of the read path.)
 
-Records enter when a read fetched them from the KV, and leave when the applier
-changes them (or by eviction). It always equals the committed KV for every key it
-holds, because:
+Answers enter when a read fetched their record from the KV, and leave when the
+applier changes it (or by eviction). The cache always answers as the committed
+KV would for every key it holds, because:
 - a read admits what it found in the KV in the same step (no await between);
 - the applier drops every record it writes (`forget_written`, right after the KV
   batch, with no await between), deletions included;
@@ -16,10 +19,11 @@ holds, because:
   it, and it holds nothing while disabled: a follower pays neither the memory nor
   the upkeep, and a new leader starts empty.
 
-Bounded by entry count and by record bytes, counted exactly; the oldest
-admissions go first (a dict keeps that order; cheaper than recency bookkeeping on
-every hit), a thirty-second of the bounds at a time, so that eviction runs once
-per many reads rather than at each. Every per-key step runs in C iterators.
+Bounded by entry count and by bytes held, counted exactly; the oldest admissions
+go first (a dict keeps that order; cheaper than recency bookkeeping on every
+hit), a thirty-second of the bounds at a time, so that eviction runs once per
+many reads rather than at each. Every per-key step of the upkeep runs in C
+iterators.
 """
 
 from __future__ import annotations
@@ -28,10 +32,10 @@ import itertools
 import math
 from collections.abc import Iterable, Sequence
 
-from cairn.storage.kv.store import Column, KvReader
+from cairn.storage.core.reads import read_answers
+from cairn.storage.kv.store import KvReader
 
-_RECORDS = Column.RECORDS
-# What dict.get answers for a key not held: no record is this object.
+# What dict.get answers for a key not held: no answer is this object.
 _MISSING: bytes = object()  # type: ignore[assignment]
 # Eviction frees this fraction of the bounds beyond what overflowed.
 _EVICTION_STEP_DIVISOR = 32
@@ -39,13 +43,13 @@ _EVICTION_STEP_DIVISOR = 32
 _NONES = itertools.repeat(None)
 
 
-class RecordCache:
+class ReadCache:
     __slots__ = (
+        "_answers",
         "_bytes",
         "_keep_bytes",
         "_keep_entries",
         "_mirrored",
-        "_records",
         "enabled",
         "max_bytes",
         "max_entries",
@@ -58,14 +62,14 @@ class RecordCache:
         self.max_bytes = max_bytes
         self._keep_entries = max_entries - max_entries // _EVICTION_STEP_DIVISOR
         self._keep_bytes = max_bytes - max_bytes // _EVICTION_STEP_DIVISOR
-        # encoded key -> stored record, None for a key known absent
-        self._records: dict[bytes, bytes | None] = {}
+        # encoded key -> the record's answer_fields, None for a key known absent
+        self._answers: dict[bytes, bytes | None] = {}
         self._bytes = 0
         self._mirrored: KvReader | None = None
         self.enabled = False
 
     def enable(self, kv: KvReader) -> None:
-        """Start holding records of `kv` (a leader's term begins), empty. Bounds of
+        """Start holding answers from `kv` (a leader's term begins), empty. Bounds of
         0 keep it disabled."""
         self.clear()
         self._mirrored = kv
@@ -78,46 +82,48 @@ class RecordCache:
 
     def clear(self) -> None:
         """Forget everything (the KV was replaced, or changed behind the applier)."""
-        self._records.clear()
+        self._answers.clear()
         self._bytes = 0
 
-    def get_many(self, reader: KvReader, keys: Sequence[bytes]) -> list[bytes | None]:
-        """The stored records of `keys` (None: absent), from memory where held, the
-        rest from `reader` in one call, then held. A reader other than the KV the
-        cache was enabled for (a read begun before storage was reopened) bypasses it."""
+    def answers(self, reader: KvReader, keys: Sequence[bytes]) -> list[bytes | None]:
+        """`answer_fields` of each key's record (None: absent): from memory where
+        held, the rest read from `reader` in one call, then held. A reader other than
+        the KV the cache was enabled for (a read begun before storage was reopened)
+        bypasses it."""
         if not self.enabled or reader is not self._mirrored:
-            return reader.get_many(_RECORDS, keys)
-        lookup = self._records.get
+            return read_answers(reader, keys)
+        lookup = self._answers.get
         found = [lookup(key, _MISSING) for key in keys]
         if _MISSING not in found:
             return found
-        missing = [index for index, value in enumerate(found) if value is _MISSING]
+        missing = [index for index, answer in enumerate(found) if answer is _MISSING]
         missing_keys = [keys[index] for index in missing]
-        values = reader.get_many(_RECORDS, missing_keys)
-        for index, value in zip(missing, values, strict=True):
-            found[index] = value
-        self._admit(dict(zip(missing_keys, values, strict=True)))
+        read = read_answers(reader, missing_keys)
+        for index, answer in zip(missing, read, strict=True):
+            found[index] = answer
+        self._admit(dict(zip(missing_keys, read, strict=True)))
         return found
 
     def forget_written(self, keys: Iterable[bytes]) -> None:
-        """The applier changed these records in the KV: drop them. (Holding the new
-        records instead cost a leader's apply 0.8 us a put, a fifth of it, measured
-        with apply_cost: a written record kept alive is a cold object to free when
-        it is replaced; what a read needs again is admitted by that read.)"""
-        held = self._records
+        """The applier changed these records in the KV: drop their answers. (Holding
+        the new ones instead would build an answer per put, for reads that may never
+        come; holding the written records was measured to cost a leader's apply 0.8
+        us a put, a fifth of it (apply_cost): a record kept alive is a cold object to
+        free when it is replaced. What a read needs again, that read admits.)"""
+        held = self._answers
         if held:
             self._bytes -= sum(map(len, filter(None, map(held.pop, keys, _NONES))))
 
-    def _admit(self, records: dict[bytes, bytes | None]) -> None:
-        """Hold records just read, none of them held (the caller looked)."""
-        held = self._records
-        held.update(records)
-        self._bytes += sum(map(len, filter(None, records.values())))
+    def _admit(self, answers: dict[bytes, bytes | None]) -> None:
+        """Hold answers just read, none of them held (the caller looked)."""
+        held = self._answers
+        held.update(answers)
+        self._bytes += sum(map(len, filter(None, answers.values())))
         if len(held) > self.max_entries or self._bytes > self.max_bytes:
             self._evict()
 
     def _evict(self) -> None:
-        held = self._records
+        held = self._answers
         keep_entries, keep_bytes = self._keep_entries, self._keep_bytes
         while held and (len(held) > keep_entries or self._bytes > keep_bytes):
             over_bytes = self._bytes - keep_bytes
@@ -128,8 +134,9 @@ class RecordCache:
             self._bytes -= sum(map(len, filter(None, map(held.pop, oldest))))
 
     def __len__(self) -> int:
-        return len(self._records)
+        return len(self._answers)
 
     @property
-    def record_bytes(self) -> int:
+    def held_bytes(self) -> int:
+        """Bytes of the answers held (their serialized size, not Python's overhead)."""
         return self._bytes

@@ -1,4 +1,4 @@
-"""The leader's record cache: reads answered from it are the KV's answers, whatever
+"""The leader's read cache: reads answered from it are the KV's answers, whatever
 the applier changed since, and it stays within its bounds."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.storage.core import reads
-from cairn.storage.core.record_cache import RecordCache
+from cairn.storage.core.read_cache import ReadCache
 from cairn.storage.kv import Column, MemoryKv
 from support.memory_shard import ORDER, Shard, put
 
@@ -31,20 +31,21 @@ class CountingKv(MemoryKv):
 def read(shard: Shard, *keys: str) -> list[tuple[int, bytes]]:
     """(status, value) of an exact get of each key, through the shard's cache."""
     gets = pb.ReadRequest(gets=[pb.GetRequest(key=key, include_value=True) for key in keys]).gets
-    chunks = reads.get_chunks(shard.kv, gets, ORDER, 100, shard.record_cache)
-    return [(answer.status, answer.value) for chunk in chunks for answer in chunk.gets]
+    chunks = reads.get_chunks(shard.kv, gets, ORDER, 100, shard.read_cache)
+    parsed = [pb.ReadResponse.FromString(raw) for raw in chunks]
+    return [(answer.status, answer.value) for chunk in parsed for answer in chunk.gets]
 
 
 def cached_shard(max_entries: int = 1000, max_bytes: int = 1 << 20) -> tuple[Shard, CountingKv]:
     kv = CountingKv()
-    cache = RecordCache(max_entries, max_bytes)
+    cache = ReadCache(max_entries, max_bytes)
     cache.enable(kv)
     return Shard(kv, cache), kv
 
 
-def held_bytes(cache: RecordCache) -> int:
+def recounted_bytes(cache: ReadCache) -> int:
     # What the bound is about, counted from scratch (the cache keeps a running count).
-    return sum(len(record) for record in cache._records.values() if record is not None)
+    return sum(len(answer) for answer in cache._answers.values() if answer is not None)
 
 
 def test_a_record_read_once_is_answered_from_memory_after() -> None:
@@ -81,7 +82,7 @@ def test_what_the_applier_changes_is_read_again_from_the_kv() -> None:
     shard.write(put("/a", b"new"))
     shard.write(put("/c", b"created"))
     shard.write(pb.WriteRequest(deletes=[pb.DeleteRequest(key="/b")]))
-    assert shard.record_cache is not None and len(shard.record_cache) == 1  # /e only
+    assert shard.read_cache is not None and len(shard.read_cache) == 1  # /e only
     before = kv.keys_read
     assert read(shard, "/a", "/b", "/c", "/e") == [
         (pb.OK, b"new"),
@@ -97,26 +98,26 @@ def test_what_the_applier_changes_is_read_again_from_the_kv() -> None:
 
 def test_entries_and_bytes_stay_within_the_bounds_oldest_going_first() -> None:
     shard, _ = cached_shard(max_entries=64, max_bytes=10_000)
-    cache = shard.record_cache
+    cache = shard.read_cache
     assert cache is not None
     for number in range(200):
         shard.write(put(f"/k/{number}", bytes(40)))
     for number in range(200):
         read(shard, f"/k/{number}")
         assert len(cache) <= 64
-        assert cache.record_bytes == held_bytes(cache) <= 10_000
+        assert cache.held_bytes == recounted_bytes(cache) <= 10_000
     # The newest admissions stay, the first went.
     assert read(shard, "/k/199") == [(pb.OK, bytes(40))]
-    assert ORDER.encode("/k/0") not in cache._records
+    assert ORDER.encode("/k/0") not in cache._answers
     # A record larger than the whole byte bound is answered, not kept.
     shard.write(put("/big", bytes(20_000)))
     assert read(shard, "/big") == [(pb.OK, bytes(20_000))]
-    assert cache.record_bytes == held_bytes(cache) <= 10_000
+    assert cache.held_bytes == recounted_bytes(cache) <= 10_000
 
 
 def test_disabled_or_for_another_kv_it_holds_nothing() -> None:
     kv = CountingKv()
-    cache = RecordCache(1000, 1 << 20)
+    cache = ReadCache(1000, 1 << 20)
     shard = Shard(kv, cache)
     shard.write(put("/a", b"1"))
     assert read(shard, "/a") == [(pb.OK, b"1")]
@@ -128,14 +129,29 @@ def test_disabled_or_for_another_kv_it_holds_nothing() -> None:
     read(shard, "/a")
     assert len(cache) == 1
     cache.disable()
-    assert len(cache) == 0 and cache.record_bytes == 0
+    assert len(cache) == 0 and cache.held_bytes == 0
     read(shard, "/a")
     assert len(cache) == 0
-    off = RecordCache(0, 1 << 20)
+    off = ReadCache(0, 1 << 20)
     off.enable(kv)
     assert not off.enabled
     with pytest.raises(ValueError, match="negative"):
-        RecordCache(-1, 10)
+        ReadCache(-1, 10)
+
+
+def test_an_answer_without_its_value_keeps_a_long_version_whole() -> None:
+    """A version longer than a one-byte length (a long client identity) is cut
+    from a held answer whole when the get does not ask for the value."""
+    shard, _ = cached_shard()
+    session = shard.create_session()
+    shard.write(put("/e", b"value", session_id=session, client_identity="i" * 300))
+    get = pb.GetRequest(key="/e", include_value=False)
+    expected = reads.get(shard.kv, get, ORDER)
+    assert expected.version.client_identity == "i" * 300 and not expected.HasField("value")
+    for _ in range(2):  # read from the KV, then from the cache
+        raw = list(reads.get_chunks(shard.kv, [get], ORDER, 100, shard.read_cache))
+        assert [pb.ReadResponse.FromString(chunk).gets[0] for chunk in raw] == [expected]
+    assert shard.read_cache is not None and len(shard.read_cache) == 1
 
 
 keys = st.sampled_from(["/a", "/a/b", "/b", "/b/a", "/c", "/z"])
@@ -162,7 +178,7 @@ def test_reads_through_the_cache_are_always_the_kvs_answers(
     bounds small enough to evict all the time: every read answers what the KV
     holds at that moment, and the count of bytes held is exact and bounded."""
     shard, _ = cached_shard(max_entries, max_bytes)
-    cache = shard.record_cache
+    cache = shard.read_cache
     assert cache is not None
     session = shard.create_session()
     for number, (kind, key, size) in enumerate(operations):
@@ -193,4 +209,4 @@ def test_reads_through_the_cache_are_always_the_kvs_answers(
             assert read(shard, *asked) == uncached
             assert read(shard, *asked) == uncached
         assert len(cache) <= max_entries
-        assert cache.record_bytes == held_bytes(cache) <= max_bytes
+        assert cache.held_bytes == recounted_bytes(cache) <= max_bytes
