@@ -193,7 +193,7 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
             "--read-cache-bytes",
             type=int,
             default=_DEFAULT_LIMITS.max_read_cache_bytes_per_shard,
-            help="bytes of records a shard's leader keeps in memory for point reads (0: none)",
+            help="bytes of answers to exact-key gets a shard's leader keeps in memory (0: none)",
         )
         command.add_argument("--log-level", default="INFO")
     return parser, standalone
