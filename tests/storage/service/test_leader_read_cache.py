@@ -1,18 +1,22 @@
-"""A shard replica holds records in memory for reads only while it leads: its own
-applier keeps them true to the KV, and a new term (fencing) empties and stops the
-cache. Real RocksDB and WAL, in process."""
+"""A shard replica holds answers in memory for reads only while it leads: its own
+applier keeps them true to the KV, and a new term (fencing) or a failed apply step
+empties and stops the cache. Real RocksDB and WAL, in process."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+
+from cairn.common.errors import WriteOutcomeUnknown
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.storage.config import Limits, ShardSpec
 from cairn.storage.core import reads
 from cairn.storage.core.fastpath import has_plain_puts
 from cairn.storage.core.replication.replica import Member
-from cairn.storage.kv import RocksKv
+from cairn.storage.kv import Change, RocksKv
 from cairn.storage.replication.leader import lead_alone
 from cairn.storage.shard import ShardReplica
 from cairn.storage.wal import Wal
@@ -73,3 +77,37 @@ async def _leads_with_a_cache_true_to_the_kv(path: Path) -> None:
 
 def test_a_leader_caches_records_true_to_its_kv_and_stops_when_fenced(tmp_path: Path) -> None:
     asyncio.run(_leads_with_a_cache_true_to_the_kv(tmp_path))
+
+
+class WritesThenFails(RocksKv):
+    """A KV whose next apply batch is written, and then fails."""
+
+    fail_next = False
+
+    def write_unlogged(self, changes: Sequence[Change]) -> None:
+        super().write_unlogged(changes)
+        if self.fail_next:
+            raise OSError("the batch was written, then this failed")
+
+
+async def _a_failed_apply_step_turns_the_cache_off(path: Path) -> None:
+    """Also: the writer whose group failed is told its outcome is unknown (it was
+    once left waiting: the group was off the pending queue that failing empties)."""
+    kv = WritesThenFails(path / "kv")
+    replica = ShardReplica(0, ShardSpec(), kv, Wal.open(path / "wal"), Limits())
+    try:
+        await lead_alone(replica, ME)
+        await write(replica, put("/a", b"1"))
+        assert read(replica, "/a") == [(pb.OK, b"1")]
+        kv.fail_next = True
+        with pytest.raises(WriteOutcomeUnknown):
+            await write(replica, put("/a", b"2"))
+        # The KV holds the new record; the cache never heard of it, and is off.
+        assert not replica.read_cache.enabled
+        assert read(replica, "/a") == [(pb.OK, b"2")]
+    finally:
+        await replica.close()
+
+
+def test_a_failed_apply_step_turns_the_cache_off(tmp_path: Path) -> None:
+    asyncio.run(_a_failed_apply_step_turns_the_cache_off(tmp_path))

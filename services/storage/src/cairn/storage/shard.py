@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 from collections import deque
@@ -1099,7 +1100,7 @@ class ShardReplica:
                     self.kv.write_unlogged(state.changes())
                     state.written()
                 except Exception as error:
-                    self._fail(error)
+                    self._fail(error, applying=group)
                     return
                 self.applied_offset = group[-1].offset
                 self._publish_applied()
@@ -1186,12 +1187,18 @@ class ShardReplica:
         self._pending_bytes -= pending.size_bytes
         self._space_freed.set()
 
-    def _fail(self, error: BaseException) -> None:
+    def _fail(self, error: BaseException, applying: Sequence[_Pending] = ()) -> None:
+        """Refuse further writes; the writers waiting, those of the group being
+        applied (`applying`, already taken off the pending queue) included, are told
+        the outcome of theirs is unknown."""
         log.error("shard %d failed, refusing further writes: %r", self.shard_id, error)
         self._failure = error
+        # The failed step may have changed the KV without telling the cache (a batch
+        # written, then an error): from now on reads go to the KV.
+        self.read_cache.disable()
         self._drop_fold(Unavailable(f"shard {self.shard_id} failed: {error}"))
         failure = WriteOutcomeUnknown(f"shard {self.shard_id} failed: {error}")
-        for pending in self._pending:
+        for pending in itertools.chain(applying, self._pending):
             if pending.future is not None and not pending.future.done():
                 pending.future.set_exception(failure)
         self._pending.clear()
