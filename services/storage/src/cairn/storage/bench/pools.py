@@ -22,6 +22,7 @@ from google.protobuf.message import DecodeError
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.storage.bench.rpc import STATUS_OK, Router
 from cairn.storage.bench.specs import LoadSpec, SessionRef
+from cairn.storage.core.wire import read_varint
 
 # A response whose repeated field 1 (puts / gets) holds an element whose first
 # field is field 1 (status), i.e. a non-OK status: proto3 omits a zero status,
@@ -165,21 +166,6 @@ def count_get_results(raws: Sequence[bytes], expected: int) -> tuple[int, int]:
     return received - failed, failed + missing
 
 
-def _varint(raw: bytes, position: int) -> tuple[int, int]:
-    """(value, position after it) of the varint at `position`; IndexError if cut short."""
-    value = 0
-    shift = 0
-    while True:
-        byte = raw[position]
-        position += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, position
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint longer than 10 bytes")
-
-
 def entry_offset(raw: bytes) -> int | None:
     """The log offset a serialized WriteResponse's request was committed at, or None.
 
@@ -191,7 +177,7 @@ def entry_offset(raw: bytes) -> int | None:
     if not raw or raw[0] != 0x0A:
         return None
     try:
-        length, start = _varint(raw, 1)
+        length, start = read_varint(raw, 1)
         put = pb.PutResponse.FromString(raw[start : start + length])
     except (IndexError, ValueError, DecodeError):
         return None

@@ -50,7 +50,6 @@ class ReadCache:
         "_keep_bytes",
         "_keep_entries",
         "_mirrored",
-        "enabled",
         "max_bytes",
         "max_entries",
     )
@@ -65,20 +64,22 @@ class ReadCache:
         # encoded key -> the record's answer_fields, None for a key known absent
         self._answers: dict[bytes, bytes | None] = {}
         self._bytes = 0
+        # The KV whose records it holds answers of; None while disabled.
         self._mirrored: KvReader | None = None
-        self.enabled = False
 
     def enable(self, kv: KvReader) -> None:
         """Start holding answers from `kv` (a leader's term begins), empty. Bounds of
         0 keep it disabled."""
         self.clear()
-        self._mirrored = kv
-        self.enabled = self.max_entries > 0 and self.max_bytes > 0
+        self._mirrored = kv if self.max_entries > 0 and self.max_bytes > 0 else None
 
     def disable(self) -> None:
-        self.enabled = False
         self._mirrored = None
         self.clear()
+
+    @property
+    def enabled(self) -> bool:
+        return self._mirrored is not None
 
     def clear(self) -> None:
         """Forget everything (the KV was replaced, or changed behind the applier)."""
@@ -90,7 +91,7 @@ class ReadCache:
         held, the rest read from `reader` in one call, then held. A reader other than
         the KV the cache was enabled for (a read begun before storage was reopened)
         bypasses it."""
-        if not self.enabled or reader is not self._mirrored:
+        if reader is not self._mirrored:  # disabled (None), or another KV
             return read_answers(reader, keys)
         lookup = self._answers.get
         found = [lookup(key, _MISSING) for key in keys]

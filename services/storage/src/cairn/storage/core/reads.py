@@ -10,7 +10,7 @@ from cairn.common.errors import InvalidRequest
 from cairn.common.keyorder import KeyOrder
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.storage.core import indexes
-from cairn.storage.core.wire import field, put_ok, varint
+from cairn.storage.core.wire import field, put_ok, read_varint, varint
 from cairn.storage.kv.store import Column, KvReader
 from cairn.storage.records import HEADER, HEADER_SIZE, decode_record
 
@@ -84,14 +84,8 @@ def _without_value(fields: bytes) -> bytes:
     """`answer_fields` for a get that did not ask for the value: its version field."""
     if fields[0] != _VERSION:
         raise ValueError("answer fields must start with the version")
-    length, shift, position = 0, 0, 1
-    while True:
-        byte = fields[position]
-        position += 1
-        length |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return fields[: position + length]
-        shift += 7
+    length, position = read_varint(fields, 1)
+    return fields[: position + length]
 
 
 def get(

@@ -44,6 +44,21 @@ def varint(value: int) -> bytes:
     return bytes(out)
 
 
+def read_varint(raw: bytes, position: int) -> tuple[int, int]:
+    """(value, position after it) of the varint at `position`; IndexError if cut short."""
+    value = 0
+    shift = 0
+    while True:
+        byte = raw[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, position
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint longer than 10 bytes")
+
+
 def field(tag: bytes, payload: bytes) -> bytes:
     """A length-delimited field."""
     return b"".join((tag, varint(len(payload)), payload))
