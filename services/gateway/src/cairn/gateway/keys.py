@@ -155,7 +155,7 @@ def router(settings: GatewaySettings, pool: ClientPool) -> APIRouter:
     api = APIRouter(tags=["keys"])
 
     @api.get(
-        "/v1/namespaces/{namespace}/keys/{key:path}",
+        "/v1/namespaces/{namespace}/keys/{key:key}",
         summary="Read a record",
         response_class=Response,
         responses={
@@ -214,7 +214,7 @@ def router(settings: GatewaySettings, pool: ClientPool) -> APIRouter:
         return Response(record.value or b"", media_type=OCTET_STREAM, headers=headers)
 
     @api.put(
-        "/v1/namespaces/{namespace}/keys/{key:path}",
+        "/v1/namespaces/{namespace}/keys/{key:key}",
         summary="Write a record",
         response_model=WriteAnswer,
         status_code=200,
@@ -279,7 +279,7 @@ def router(settings: GatewaySettings, pool: ClientPool) -> APIRouter:
         return write_answer(namespace, result, partition_key, created=created)
 
     @api.delete(
-        "/v1/namespaces/{namespace}/keys/{key:path}",
+        "/v1/namespaces/{namespace}/keys/{key:key}",
         summary="Delete a record",
         status_code=204,
         response_class=Response,

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Annotated
 
 from fastapi import Header, Path, Query
+from starlette.convertors import Convertor, register_url_convertor
 
 from cairn.client.client import AsyncClient
 from cairn.gateway.headers import ANY_PATTERN, ONE_TAG_OR_ANY_PATTERN
@@ -26,6 +27,24 @@ NAMESPACE_EXAMPLE = "default"
 # A secondary index entry: `name:secondaryKey`, the name 1 to 256 characters.
 INDEX_ENTRY_PATTERN = rf"^[^:]{{1,{MAX_INDEX_NAME_CHARS}}}:"
 MAX_INDEX_ENTRY_CHARS = MAX_INDEX_NAME_CHARS + 1 + MAX_SECONDARY_KEY_CHARS
+
+
+class KeyPathConvertor(Convertor[str]):
+    """A key in a route's path (`{key:key}`), whatever characters it holds.
+    Starlette's `path` convertor is `.*`, which stops at a line break, and the
+    route's closing `$` also matches before a final one: `/keys/a%0A` was routed
+    as the key "a", and `/keys/a%0Ab` as no route (found by the schemathesis run)."""
+
+    regex = "(?s:.*)"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("key", KeyPathConvertor())
 
 
 NamespaceParam = Annotated[
