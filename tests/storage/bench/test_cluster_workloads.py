@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,13 @@ import pytest
 
 from cairn.common.hashing import split_hash_space
 from cairn.proto import oxia_client_pb2 as pb
-from cairn.storage.bench.__main__ import UsageError, _validate, main, parse_args
+from cairn.storage.bench.__main__ import (
+    UsageError,
+    _validate,
+    _with_requests_per_entry,
+    main,
+    parse_args,
+)
 from cairn.storage.bench.cluster import log_problems, shard_map
 from cairn.storage.bench.procs import Target, _pod_seconds, _pod_thread_cpu_s
 from cairn.storage.bench.report import (
@@ -382,6 +389,40 @@ def test_replication_summary_compares_the_best_peaks_and_each_shared_concurrency
     assert "equal concurrency" not in unshared, "no concurrency both ran"
     zero = [row("rf=1 put stream b=100 c=16", 0, (1, 1, 1)), rows[3]]
     assert "= - of rf=1's 0" in format_replication_summary(zero)[0]
+    assert "per log entry" not in line, "rows without the figure say nothing of folding"
+
+
+def test_replication_summary_shows_folding_at_peak_and_half() -> None:
+    rows = [
+        row(replication_label(1, "put stream b=100 c=16"), 80_000, (10, 20, 30)),
+        row(replication_label(3, "put stream b=100 c=16"), 36_000, (50, 90, 99)),
+        row(
+            replication_label(3, "half put stream b=100 @18000/s c=16"),
+            18_000,
+            (3.5, 12, 150),
+            target_ops_per_s=18_000.0,
+        ),
+    ]
+    folded = [
+        rows[0],
+        *(
+            replace(r, extra=(*r.extra, ("requests_per_entry", f)))
+            for r, f in zip(rows[1:], (2.81, 1.14), strict=True)
+        ),
+    ]
+    (line,) = format_replication_summary(folded)
+    assert line.endswith("; rf=3 write requests per log entry at peak/half: 2.81/1.14"), line
+    (half_unknown,) = format_replication_summary([*folded[:2], rows[2]])
+    assert half_unknown.endswith("at peak/half: 2.81/-"), half_unknown
+    (peak_unknown,) = format_replication_summary([rows[0], rows[1], folded[2]])
+    assert "per log entry" not in peak_unknown
+
+
+def test_requests_per_entry_is_the_phase_change_of_requests_over_entries() -> None:
+    plain = row(replication_label(3, "put stream b=100 c=16"), 36_000, (50, 90, 99))
+    counted = _with_requests_per_entry(plain, (100, 40), (400, 140))
+    assert dict(counted.extra)["requests_per_entry"] == 3.0
+    assert _with_requests_per_entry(plain, (100, 40), (100, 40)) == plain, "no entries: no figure"
 
 
 def test_table_widens_for_long_names() -> None:
@@ -526,6 +567,10 @@ def test_replication_runs_rf1_then_rf3(tmp_path: Path) -> None:
         re.MULTILINE,
     ), out
     assert "followers: " in out and "streaming" in out
+    for result in results:
+        # The leader's own counters: at least one request per log entry, folded or not.
+        assert result["requests_per_entry"] >= 1, result
+    assert re.search(r"; rf=3 write requests per log entry at peak/half: [\d.]+/[\d.]+$", out, re.M)
     # the pods' data and logs are kept under --data-dir
     assert sorted(p.name for p in (tmp_path / "rf3").iterdir()) == ["node-0", "node-1", "node-2"]
 

@@ -46,7 +46,9 @@ throughput is its requests in flight over their latency, so the longer commit
 path of rf=3 needs more of them to reach its peak), and then at half its peak
 (the best of those, with its requests in flight as the bound); rows `rf=1
 ... c=N`/`rf=3 ... c=N`, server CPU summed over the cluster's pods (pod_cores:
-each pod's, leader first), and a summary line: rf=3's peak as a share of rf=1's
+each pod's, leader first), requests_per_entry (the phase's write requests per
+log entry of the leader: above 1 when it folds requests that arrive while entries
+wait for their commit), and a summary line: rf=3's peak as a share of rf=1's
 peak, and at each concurrency both ran, latencies at half peak. Every row with
 a known server pid also has thread_cores: its cores by thread group, pods leader
 first: main (the event loop), rocksdb (RocksDB's flushes and compactions), grpc
@@ -91,7 +93,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from cairn.storage.bench.cluster import ClusterError, running_cluster
+from cairn.storage.bench.cluster import Cluster, ClusterError, running_cluster
 from cairn.storage.bench.fsync_probe import FsyncSpec, run_fsync_probe
 from cairn.storage.bench.load import CONNECT_TIMEOUT_S
 from cairn.storage.bench.notify import MAX_SUBSCRIBERS, NotifyProbe
@@ -636,6 +638,35 @@ async def _followers_caught_up(args: argparse.Namespace, cluster: Any, factor: i
         print(f"# rf={factor}: followers caught up {seconds:.2f} s after the phase", flush=True)
 
 
+async def _log_counts(cluster: Cluster) -> tuple[int, int]:
+    """(write requests taken in, log head offset), summed over the shards on the
+    leader: across a phase, their changes give the requests folded per log entry."""
+    requests = head = 0
+    for shard in cluster.shards:
+        status = await cluster.status(cluster.leader, shard)
+        requests += status.write_requests
+        head += status.head.offset
+    return requests, head
+
+
+def _with_requests_per_entry(row: Row, before: tuple[int, int], after: tuple[int, int]) -> Row:
+    """The row with `requests_per_entry`: the phase's write requests over the log
+    entries they made (1: none folded; warm-up and drain included, same load)."""
+    requests, entries = after[0] - before[0], after[1] - before[1]
+    if requests <= 0 or entries <= 0:
+        return row
+    return replace(row, extra=(*row.extra, ("requests_per_entry", round(requests / entries, 2))))
+
+
+async def _counted_phase(
+    args: argparse.Namespace, cluster: Cluster, target: Target, spec: LoadSpec, name: str
+) -> list[Row]:
+    before = await _log_counts(cluster)
+    rows = await _run_load_phase(args, target, _phase(args, spec), [name])
+    after = await _log_counts(cluster)
+    return [_with_requests_per_entry(row, before, after) for row in rows]
+
+
 async def _replication_cluster_rows(
     args: argparse.Namespace, factor: int, work_dir: Path
 ) -> list[Row]:
@@ -664,7 +695,7 @@ async def _replication_cluster_rows(
         for concurrency in args.peak_concurrencies:
             spec = _load_spec(args, mode="stream", rate_ops_per_s=None, concurrency=concurrency)
             name = replication_label(factor, concurrency_label(spec.label(), concurrency))
-            phase_rows = await _run_load_phase(args, target, _phase(args, spec), [name])
+            phase_rows = await _counted_phase(args, cluster, target, spec, name)
             _note_stretched(args, phase_rows)
             await _followers_caught_up(args, cluster, factor)
             rows += phase_rows
@@ -675,8 +706,8 @@ async def _replication_cluster_rows(
         if half > 0:
             half_spec = replace(peak[1], rate_ops_per_s=half)
             label = concurrency_label(HALF_PREFIX + half_spec.label(), half_spec.concurrency)
-            phase_rows = await _run_load_phase(
-                args, target, _phase(args, half_spec), [replication_label(factor, label)]
+            phase_rows = await _counted_phase(
+                args, cluster, target, half_spec, replication_label(factor, label)
             )
             _note_stretched(args, phase_rows)
             await _followers_caught_up(args, cluster, factor)

@@ -502,8 +502,8 @@ def format_replication_summary(rows: Sequence[Row]) -> list[str]:
     """`replication: rf=3 put stream b=100 c=32 41.2k ops/s = 47% of rf=1's 87.6k
     (put stream b=100 c=16); at equal concurrency: c=16 44%, c=32 47%; half peak
     p50/p99/p999 ms: rf=1 .. @43.8k/s, rf=3 ..; server CPU us/op at peak (all pods):
-    ..`, one line per replication factor above the lowest. A factor's peak is its
-    best flat-out row."""
+    ..; rf=3 write requests per log entry at peak/half: ..`, one line per
+    replication factor above the lowest. A factor's peak is its best flat-out row."""
     peaks, halves = _replication_rows(rows)
     if len(peaks) < 2:
         return []
@@ -519,6 +519,7 @@ def format_replication_summary(rows: Sequence[Row]) -> list[str]:
         row = best[factor]
         equal = _equal_concurrency_shares(peaks[factor], peaks[base])
         cpu = ", ".join(f"rf={f} {_fmt(best[f].server_cpu_us_per_op)}" for f in (base, factor))
+        folding = _requests_per_entry(row, halves.get(factor))
         lines.append(
             f"replication: rf={factor} {_REPLICATION_ROW.sub('', row.name)} "
             f"{_si(row.ops_per_s)} ops/s = {_share(row, base_row)} of rf={base}'s "
@@ -527,5 +528,21 @@ def format_replication_summary(rows: Sequence[Row]) -> list[str]:
             + f"half peak p50/p99/p999 ms: rf={base} {_latencies(halves.get(base))}, "
             f"rf={factor} {_latencies(halves.get(factor))}; "
             f"server CPU us/op at peak (all pods): {cpu}"
+            + (
+                f"; rf={factor} write requests per log entry at peak/half: {folding}"
+                if folding
+                else ""
+            )
         )
     return lines
+
+
+def _requests_per_entry(peak: Row, half: Row | None) -> str:
+    """`2.8/1.14`: how many client write requests the leader folded into each log
+    entry at the peak and at half of it (`-` for a half without it; empty if the
+    peak has none)."""
+    at_peak = dict(peak.extra).get("requests_per_entry")
+    if at_peak is None:
+        return ""
+    at_half = None if half is None else dict(half.extra).get("requests_per_entry")
+    return f"{_fmt(at_peak)}/{_fmt(at_half)}"
