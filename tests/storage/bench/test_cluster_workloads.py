@@ -570,6 +570,9 @@ def test_replication_runs_rf1_then_rf3(tmp_path: Path) -> None:
     for result in results:
         # The leader's own counters: at least one request per log entry, folded or not.
         assert result["requests_per_entry"] >= 1, result
+        assert re.search(
+            rf"^{re.escape(result['name'])}: .* requests_per_entry=[\d.]+( |$)", out, re.M
+        )
     assert re.search(r"; rf=3 write requests per log entry at peak/half: [\d.]+/[\d.]+$", out, re.M)
     # the pods' data and logs are kept under --data-dir
     assert sorted(p.name for p in (tmp_path / "rf3").iterdir()) == ["node-0", "node-1", "node-2"]

@@ -87,7 +87,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -500,10 +500,17 @@ async def _fsync_rows(args: argparse.Namespace, directory: Path) -> list[Row]:
 
 
 async def _run_load_phase(
-    args: argparse.Namespace, target: Target, phase: PhaseSpec, names: Sequence[str]
+    args: argparse.Namespace,
+    target: Target,
+    phase: PhaseSpec,
+    names: Sequence[str],
+    completed: Callable[[Row], Awaitable[Row]] | None = None,
 ) -> list[Row]:
+    """The phase's rows, each printed once `completed` (if given) added its figures."""
     result = await execute_phase(phase, target, args.procs)
     rows = [load_row(n, r, result) for n, r in zip(names, result.loads, strict=True)]
+    if completed is not None:
+        rows = [await completed(row) for row in rows]
     for row in rows:
         print(format_row_line(row), flush=True)
     return rows
@@ -662,9 +669,11 @@ async def _counted_phase(
     args: argparse.Namespace, cluster: Cluster, target: Target, spec: LoadSpec, name: str
 ) -> list[Row]:
     before = await _log_counts(cluster)
-    rows = await _run_load_phase(args, target, _phase(args, spec), [name])
-    after = await _log_counts(cluster)
-    return [_with_requests_per_entry(row, before, after) for row in rows]
+
+    async def with_counts(row: Row) -> Row:
+        return _with_requests_per_entry(row, before, await _log_counts(cluster))
+
+    return await _run_load_phase(args, target, _phase(args, spec), [name], with_counts)
 
 
 async def _replication_cluster_rows(

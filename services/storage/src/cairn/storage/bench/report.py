@@ -28,6 +28,7 @@ _SHOWN_EXTRAS = frozenset(
         "pod_cores",
         "thread_cores",
         "main_runq",
+        "requests_per_entry",
         "target_ops_per_s",
         "unsent_requests",
         "delivered_pct",
