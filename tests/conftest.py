@@ -3,6 +3,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+# Imported before any Cairn service package: the test process then runs gRPC the
+# way a program outside Cairn does (grpcio's defaults, EventEngine I/O), whatever
+# order the tests are collected in. The pods and other Cairn processes the tests
+# start choose poller I/O themselves (cairn.common.grpc_runtime, tested there).
+import grpc  # noqa: F401
 import pytest
 
 from support.processes import StandaloneProcess

@@ -12,3 +12,8 @@ controller, also while the pod is hung, so that the controller hears of it.
     service.py   all of them in one event loop, uvicorn included
     __main__.py  the program: parse, run, stop on SIGTERM/SIGINT
 """
+
+from cairn.common.grpc_runtime import use_poller_io
+
+# Before any module of this package imports grpc: see cairn.common.grpc_runtime.
+use_poller_io()

@@ -286,14 +286,16 @@ def cpu_seconds(root_pid: int) -> float | None:
 # What a storage pod's threads do, told apart by the names the kernel shows
 # (/proc/PID/task/TID/comm): RocksDB names its flush and compaction threads
 # `rocksdb:high`/`rocksdb:low`, gRPC core its I/O and timer threads `event_engine`,
-# `grpc_global_tim*` and `lifeguard`; Python threads keep the process's name.
+# `grpc_global_tim*` and `lifeguard`; Python threads keep the process's name. Our
+# processes have gRPC do socket I/O on grpc.aio's poller, a Python thread (see
+# cairn.common.grpc_runtime): that work counts in `other`, beside the WAL's sync thread.
 THREAD_GROUPS = ("main", "rocksdb", "grpc", "other")
 _GRPC_THREAD_NAMES = ("event_engine", "lifeguard")
 
 
 def thread_group(tid: int, pid: int, name: str) -> str:
     """`main` (the event loop's thread), `rocksdb`, `grpc`, or `other` (Python
-    threads: the WAL's sync thread, executors)."""
+    threads: the WAL's sync thread, executors, grpc.aio's poller)."""
     if tid == pid:
         return "main"
     if name.startswith("rocksdb"):
