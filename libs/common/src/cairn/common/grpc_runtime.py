@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import MutableMapping
 
 GRPC_EXPERIMENTS_ENV = "GRPC_EXPERIMENTS"
 
@@ -41,7 +42,7 @@ POLLER_IO_EXPERIMENTS = ",".join(
 )
 
 
-def use_poller_io(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
+def use_poller_io(environ: MutableMapping[str, str] = os.environ) -> bool:
     """Ask gRPC for poller-thread I/O unless the environment already says otherwise.
 
     True when the setting is in force for this process: set here or earlier and
