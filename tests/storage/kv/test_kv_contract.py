@@ -137,6 +137,42 @@ def test_batches_are_atomic_across_columns_and_survive_reopen(tmp_path: Path) ->
         reopened.close()
 
 
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    batches=st.lists(
+        st.tuples(
+            st.dictionaries(keys, st.one_of(st.none(), values), max_size=12),
+            st.dictionaries(keys, st.one_of(st.none(), values), max_size=4),
+        ),
+        max_size=8,
+    )
+)
+def test_unlogged_batches_per_column_put_and_delete_like_the_model(
+    store_factory: Callable[[], KvStore],
+    batches: list[tuple[dict[str, bytes | None], dict[str, bytes | None]]],
+) -> None:
+    """The apply step's write: one dict per column, None deleting a key; each column
+    ends as its own model, and the same key in both columns stays two keys."""
+    store = store_factory()
+    models: dict[Column, dict[bytes, bytes]] = {Column.RECORDS: {}, Column.META: {}}
+    for records, meta in batches:
+        changes = {
+            Column.RECORDS: {ORDER.encode(key): value for key, value in records.items()},
+            Column.META: {ORDER.encode(key): value for key, value in meta.items()},
+        }
+        store.write_unlogged(changes)
+        for column, items in changes.items():
+            for key, value in items.items():
+                if value is None:
+                    models[column].pop(key, None)
+                else:
+                    models[column][key] = value
+    for column, model in models.items():
+        assert list(store.scan(column, b"", None)) == sorted(model.items())
+
+
 def test_scan_reads_the_view_at_its_creation(store_factory: Callable[[], KvStore]) -> None:
     store = store_factory()
     store.write([(Column.RECORDS, bytes([1, i]), b"old") for i in range(10)])

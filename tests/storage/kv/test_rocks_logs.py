@@ -55,10 +55,10 @@ def test_unlogged_batches_put_nothing_in_the_logs(tmp_path: Path) -> None:
     try:
         for offset in range(64):  # 16 MiB: several memtables
             store.write_unlogged(
-                [
-                    (Column.RECORDS, b"key-%06d" % offset, VALUE),
-                    (Column.META, b"commit", offset.to_bytes(8, "big")),
-                ]
+                {
+                    Column.RECORDS: {b"key-%06d" % offset: VALUE},
+                    Column.META: {b"commit": offset.to_bytes(8, "big")},
+                }
             )
             assert _log_bytes(store.path) == 0
         assert store.get(Column.RECORDS, b"key-000000") == VALUE

@@ -25,10 +25,10 @@ from pathlib import Path
 from cairn.storage.kv import Column, RocksKv
 kv = RocksKv(Path(sys.argv[1]))
 for i in range(int(sys.argv[2])):
-    kv.write_unlogged([
-        (Column.RECORDS, b"key-%09d" % i, bytes({VALUE_BYTES})),
-        (Column.META, {COMMIT!r}, str(i).encode()),
-    ])
+    kv.write_unlogged({{
+        Column.RECORDS: {{b"key-%09d" % i: bytes({VALUE_BYTES})}},
+        Column.META: {{{COMMIT!r}: str(i).encode()}},
+    }})
 then = sys.argv[3]
 if then == "persist":
     kv.persist()
@@ -106,7 +106,7 @@ def test_open_removes_the_checkpoint_an_interrupted_persist_left(tmp_path: Path)
     kv = RocksKv(tmp_path / "kv")
     try:
         assert not stale.exists()
-        kv.write_unlogged([(Column.RECORDS, b"a", b"1")])
+        kv.write_unlogged({Column.RECORDS: {b"a": b"1"}})
         kv.persist()
         assert kv.get(Column.RECORDS, b"a") == b"1"
     finally:

@@ -5,7 +5,6 @@ empties and stops the cache. Real RocksDB and WAL, in process."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from cairn.storage.config import Limits, ShardSpec
 from cairn.storage.core import reads
 from cairn.storage.core.fastpath import has_plain_puts
 from cairn.storage.core.replication.replica import Member
-from cairn.storage.kv import Change, RocksKv
+from cairn.storage.kv import ColumnChanges, RocksKv
 from cairn.storage.replication.leader import lead_alone
 from cairn.storage.shard import ShardReplica
 from cairn.storage.wal import Wal
@@ -84,7 +83,7 @@ class WritesThenFails(RocksKv):
 
     fail_next = False
 
-    def write_unlogged(self, changes: Sequence[Change]) -> None:
+    def write_unlogged(self, changes: ColumnChanges) -> None:
         super().write_unlogged(changes)
         if self.fail_next:
             raise OSError("the batch was written, then this failed")

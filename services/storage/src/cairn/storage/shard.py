@@ -1097,7 +1097,7 @@ class ShardReplica:
                     # Inline on purpose: rocksdict holds the GIL while RocksDB writes,
                     # so a worker thread would only add hand-off cost. Unlogged: a
                     # crash loses the batch, and the WAL (kept until `persist`) redoes it.
-                    self.kv.write_unlogged(state.changes())
+                    self.kv.write_unlogged(state.column_changes())
                     state.written()
                 except Exception as error:
                     self._fail(error, applying=group)

@@ -121,7 +121,7 @@ class _Applier:
                 self.offset += 1
             state.set_commit_offset(self.offset - 1)
             # Unlogged, as the shard's applier writes (the WAL redoes a lost batch).
-            self.kv.write_unlogged(state.changes())
+            self.kv.write_unlogged(state.column_changes())
             state.written()
         return time.thread_time() - started
 

@@ -32,7 +32,7 @@ from cairn.storage.core.notifications import EntryNotifications
 from cairn.storage.core.read_cache import ReadCache
 from cairn.storage.core.sequences import next_sequence_suffix
 from cairn.storage.core.sessions import ephemeral_range, owning_session
-from cairn.storage.kv.store import Change, Column, KvReader
+from cairn.storage.kv.store import Change, Column, ColumnChanges, KvReader
 from cairn.storage.records import (
     FLAGS_OFFSET,
     HAS_SESSION,
@@ -289,6 +289,11 @@ class PendingChanges:
         result: list[Change] = [(_RECORDS, key, data) for key, data in self._records.items()]
         result.extend((Column.META, key, data) for key, data in self._meta.items())
         return result
+
+    def column_changes(self) -> ColumnChanges:
+        """The changes per column, as the KV's `write_unlogged` takes them: this
+        state's own dicts, not copies (read them before changing the state again)."""
+        return {_RECORDS: self._records, Column.META: self._meta}
 
     def written(self) -> None:
         """The changes are in the KV: carry the new headers into the header cache,

@@ -2,6 +2,6 @@
 
 from cairn.storage.kv.memory import MemoryKv
 from cairn.storage.kv.rocks import RocksKv
-from cairn.storage.kv.store import Change, Column, KvReader, KvStore
+from cairn.storage.kv.store import Change, Column, ColumnChanges, KvReader, KvStore
 
-__all__ = ["Change", "Column", "KvReader", "KvStore", "MemoryKv", "RocksKv"]
+__all__ = ["Change", "Column", "ColumnChanges", "KvReader", "KvStore", "MemoryKv", "RocksKv"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator, Sequence
 
-from cairn.storage.kv.store import Change, Column
+from cairn.storage.kv.store import Change, Column, ColumnChanges
 
 
 class _SortedColumn:
@@ -67,8 +67,9 @@ class MemoryKv:
             else:
                 self._columns[column].put(key, value)
 
-    def write_unlogged(self, changes: Sequence[Change]) -> None:
-        self.write(changes)
+    def write_unlogged(self, changes: ColumnChanges) -> None:
+        for column, items in changes.items():
+            self.write([(column, key, value) for key, value in items.items()])
 
     def sync(self) -> None:
         pass

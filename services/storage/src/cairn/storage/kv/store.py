@@ -24,7 +24,7 @@ Two kinds of write, with two durability contracts:
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Protocol
 
 
@@ -35,6 +35,9 @@ class Column(enum.Enum):
 
 # (column, key, value); value None deletes the key.
 Change = tuple[Column, bytes, bytes | None]
+# The same per column: key -> value (None deletes the key). The apply step's form:
+# its pending state already holds one dict per column, handed over as they are.
+ColumnChanges = Mapping[Column, Mapping[bytes, bytes | None]]
 
 
 class KvReader(Protocol):
@@ -67,7 +70,7 @@ class KvReader(Protocol):
 class KvStore(KvReader, Protocol):
     def write(self, changes: Sequence[Change]) -> None: ...
 
-    def write_unlogged(self, changes: Sequence[Change]) -> None: ...
+    def write_unlogged(self, changes: ColumnChanges) -> None: ...
 
     def sync(self) -> None:
         """Make every `write` that returned durable against power loss."""
