@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from cairn.proto import oxia_client_pb2 as pb
@@ -79,6 +79,15 @@ def test_varint_round_trips_through_protobuf(value: int) -> None:
 
 
 @given(version_id=int64s, modifications=int64s, created=uint64s, modified=uint64s)
+# Each width of the modification count's varint that has its own packed form, at
+# both ends, and the first count past them.
+@example(version_id=7, modifications=127, created=1, modified=2)
+@example(version_id=7, modifications=128, created=1, modified=2)
+@example(version_id=7, modifications=2**14 - 1, created=1, modified=2)
+@example(version_id=7, modifications=2**14, created=1, modified=2)
+@example(version_id=7, modifications=2**21 - 1, created=1, modified=2)
+@example(version_id=7, modifications=2**21, created=1, modified=2)
+@example(version_id=7, modifications=300, created=0, modified=2)
 def test_entry_put_responses_match_general_encoding(
     version_id: int, modifications: int, created: int, modified: int
 ) -> None:
