@@ -75,7 +75,8 @@ def _encode_natural_key(key: str) -> bytes:
     return key.encode("utf-8")
 
 
-# The str forms of the markers, for the str route below.
+# The separator's str form, for the str route below (an f-string's expression part
+# cannot hold a backslash escape in Python 3.11).
 _SEPARATOR_STR = _SEPARATOR.decode()
 
 

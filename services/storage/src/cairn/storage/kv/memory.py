@@ -68,8 +68,14 @@ class MemoryKv:
                 self._columns[column].put(key, value)
 
     def write_unlogged(self, changes: ColumnChanges) -> None:
-        for column, items in changes.items():
-            self.write([(column, key, value) for key, value in items.items()])
+        # One write, as the contract's atomicity across columns reads.
+        self.write(
+            [
+                (column, key, value)
+                for column, items in changes.items()
+                for key, value in items.items()
+            ]
+        )
 
     def sync(self) -> None:
         pass
