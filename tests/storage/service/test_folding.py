@@ -247,10 +247,13 @@ async def _bounds(tmp_path: Path, limits: Limits, requests: int, entries: int) -
 @pytest.mark.parametrize(
     ("limits", "requests", "entries"),
     [
-        # 2 logged directly, then folds of at most 3 requests (6 operations).
-        (Limits(max_operations_per_fold=6), 10, 1 + 2 + 3),
+        # Folding once 2 entries wait: 2 logged directly, then folds of at most 3
+        # requests (6 operations).
+        (Limits(fold_writes_after_uncommitted_entries=2, max_operations_per_fold=6), 10, 1 + 2 + 3),
+        # Once 1 waits: 1 logged directly, then the other 9 in folds of 3.
+        (Limits(fold_writes_after_uncommitted_entries=1, max_operations_per_fold=6), 10, 1 + 1 + 3),
         # Bytes bound: each request is about 20 bytes, so one per fold.
-        (Limits(max_bytes_per_fold=1), 5, 1 + 5),
+        (Limits(fold_writes_after_uncommitted_entries=2, max_bytes_per_fold=1), 5, 1 + 5),
         # Folding only once 100 entries wait: never here.
         (Limits(fold_writes_after_uncommitted_entries=100), 8, 1 + 8),
     ],

@@ -5,11 +5,11 @@ replication message to each follower and its acknowledgement, an fsync on every
 replica, an apply step with its notification batch. While the entries already
 logged wait for their commit (a follower round trip), more client requests
 arrive; a leader that logs each as its own entry spends most of its CPU on that
-fixed work. So once a few entries are uncommitted, the leader collects what
+fixed work. So once an entry is uncommitted (a threshold), the leader collects what
 arrives in a `WriteFold` and logs it as a single FOLDED_WRITES entry as soon as
 the commit offset moves (or the fold is full). That trades a little latency (a
 folded request waits for the commit step that logs it) for much less work per
-operation, and only under load: with fewer entries uncommitted nothing folds.
+operation, and only under load: while nothing waits for its commit, nothing folds.
 A leader without followers never folds: its commit is its own fsync, which
 covers every entry logged before it (group commit), so folding would only add
 a round of waiting (measured: 16 single-put writers lost a third of their
