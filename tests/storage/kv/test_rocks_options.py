@@ -12,6 +12,8 @@ from cairn.storage.kv.rocks import (
     L0_FILES_SLOWING_WRITES,
     L0_FILES_STOPPING_WRITES,
     LEVELS,
+    META_BASE_LEVEL_BYTES,
+    META_FILE_BYTES,
     UNCOMPRESSED_TOP_LEVELS,
 )
 
@@ -38,10 +40,19 @@ def test_records_compact_l0_in_larger_merges_and_leave_top_levels_uncompressed(
         LEVELS - UNCOMPRESSED_TOP_LEVELS
     )
     assert L0_FILES_PER_COMPACTION < L0_FILES_SLOWING_WRITES < L0_FILES_STOPPING_WRITES
-    # The small meta column keeps RocksDB's defaults.
-    assert (
-        _column_options((tmp_path / "kv" / "LOG").read_text(errors="replace"), "meta")[
-            "level0_file_num_compaction_trigger"
-        ]
-        == "4"
-    )
+    # The meta column merges L0 4 files at a time, RocksDB's default.
+    meta = _column_options((tmp_path / "kv" / "LOG").read_text(errors="replace"), "meta")
+    assert meta["level0_file_num_compaction_trigger"] == "4"
+
+
+def test_meta_keeps_the_level_below_l0_small_in_small_files(tmp_path: Path) -> None:
+    kv = RocksKv(tmp_path / "kv")
+    kv.write([(Column.META, b"k", b"v")])
+    kv.close()
+    meta = _column_options((tmp_path / "kv" / "LOG").read_text(errors="replace"), "meta")
+    assert meta["max_bytes_for_level_base"] == str(META_BASE_LEVEL_BYTES)
+    assert meta["target_file_size_base"] == str(META_FILE_BYTES)
+    # Older notifications move down to larger levels rather than staying in the one
+    # every L0 merge rewrites.
+    assert meta["level_compaction_dynamic_level_bytes"] == "1"
+    assert META_FILE_BYTES < META_BASE_LEVEL_BYTES
