@@ -1,4 +1,4 @@
-"""The records column's compaction and compression settings reach RocksDB: read
+"""The columns' compaction and compression settings reach RocksDB: read
 back from the options RocksDB writes to its own LOG when it opens a column."""
 
 from __future__ import annotations
@@ -25,13 +25,18 @@ def _column_options(log_text: str, column: str) -> dict[str, str]:
     return dict(re.findall(r"Options\.(\S+): (.*)", section))
 
 
+def _options_as_opened(tmp_path: Path, column: Column) -> dict[str, str]:
+    """The options RocksDB logged for `column` when a RocksKv opened it."""
+    kv = RocksKv(tmp_path / "kv")
+    kv.write([(column, b"k", b"v")])
+    kv.close()
+    return _column_options((tmp_path / "kv" / "LOG").read_text(errors="replace"), column.value)
+
+
 def test_records_compact_l0_in_larger_merges_and_leave_top_levels_uncompressed(
     tmp_path: Path,
 ) -> None:
-    kv = RocksKv(tmp_path / "kv")
-    kv.write([(Column.RECORDS, b"k", b"v")])
-    kv.close()
-    options = _column_options((tmp_path / "kv" / "LOG").read_text(errors="replace"), "records")
+    options = _options_as_opened(tmp_path, Column.RECORDS)
     assert options["level0_file_num_compaction_trigger"] == str(L0_FILES_PER_COMPACTION)
     assert options["level0_slowdown_writes_trigger"] == str(L0_FILES_SLOWING_WRITES)
     assert options["level0_stop_writes_trigger"] == str(L0_FILES_STOPPING_WRITES)
@@ -40,16 +45,12 @@ def test_records_compact_l0_in_larger_merges_and_leave_top_levels_uncompressed(
         LEVELS - UNCOMPRESSED_TOP_LEVELS
     )
     assert L0_FILES_PER_COMPACTION < L0_FILES_SLOWING_WRITES < L0_FILES_STOPPING_WRITES
-    # The meta column merges L0 4 files at a time, RocksDB's default.
-    meta = _column_options((tmp_path / "kv" / "LOG").read_text(errors="replace"), "meta")
+
+
+def test_meta_merges_l0_by_fours_into_a_small_level_of_small_files(tmp_path: Path) -> None:
+    meta = _options_as_opened(tmp_path, Column.META)
+    # RocksDB's default L0 trigger (see rocks.py for why not more).
     assert meta["level0_file_num_compaction_trigger"] == "4"
-
-
-def test_meta_keeps_the_level_below_l0_small_in_small_files(tmp_path: Path) -> None:
-    kv = RocksKv(tmp_path / "kv")
-    kv.write([(Column.META, b"k", b"v")])
-    kv.close()
-    meta = _column_options((tmp_path / "kv" / "LOG").read_text(errors="replace"), "meta")
     assert meta["max_bytes_for_level_base"] == str(META_BASE_LEVEL_BYTES)
     assert meta["target_file_size_base"] == str(META_FILE_BYTES)
     # Older notifications move down to larger levels rather than staying in the one
