@@ -25,6 +25,15 @@ def _column_options(log_text: str, column: str) -> dict[str, str]:
     return dict(re.findall(r"Options\.(\S+): (.*)", section))
 
 
+def _compression_per_level(options: dict[str, str]) -> list[str]:
+    return [options[f"compression[{level}]"].strip() for level in range(LEVELS)]
+
+
+_TOP_LEVELS_UNCOMPRESSED = ["NoCompression"] * UNCOMPRESSED_TOP_LEVELS + ["LZ4"] * (
+    LEVELS - UNCOMPRESSED_TOP_LEVELS
+)
+
+
 def _options_as_opened(tmp_path: Path, column: Column) -> dict[str, str]:
     """The options RocksDB logged for `column` when a RocksKv opened it."""
     kv = RocksKv(tmp_path / "kv")
@@ -40,14 +49,13 @@ def test_records_compact_l0_in_larger_merges_and_leave_top_levels_uncompressed(
     assert options["level0_file_num_compaction_trigger"] == str(L0_FILES_PER_COMPACTION)
     assert options["level0_slowdown_writes_trigger"] == str(L0_FILES_SLOWING_WRITES)
     assert options["level0_stop_writes_trigger"] == str(L0_FILES_STOPPING_WRITES)
-    per_level = [options[f"compression[{level}]"].strip() for level in range(LEVELS)]
-    assert per_level == ["NoCompression"] * UNCOMPRESSED_TOP_LEVELS + ["LZ4"] * (
-        LEVELS - UNCOMPRESSED_TOP_LEVELS
-    )
+    assert _compression_per_level(options) == _TOP_LEVELS_UNCOMPRESSED
     assert L0_FILES_PER_COMPACTION < L0_FILES_SLOWING_WRITES < L0_FILES_STOPPING_WRITES
 
 
-def test_meta_merges_l0_by_fours_into_a_small_level_of_small_files(tmp_path: Path) -> None:
+def test_meta_merges_l0_by_fours_into_a_small_uncompressed_level_of_small_files(
+    tmp_path: Path,
+) -> None:
     meta = _options_as_opened(tmp_path, Column.META)
     # RocksDB's default L0 trigger (see rocks.py for why not more).
     assert meta["level0_file_num_compaction_trigger"] == "4"
@@ -57,3 +65,4 @@ def test_meta_merges_l0_by_fours_into_a_small_level_of_small_files(tmp_path: Pat
     # every L0 merge rewrites.
     assert meta["level_compaction_dynamic_level_bytes"] == "1"
     assert META_FILE_BYTES < META_BASE_LEVEL_BYTES
+    assert _compression_per_level(meta) == _TOP_LEVELS_UNCOMPRESSED
