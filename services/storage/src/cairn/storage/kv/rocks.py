@@ -39,11 +39,11 @@ BACKGROUND_JOBS = 2
 # file at a time. Over 300 s of 100k puts/s (`--rate 100000`, one shard), the meta
 # merges wrote 2983 MiB against 5720 MiB with the defaults (the records' wrote 1596),
 # and RocksDB's threads stayed at 0.12-0.14 core where they had grown from 0.12 to 0.22.
-# Its top two levels are not compressed either, as the records' are not: with snappy
-# (RocksDB's default) on them, RocksDB's threads took 0.25 core at one shard's peak
-# (1.4 us a put) against 0.20 without, and rf=3 peaked at 79-81k puts/s against 83-87k
-# (three alternating pairs). Both columns' top levels stay small: the level below L0
-# is the one their merges keep rewriting, so compression costs most there.
+# Its top two levels are not compressed either, as the records' are not: they are the
+# ones its merges keep rewriting. With snappy (RocksDB's default) on them, RocksDB's
+# threads took 0.26-0.27 core at one shard's peak against 0.18-0.20 without (six
+# alternating pairs; the peak, bound by the event loop, did not move), and rf=3, bound
+# by the CPU the pods share, peaked at 79-81k puts/s against 83-87k (three pairs).
 META_BASE_LEVEL_BYTES = 16 * 1024 * 1024
 META_FILE_BYTES = 4 * 1024 * 1024
 L0_FILES_PER_COMPACTION = 12
