@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from cairn.common.keyorder import KeyOrder, compare_hierarchical
 from cairn.storage.kv import Column, KvStore, MemoryKv, RocksKv
+from cairn.storage.kv.encoded_changes import EncodedChangesError, encode_changes
 
 ORDER = KeyOrder.HIERARCHICAL
 keys = st.text(alphabet=st.sampled_from(["a", "b", "/", "\x00", "z"]), max_size=8)
@@ -171,6 +172,53 @@ def test_unlogged_batches_per_column_put_and_delete_like_the_model(
                     models[column][key] = value
     for column, model in models.items():
         assert list(store.scan(column, b"", None)) == sorted(model.items())
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    batches=st.lists(
+        st.tuples(
+            st.dictionaries(keys, st.one_of(st.none(), values), max_size=6),
+            st.dictionaries(keys, st.one_of(st.none(), values), max_size=6),
+        ),
+        max_size=6,
+    )
+)
+def test_encoded_batches_write_what_the_same_changes_write_unencoded(
+    store_factory: Callable[[], KvStore],
+    batches: list[tuple[dict[str, bytes | None], dict[str, bytes | None]]],
+) -> None:
+    """A follower writes its leader's applied changes in their encoded form: the
+    store must end exactly as the leader's, which wrote them as dicts."""
+    leader, follower = store_factory(), store_factory()
+    for records, meta in batches:
+        changes = {
+            Column.RECORDS: {ORDER.encode(key): value for key, value in records.items()},
+            Column.META: {ORDER.encode(key): value for key, value in meta.items()},
+        }
+        leader.write_unlogged(changes)
+        follower.write_encoded_unlogged(encode_changes(changes))
+    for column in Column:
+        assert list(follower.scan(column, b"", None)) == list(leader.scan(column, b"", None))
+
+
+@pytest.mark.parametrize("cut", [1, 5, 9, 10, 12])
+def test_cut_or_unknown_encoded_changes_write_nothing(
+    store_factory: Callable[[], KvStore], cut: int
+) -> None:
+    """Bytes that end inside a change, or carry flags no writer sets, raise and leave
+    the store as it was: the follower then applies its entries itself."""
+    store = store_factory()
+    store.write_unlogged({Column.RECORDS: {b"kept": b"old"}})
+    good = encode_changes({Column.RECORDS: {b"kept": b"new", b"other": b"x"}})
+    with pytest.raises(EncodedChangesError):
+        store.write_encoded_unlogged(good + good[:cut])
+    unknown_flags = bytes((0x80,)) + good[1:]
+    with pytest.raises(EncodedChangesError):
+        store.write_encoded_unlogged(unknown_flags)
+    assert list(store.scan(Column.RECORDS, b"", None)) == [(b"kept", b"old")]
 
 
 def test_scan_reads_the_view_at_its_creation(store_factory: Callable[[], KvStore]) -> None:

@@ -136,7 +136,7 @@ class FollowerStatus(_message.Message):
     def __init__(self, node: _Optional[_Union[Node, _Mapping]] = ..., acked_offset: _Optional[int] = ..., voting: _Optional[bool] = ..., state: _Optional[str] = ...) -> None: ...
 
 class ShardStatus(_message.Message):
-    __slots__ = ("shard", "spec", "role", "term", "head", "commit_offset", "first_offset", "leader", "followers", "durable_offset", "applied_offset", "write_requests", "write_operations", "read_requests", "read_gets")
+    __slots__ = ("shard", "spec", "role", "term", "head", "commit_offset", "first_offset", "leader", "followers", "durable_offset", "applied_offset", "write_requests", "write_operations", "read_requests", "read_gets", "entries_applied_from_leader_changes")
     SHARD_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -152,6 +152,7 @@ class ShardStatus(_message.Message):
     WRITE_OPERATIONS_FIELD_NUMBER: _ClassVar[int]
     READ_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     READ_GETS_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_APPLIED_FROM_LEADER_CHANGES_FIELD_NUMBER: _ClassVar[int]
     shard: int
     spec: ShardSpec
     role: ReplicaRole
@@ -167,7 +168,8 @@ class ShardStatus(_message.Message):
     write_operations: int
     read_requests: int
     read_gets: int
-    def __init__(self, shard: _Optional[int] = ..., spec: _Optional[_Union[ShardSpec, _Mapping]] = ..., role: _Optional[_Union[ReplicaRole, str]] = ..., term: _Optional[int] = ..., head: _Optional[_Union[EntryId, _Mapping]] = ..., commit_offset: _Optional[int] = ..., first_offset: _Optional[int] = ..., leader: _Optional[_Union[Node, _Mapping]] = ..., followers: _Optional[_Iterable[_Union[FollowerStatus, _Mapping]]] = ..., durable_offset: _Optional[int] = ..., applied_offset: _Optional[int] = ..., write_requests: _Optional[int] = ..., write_operations: _Optional[int] = ..., read_requests: _Optional[int] = ..., read_gets: _Optional[int] = ...) -> None: ...
+    entries_applied_from_leader_changes: int
+    def __init__(self, shard: _Optional[int] = ..., spec: _Optional[_Union[ShardSpec, _Mapping]] = ..., role: _Optional[_Union[ReplicaRole, str]] = ..., term: _Optional[int] = ..., head: _Optional[_Union[EntryId, _Mapping]] = ..., commit_offset: _Optional[int] = ..., first_offset: _Optional[int] = ..., leader: _Optional[_Union[Node, _Mapping]] = ..., followers: _Optional[_Iterable[_Union[FollowerStatus, _Mapping]]] = ..., durable_offset: _Optional[int] = ..., applied_offset: _Optional[int] = ..., write_requests: _Optional[int] = ..., write_operations: _Optional[int] = ..., read_requests: _Optional[int] = ..., read_gets: _Optional[int] = ..., entries_applied_from_leader_changes: _Optional[int] = ...) -> None: ...
 
 class GetStatusResponse(_message.Message):
     __slots__ = ("shards", "node")
@@ -238,16 +240,30 @@ class LogEntry(_message.Message):
     def __init__(self, term: _Optional[int] = ..., offset: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., payload: _Optional[bytes] = ...) -> None: ...
 
 class ReplicateRequest(_message.Message):
-    __slots__ = ("shard", "term", "entries", "commit_offset")
+    __slots__ = ("shard", "term", "entries", "commit_offset", "applied_changes")
     SHARD_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_CHANGES_FIELD_NUMBER: _ClassVar[int]
     shard: int
     term: int
     entries: _containers.RepeatedCompositeFieldContainer[LogEntry]
     commit_offset: int
-    def __init__(self, shard: _Optional[int] = ..., term: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[LogEntry, _Mapping]]] = ..., commit_offset: _Optional[int] = ...) -> None: ...
+    applied_changes: _containers.RepeatedCompositeFieldContainer[AppliedChanges]
+    def __init__(self, shard: _Optional[int] = ..., term: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[LogEntry, _Mapping]]] = ..., commit_offset: _Optional[int] = ..., applied_changes: _Optional[_Iterable[_Union[AppliedChanges, _Mapping]]] = ...) -> None: ...
+
+class AppliedChanges(_message.Message):
+    __slots__ = ("first_offset", "last_offset", "last_term", "changes")
+    FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_TERM_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    first_offset: int
+    last_offset: int
+    last_term: int
+    changes: bytes
+    def __init__(self, first_offset: _Optional[int] = ..., last_offset: _Optional[int] = ..., last_term: _Optional[int] = ..., changes: _Optional[bytes] = ...) -> None: ...
 
 class ReplicateResponse(_message.Message):
     __slots__ = ("durable_offset", "applied_offset", "term")

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import itertools
 import logging
 import time
@@ -111,6 +112,8 @@ from cairn.storage.core.sessions import (
 )
 from cairn.storage.folding import WriteFold, keys_of, may_fold, starts_fold
 from cairn.storage.kv import Column, KvStore, RocksKv
+from cairn.storage.kv.encoded_changes import EncodedChangesError, encode_changes
+from cairn.storage.replication.applied_changes import ChangesStash, KeptChanges
 from cairn.storage.replication.wire import entry_id_message, node_message, spec_message
 from cairn.storage.snapshot import SnapshotInstaller, finish_pending_install
 from cairn.storage.wal import Wal, WalEntry, WalError, WalOptions
@@ -174,6 +177,15 @@ def _decoded(entry: WalEntry, future: asyncio.Future[Any] | None = None) -> _Pen
     else:
         plain = kind == FOLDED_WRITES and folds_only_plain_puts(entry.payload[1:])
     return _Pending(entry, kind, body, plain, future)
+
+
+class _ChangesOutcome(enum.Enum):
+    """What `_write_leader_changes` did."""
+
+    WRITTEN = enum.auto()  # the next entries are applied
+    NONE = enum.auto()  # no usable changes: apply the entries
+    WAIT = enum.auto()  # changes for entries not yet appliable: wait
+    FAILED = enum.auto()  # the KV write failed: the shard has failed
 
 
 class LeaderRole(Protocol):
@@ -252,6 +264,16 @@ class ShardReplica:
         self._pending_bytes = 0
         # Client writes collected for the next entry (leader; see folding.py).
         self._fold: WriteFold | None = None
+        # What the apply step wrote, for followers to write rather than apply
+        # (leader), and what the leader sent of it (follower): applied_changes.py.
+        settings = self.replication
+        self.changes_for_followers = KeptChanges(
+            settings.max_applied_changes_groups, settings.max_applied_changes_bytes
+        )
+        self._leader_changes = ChangesStash(
+            settings.max_applied_changes_groups, settings.max_applied_changes_bytes
+        )
+        self.entries_applied_from_leader_changes = 0
         self._space_freed = asyncio.Event()
         self._wake_syncer = asyncio.Event()
         self._wake_applier = asyncio.Event()
@@ -438,6 +460,8 @@ class ShardReplica:
             self._term_start_offset = term_start.offset
             self._serving.clear()
             self.read_cache.enable(self.kv)
+            self._leader_changes.clear()
+            self.changes_for_followers.clear()
             self._leader = make_leader(self, term_start.offset)
             body = internal_pb.TermStartEntry(leader=me.internal_address)
             # Never waits for room: what fills the pipeline may be inherited entries
@@ -475,6 +499,7 @@ class ShardReplica:
         leader, self._leader = self._leader, None
         self._serving.clear()
         self.read_cache.disable()
+        self.changes_for_followers.clear()
         self._drop_fold(Unavailable(f"shard {self.shard_id}: leadership changed"))
         error = WriteOutcomeUnknown(
             f"shard {self.shard_id}: leadership changed; the write may or may not commit"
@@ -503,6 +528,7 @@ class ShardReplica:
             write_operations=self.write_operations,
             read_requests=self.read_requests,
             read_gets=self.read_gets,
+            entries_applied_from_leader_changes=self.entries_applied_from_leader_changes,
         )
         if core.leader is not None:
             status.leader.CopyFrom(node_message(core.leader))
@@ -519,6 +545,9 @@ class ShardReplica:
         async with self._storage_lock:
             self._check_writable()
             await self._follow(term, leader)
+            # A new session: what an earlier one sent is not needed (and if the log
+            # is cut below, may describe entries we no longer hold).
+            self._leader_changes.clear()
             keep = self.core.truncation_point(leader_log)
             if keep < self.core.log.last_offset:
                 log.info(
@@ -690,6 +719,7 @@ class ShardReplica:
         self._pending_bytes = 0
         self._header_cache.clear()
         self.read_cache.clear()
+        self._leader_changes.clear()
 
     def _reopen_storage(self) -> None:
         """Open the KV and WAL again (finishing an install a failure interrupted)
@@ -1091,14 +1121,35 @@ class ShardReplica:
             await self._wake_applier.wait()
             self._wake_applier.clear()
             while self.applied_offset < self._apply_limit():
+                if self._leader is None and self._leader_changes:
+                    outcome = self._write_leader_changes()
+                    if outcome is _ChangesOutcome.FAILED:
+                        return
+                    if outcome is _ChangesOutcome.WAIT:
+                        break
+                    if outcome is _ChangesOutcome.WRITTEN:
+                        await asyncio.sleep(0)
+                        continue
                 group = self._take_apply_group(self._apply_limit())
                 try:
                     state, results = self._apply_group(group)
+                    changes = state.column_changes()
                     # Inline on purpose: rocksdict holds the GIL while RocksDB writes,
                     # so a worker thread would only add hand-off cost. Unlogged: a
                     # crash loses the batch, and the WAL (kept until `persist`) redoes it.
-                    self.kv.write_unlogged(state.column_changes())
+                    self.kv.write_unlogged(changes)
                     state.written()
+                    leader = self._leader
+                    if leader is not None and leader.has_followers:
+                        self.changes_for_followers.record(
+                            group[0].offset,
+                            group[-1].offset,
+                            group[-1].entry.term,
+                            encode_changes(changes),
+                        )
+                        # Followers learn the commit offset only as far as we applied
+                        # (sender.py): what we just applied is theirs to learn now.
+                        leader.entries_appended()
                 except Exception as error:
                     self._fail(error, applying=group)
                     return
@@ -1122,6 +1173,54 @@ class ShardReplica:
                 await asyncio.sleep(0)
             if self._closing and self._tasks[0].done():
                 return
+
+    def take_leader_changes(self, term: int, groups: Sequence[rpb.AppliedChanges]) -> None:
+        """Applied changes from our leader of `term`, sent with its entries."""
+        if self._leader is None and term == self.core.term and groups:
+            self._leader_changes.add(groups, self.applied_offset)
+
+    def _write_leader_changes(self) -> _ChangesOutcome:
+        """Apply the next entries by writing the changes the leader's apply step
+        wrote for them, if we hold them (applied_changes.py)."""
+        first = self.applied_offset + 1
+        stash = self._leader_changes
+        group = stash.take(first)
+        if group is None:
+            stash.drop_before(first)
+            return _ChangesOutcome.NONE
+        last = group.last_offset
+        if last > self._apply_limit():
+            if self.core.log.last_offset >= last:
+                # We hold the entries; their commit or our fsync is still to come.
+                stash.add((group,), self.applied_offset)
+                return _ChangesOutcome.WAIT
+            return _ChangesOutcome.NONE
+        if self.core.log.term_at(last) != group.last_term:
+            return _ChangesOutcome.NONE  # other entries than the leader's: apply ours
+        try:
+            self.kv.write_encoded_unlogged(group.changes)
+        except EncodedChangesError as error:
+            # Nothing was written: apply the entries ourselves.
+            log.warning("shard %d: leader changes unusable (%s)", self.shard_id, error)
+            return _ChangesOutcome.NONE
+        except Exception as error:
+            self._fail(error)
+            return _ChangesOutcome.FAILED
+        pending = self._pending
+        while pending and pending[0].offset <= last:
+            self._release(pending.popleft())
+        # Written behind the header cache's back: it no longer describes the KV.
+        if self._header_cache:
+            self._header_cache.clear()
+        self.applied_offset = last
+        self.entries_applied_from_leader_changes += last - first + 1
+        self._publish_applied()
+        # Sequence keys may have been written (the leader's answer told which; the
+        # changes do not): let any reader of them look again.
+        self.sequence_generation += 1
+        advanced, self._sequence_advanced = self._sequence_advanced, asyncio.Event()
+        advanced.set()
+        return _ChangesOutcome.WRITTEN
 
     def _publish_applied(self) -> None:
         advanced, self._commit_advanced = self._commit_advanced, asyncio.Event()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator, Sequence
 
+from cairn.storage.kv.encoded_changes import decode_changes
 from cairn.storage.kv.store import Change, Column, ColumnChanges
 
 
@@ -76,6 +77,9 @@ class MemoryKv:
                 for key, value in items.items()
             ]
         )
+
+    def write_encoded_unlogged(self, encoded: bytes) -> None:
+        self.write(list(decode_changes(encoded)))
 
     def sync(self) -> None:
         pass

@@ -72,6 +72,11 @@ class KvStore(KvReader, Protocol):
 
     def write_unlogged(self, changes: ColumnChanges) -> None: ...
 
+    def write_encoded_unlogged(self, encoded: bytes) -> None:
+        """`write_unlogged` of changes in their encoded form (encoded_changes.py),
+        all or nothing: malformed bytes raise EncodedChangesError and write nothing."""
+        ...
+
     def sync(self) -> None:
         """Make every `write` that returned durable against power loss."""
         ...

@@ -3,9 +3,11 @@
 Each session: Truncate (the follower's log is made to agree with ours), then a
 snapshot if our WAL no longer holds what the follower needs next, then a
 Replicate stream: entries in a window bounded in entries and bytes beyond what
-the follower applied, each message carrying our commit offset. Any failure (the
-follower unreachable or restarted, a broken stream, a refused term) ends the
-session; the next one starts over with Truncate after a growing delay.
+the follower applied, each message carrying our commit offset (as far as we
+applied it) and what our apply step wrote for the entries it committed, which
+the follower writes rather than applying them itself (applied_changes.py). Any
+failure (the follower unreachable or restarted, a broken stream, a refused term)
+ends the session; the next one starts over with Truncate after a growing delay.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from cairn.storage.replication.wire import (
     log_entry_message,
     node_message,
 )
+from cairn.storage.wal import WalEntry
 
 if TYPE_CHECKING:
     from cairn.storage.replication.leader import ReplicatingLeader
@@ -70,6 +73,9 @@ class FollowerSender:
         # the byte bound of the window.
         self._unapplied: deque[tuple[int, int]] = deque()
         self._unapplied_bytes = 0
+        # This session's highest entry sent, and highest applied-changes group.
+        self._sent_through = -1
+        self._changes_sent_through = -1
         self._stopped = False
 
     def wake(self) -> None:
@@ -180,6 +186,7 @@ class FollowerSender:
     async def _stream(self) -> None:
         self._unapplied.clear()
         self._unapplied_bytes = 0
+        self._sent_through = self._changes_sent_through = -1
         call = self._stub.Replicate()
         acks = asyncio.get_running_loop().create_task(self._read_acks(call))
         sent_commit = -2
@@ -194,27 +201,37 @@ class FollowerSender:
                     await self._wake.wait()
                     continue
                 if not request.entries:
-                    # Only the commit offset moved: followers need it to apply, not to
-                    # acknowledge, so let it ride with the entries that may follow
-                    # within a moment rather than send a message per commit step.
+                    # Only the commit offset moved (and with it, applied changes):
+                    # followers need it to apply, not to acknowledge, so let it ride
+                    # with the entries that may follow within a moment rather than
+                    # send a message per commit step.
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(COMMIT_LINGER_S):
                             await self._wake.wait()
                     request = self._next_request(sent_commit) or request
                 await call.write(request)
                 sent_commit = request.commit_offset
+                if request.entries:
+                    self._sent_through = request.entries[-1].offset
+                if request.applied_changes:
+                    self._changes_sent_through = request.applied_changes[-1].last_offset
         finally:
             acks.cancel()
             call.cancel()
 
     def _next_request(self, sent_commit: int) -> rpb.ReplicateRequest | None:
         """Entries within the window (bounded in entries and bytes beyond what the
-        follower applied), or just a newer commit offset, or None."""
+        follower applied) and the applied changes of entries committed, or just a
+        newer commit offset, or None."""
         leader, shard = self.leader, self.leader.shard
         core, settings = leader.core, leader.settings
         span = core.to_send(self.address, shard.log.last_offset)
         room_bytes = settings.max_in_flight_bytes - self._unapplied_bytes
-        commit = core.commit_offset
+        # The commit offset as far as we applied it: the follower then learns it
+        # together with the changes we wrote for it (applied_changes.py), not
+        # before, when it would apply those entries itself.
+        commit = min(core.commit_offset, shard.applied_offset)
+        entries: list[WalEntry] = []
         if span is not None and room_bytes > 0:
             entries = shard.entries(
                 span[0], span[1], min(settings.max_entries_bytes_per_message, room_bytes)
@@ -223,15 +240,26 @@ class FollowerSender:
                 self._unapplied.append((entry.offset, len(entry.payload)))
                 self._unapplied_bytes += len(entry.payload)
             core.on_sent(self.address, entries[-1].offset)
+        # Changes only for entries this session sent (the follower holds those), in
+        # what room the entries leave: a message with one large entry carries none,
+        # and stays within gRPC's message bound (a group of changes alone is within
+        # it: KeptChanges keeps none larger than max_applied_changes_bytes).
+        sent_through = max(self._sent_through, entries[-1].offset if entries else -1)
+        room = settings.max_entries_bytes_per_message - sum(len(e.payload) for e in entries)
+        changes = (
+            shard.changes_for_followers.between(
+                self._changes_sent_through, min(commit, sent_through), room
+            )
+            if room > 0
+            else []
+        )
+        if entries or changes or commit != sent_commit:
             return rpb.ReplicateRequest(
                 shard=shard.shard_id,
                 term=leader.term,
                 entries=[log_entry_message(entry) for entry in entries],
                 commit_offset=commit,
-            )
-        if commit != sent_commit:
-            return rpb.ReplicateRequest(
-                shard=shard.shard_id, term=leader.term, commit_offset=commit
+                applied_changes=changes,
             )
         return None
 

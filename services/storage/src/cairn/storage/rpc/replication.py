@@ -65,6 +65,9 @@ class ReplicationService:
         async def take_entries() -> None:
             request: rpb.ReplicateRequest | None = first
             while request is not None:
+                # The changes first: the commit offset that comes with them lets
+                # the applier run, which should find them.
+                replica.take_leader_changes(request.term, request.applied_changes)
                 await replica.append_replicated(
                     request.term,
                     [wal_entry_of(entry) for entry in request.entries],
