@@ -38,6 +38,9 @@ def test_the_leader_hands_out_groups_after_those_sent_up_to_a_bound() -> None:
     assert [group.last_offset for group in kept.between(1, 7, 15)] == [3]
     assert [group.last_offset for group in kept.between(1, 7, 5)] == [3]
     assert kept.between(7, 100, 1000) == []
+    # Every follower's stream carried the groups ending by 3: those go.
+    kept.drop_through(3)
+    assert [group.last_offset for group in kept.between(-1, 100, 1000)] == [5, 7]
     kept.clear()
     assert kept.between(-1, 100, 1000) == [] and len(kept) == 0
 

@@ -117,6 +117,8 @@ async def _replicate_and_compare(tmp_path: Path) -> tuple[ShardReplica, ShardRep
             f"follower applied {follower.applied_offset}, leader {leader.applied_offset}"
         )
         assert _kv_contents(follower) == _kv_contents(leader)
+        # What the follower's stream carried, the leader no longer keeps.
+        assert await eventually(lambda: len(leader.changes_for_followers) == 0, timeout_s=10)
         return leader, follower
     finally:
         for node in nodes:

@@ -101,11 +101,11 @@ class ReplicationSettings:
     max_in_flight_bytes: int = 64 * MiB
     # Bytes of entries in one Replicate message (one entry larger than this goes alone).
     max_entries_bytes_per_message: int = 4 * MiB
-    # A leader's applied changes kept for its followers (applied_changes.py), and a
-    # follower's stash of them: groups and bytes. A follower further behind applies
-    # its entries itself.
+    # A leader's applied changes kept until every follower's stream carried them
+    # (applied_changes.py), and a follower's stash of them: groups and bytes, per
+    # shard. A follower further behind applies its entries itself.
     max_applied_changes_groups: int = 64
-    max_applied_changes_bytes: int = 32 * MiB
+    max_applied_changes_bytes: int = 8 * MiB
     # Snapshot chunks: records and bytes per chunk.
     max_snapshot_chunk_records: int = 10_000
     max_snapshot_chunk_bytes: int = 1 * MiB

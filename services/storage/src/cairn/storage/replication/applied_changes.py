@@ -64,6 +64,13 @@ class KeptChanges:
             size += len(group.changes)
         return found
 
+    def drop_through(self, offset: int) -> None:
+        """Forget the groups ending at or before `offset` (every follower's stream
+        carried them)."""
+        groups = self._groups
+        while groups and groups[0].last_offset <= offset:
+            self._bytes -= len(groups.popleft().changes)
+
     def clear(self) -> None:
         self._groups.clear()
         self._bytes = 0

@@ -66,6 +66,16 @@ class ReplicatingLeader:
         for sender, _ in self._senders.values():
             sender.wake()
 
+    def changes_sent(self) -> None:
+        """A sender sent applied changes: the leader keeps only those some
+        follower's stream has not carried yet (applied_changes.py)."""
+        kept = self.shard.changes_for_followers
+        senders = [sender for sender, _ in self._senders.values()]
+        if senders:
+            kept.drop_through(min(sender.changes_sent_through for sender in senders))
+        else:
+            kept.clear()
+
     def local_durable(self, offset: int) -> None:
         self._commit_may_have_advanced(self.core.on_local_durable(offset))
 

@@ -75,7 +75,7 @@ class FollowerSender:
         self._unapplied_bytes = 0
         # This session's highest entry sent, and highest applied-changes group.
         self._sent_through = -1
-        self._changes_sent_through = -1
+        self.changes_sent_through = -1
         self._stopped = False
 
     def wake(self) -> None:
@@ -186,7 +186,7 @@ class FollowerSender:
     async def _stream(self) -> None:
         self._unapplied.clear()
         self._unapplied_bytes = 0
-        self._sent_through = self._changes_sent_through = -1
+        self._sent_through = self.changes_sent_through = -1
         call = self._stub.Replicate()
         acks = asyncio.get_running_loop().create_task(self._read_acks(call))
         sent_commit = -2
@@ -214,7 +214,8 @@ class FollowerSender:
                 if request.entries:
                     self._sent_through = request.entries[-1].offset
                 if request.applied_changes:
-                    self._changes_sent_through = request.applied_changes[-1].last_offset
+                    self.changes_sent_through = request.applied_changes[-1].last_offset
+                    self.leader.changes_sent()
         finally:
             acks.cancel()
             call.cancel()
@@ -248,7 +249,7 @@ class FollowerSender:
         room = settings.max_entries_bytes_per_message - sum(len(e.payload) for e in entries)
         changes = (
             shard.changes_for_followers.between(
-                self._changes_sent_through, min(commit, sent_through), room
+                self.changes_sent_through, min(commit, sent_through), room
             )
             if room > 0
             else []
