@@ -1215,8 +1215,8 @@ class ShardReplica:
         self.applied_offset = last
         self.entries_applied_from_leader_changes += last - first + 1
         self._publish_applied()
-        # Sequence keys may have been written (the leader's answer told which; the
-        # changes do not): let any reader of them look again.
+        # The changes do not say whether they hold sequence keys (the leader's apply
+        # step knew): let any reader of sequence updates look again.
         self.sequence_generation += 1
         advanced, self._sequence_advanced = self._sequence_advanced, asyncio.Event()
         advanced.set()

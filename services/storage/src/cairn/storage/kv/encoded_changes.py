@@ -2,7 +2,7 @@
 
 A follower that holds the same entries would compute exactly the same changes
 (applying is deterministic), so it may write the leader's instead; that spares
-it the per-put work of the apply step, which was most of a follower's CPU.
+it the per-put work of the apply step, which was most of a follower's event loop.
 
 Layout: one record per change, in the order given: a flags byte (bit 0: the
 column, 0 records and 1 meta; bit 1: a deletion), the key's length and the
