@@ -4,7 +4,13 @@ follower's stash (until its applier reaches them)."""
 from __future__ import annotations
 
 from cairn.proto import replication_pb2 as rpb
-from cairn.storage.replication.applied_changes import ChangesStash, KeptChanges
+from cairn.storage.core.replication.applied_changes import (
+    ChangesStash,
+    ChangesUse,
+    KeptChanges,
+    commit_for_followers,
+    use_of,
+)
 
 
 def _group(first: int, last: int, size: int = 10, term: int = 1) -> rpb.AppliedChanges:
@@ -74,3 +80,32 @@ def test_a_follower_stash_bound_in_bytes_counts_what_it_holds() -> None:
     assert len(stash) == 3  # 30 bytes: within the bound
     stash.clear()
     assert len(stash) == 0
+
+
+def test_followers_are_told_the_commit_offset_only_as_far_as_the_leader_applied() -> None:
+    assert commit_for_followers(commit_offset=9, applied_offset=7) == 7
+    assert commit_for_followers(commit_offset=9, applied_offset=9) == 9
+
+
+def test_a_follower_writes_a_group_only_for_the_entries_it_holds_once_appliable() -> None:
+    group = _group(5, 8, term=3)
+    # Right after what it applied, its log ending in the leader's term there,
+    # committed and durable: written.
+    assert use_of(group, 4, apply_limit=8, last_logged_offset=9, term_at_group_end=3) is (
+        ChangesUse.WRITE
+    )
+    # Not yet committed or durable here: wait for it.
+    assert use_of(group, 4, apply_limit=6, last_logged_offset=9, term_at_group_end=3) is (
+        ChangesUse.WAIT
+    )
+    # Another term at the group's end (other entries), the entries not all held, or
+    # a group that does not start right after what is applied: apply the entries.
+    assert use_of(group, 4, apply_limit=8, last_logged_offset=9, term_at_group_end=2) is (
+        ChangesUse.APPLY
+    )
+    assert use_of(group, 4, apply_limit=8, last_logged_offset=7, term_at_group_end=None) is (
+        ChangesUse.APPLY
+    )
+    assert use_of(group, 3, apply_limit=8, last_logged_offset=9, term_at_group_end=3) is (
+        ChangesUse.APPLY
+    )

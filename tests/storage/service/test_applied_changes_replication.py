@@ -1,5 +1,5 @@
 """Followers write their leader's applied changes instead of applying entries
-themselves (replication/applied_changes.py): two storage nodes in process (real
+themselves (core/replication/applied_changes.py): two storage nodes in process (real
 gRPC on loopback, real RocksDB and WALs), a leader and a follower, client writes
 of every kind the apply step handles differently. The follower must end with the
 leader's KV byte for byte, whether it used the leader's changes or, when they do
@@ -19,9 +19,9 @@ from cairn.proto import oxia_client_pb2_grpc as pb_grpc
 from cairn.proto import replication_pb2 as rpb
 from cairn.proto import replication_pb2_grpc as rpb_grpc
 from cairn.storage.config import NodeConfig
+from cairn.storage.core.replication.applied_changes import KeptChanges
 from cairn.storage.kv import Column
 from cairn.storage.node import NodeServer
-from cairn.storage.replication.applied_changes import KeptChanges
 from cairn.storage.shard import ShardReplica
 from support.polling import eventually
 

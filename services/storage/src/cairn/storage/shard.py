@@ -95,6 +95,12 @@ from cairn.storage.core.meta import (
     encode_i64,
 )
 from cairn.storage.core.read_cache import ReadCache
+from cairn.storage.core.replication.applied_changes import (
+    ChangesStash,
+    ChangesUse,
+    KeptChanges,
+    use_of,
+)
 from cairn.storage.core.replication.replica import Member, ReplicaCore, Role
 from cairn.storage.core.replication.terms import (
     NO_OFFSET,
@@ -113,7 +119,6 @@ from cairn.storage.core.sessions import (
 from cairn.storage.folding import WriteFold, keys_of, may_fold, starts_fold
 from cairn.storage.kv import Column, KvStore, RocksKv
 from cairn.storage.kv.encoded_changes import EncodedChangesError, encode_changes
-from cairn.storage.replication.applied_changes import ChangesStash, KeptChanges
 from cairn.storage.replication.wire import entry_id_message, node_message, spec_message
 from cairn.storage.snapshot import SnapshotInstaller, finish_pending_install
 from cairn.storage.wal import Wal, WalEntry, WalError, WalOptions
@@ -1189,14 +1194,19 @@ class ShardReplica:
             stash.drop_before(first)
             return _ChangesOutcome.NONE
         last = group.last_offset
-        if last > self._apply_limit():
-            if self.core.log.last_offset >= last:
-                # We hold the entries; their commit or our fsync is still to come.
-                stash.add((group,), self.applied_offset)
-                return _ChangesOutcome.WAIT
+        history = self.core.log
+        use = use_of(
+            group,
+            self.applied_offset,
+            self._apply_limit(),
+            history.last_offset,
+            history.term_at(last),
+        )
+        if use is ChangesUse.WAIT:
+            stash.add((group,), self.applied_offset)  # kept for when it is appliable
+            return _ChangesOutcome.WAIT
+        if use is ChangesUse.APPLY:
             return _ChangesOutcome.NONE
-        if self.core.log.term_at(last) != group.last_term:
-            return _ChangesOutcome.NONE  # other entries than the leader's: apply ours
         try:
             self.kv.write_encoded_unlogged(group.changes)
         except EncodedChangesError as error:

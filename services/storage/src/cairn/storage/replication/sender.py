@@ -23,6 +23,7 @@ import grpc
 
 from cairn.proto import replication_pb2 as rpb
 from cairn.proto import replication_pb2_grpc as rpb_grpc
+from cairn.storage.core.replication.applied_changes import commit_for_followers
 from cairn.storage.core.replication.leader import FollowerPhase
 from cairn.storage.core.replication.replica import Member
 from cairn.storage.core.replication.terms import EntryId
@@ -73,8 +74,7 @@ class FollowerSender:
         # the byte bound of the window.
         self._unapplied: deque[tuple[int, int]] = deque()
         self._unapplied_bytes = 0
-        # This session's highest entry sent, and highest applied-changes group.
-        self._sent_through = -1
+        # The last offset of the applied changes this session sent.
         self.changes_sent_through = -1
         self._stopped = False
 
@@ -186,7 +186,7 @@ class FollowerSender:
     async def _stream(self) -> None:
         self._unapplied.clear()
         self._unapplied_bytes = 0
-        self._sent_through = self.changes_sent_through = -1
+        self.changes_sent_through = -1
         call = self._stub.Replicate()
         acks = asyncio.get_running_loop().create_task(self._read_acks(call))
         sent_commit = -2
@@ -211,8 +211,6 @@ class FollowerSender:
                     request = self._next_request(sent_commit) or request
                 await call.write(request)
                 sent_commit = request.commit_offset
-                if request.entries:
-                    self._sent_through = request.entries[-1].offset
                 if request.applied_changes:
                     self.changes_sent_through = request.applied_changes[-1].last_offset
                     self.leader.changes_sent()
@@ -228,28 +226,28 @@ class FollowerSender:
         core, settings = leader.core, leader.settings
         span = core.to_send(self.address, shard.log.last_offset)
         room_bytes = settings.max_in_flight_bytes - self._unapplied_bytes
-        # The commit offset as far as we applied it: the follower then learns it
-        # together with the changes we wrote for it (applied_changes.py), not
-        # before, when it would apply those entries itself.
-        commit = min(core.commit_offset, shard.applied_offset)
+        commit = commit_for_followers(core.commit_offset, shard.applied_offset)
         entries: list[WalEntry] = []
+        entries_bytes = 0
         if span is not None and room_bytes > 0:
             entries = shard.entries(
                 span[0], span[1], min(settings.max_entries_bytes_per_message, room_bytes)
             )
             for entry in entries:
                 self._unapplied.append((entry.offset, len(entry.payload)))
-                self._unapplied_bytes += len(entry.payload)
+                entries_bytes += len(entry.payload)
+            self._unapplied_bytes += entries_bytes
             core.on_sent(self.address, entries[-1].offset)
-        # Changes only for entries this session sent (the follower holds those), in
-        # what room the entries leave: a message with one large entry carries none,
-        # and stays within gRPC's message bound (a group of changes alone is within
-        # it: KeptChanges keeps none larger than max_applied_changes_bytes).
-        sent_through = max(self._sent_through, entries[-1].offset if entries else -1)
-        room = settings.max_entries_bytes_per_message - sum(len(e.payload) for e in entries)
+        # Changes only for entries the follower holds (its head at the session's
+        # start, then what we sent), in what room the entries leave: a message with
+        # one large entry carries none, and stays within gRPC's message bound (a
+        # group of changes alone is within it: KeptChanges keeps none larger than
+        # max_applied_changes_bytes).
+        holds_through = core.progress(self.address).next_offset - 1
+        room = settings.max_entries_bytes_per_message - entries_bytes
         changes = (
             shard.changes_for_followers.between(
-                self.changes_sent_through, min(commit, sent_through), room
+                self.changes_sent_through, min(commit, holds_through), room
             )
             if room > 0
             else []

@@ -11,15 +11,59 @@ reason (fallen behind what the leader keeps, a group that does not line up with
 its own applied offset, another term at the group's end), applies its entries
 itself, as it always could: these are an optimisation, never a requirement.
 
-Both sides are bounded in groups and bytes.
+Both sides are bounded in groups and bytes. The two rules that make this safe
+are here too, with no I/O: what commit offset a leader tells its followers, and
+when a follower may use a group.
 """
 
 from __future__ import annotations
 
+import enum
 from collections import deque
 from collections.abc import Iterable
 
 from cairn.proto import replication_pb2 as rpb
+
+
+def commit_for_followers(commit_offset: int, applied_offset: int) -> int:
+    """The commit offset a leader tells its followers: as far as it applied, so
+    that a follower learns a commit together with the changes written for it,
+    not before them (when it would apply those entries itself)."""
+    return min(commit_offset, applied_offset)
+
+
+class ChangesUse(enum.Enum):
+    """What a follower does with the group that starts right after its applied
+    offset."""
+
+    WRITE = "write"  # write its changes: the group's entries are then applied
+    APPLY = "apply"  # not usable: apply the entries
+    WAIT = "wait"  # usable once its entries are committed and durable here
+
+
+def use_of(
+    group: rpb.AppliedChanges,
+    applied_offset: int,
+    apply_limit: int,
+    last_logged_offset: int,
+    term_at_group_end: int | None,
+) -> ChangesUse:
+    """Whether a follower (applied up to `applied_offset`, allowed to apply up to
+    `apply_limit`: committed and durable, holding entries up to
+    `last_logged_offset`, with `term_at_group_end` the term of its entry at the
+    group's last offset) may write the group's changes.
+
+    The group must start right after what is applied, and the follower must hold
+    the group's last entry with the leader's term there: the logs then agree up to
+    it, so the follower's entries are the ones the changes were made from."""
+    last = group.last_offset
+    if (
+        group.first_offset != applied_offset + 1
+        or last_logged_offset < last
+        or term_at_group_end != group.last_term
+    ):
+        return ChangesUse.APPLY
+    return ChangesUse.WAIT if last > apply_limit else ChangesUse.WRITE
 
 
 class KeptChanges:
