@@ -50,11 +50,18 @@ class Harness:
         self._writers: list[OxiaWriter] = []
 
     def oxia_writer(self) -> OxiaWriter:
-        """The oxia client writing through any pod (stopped at teardown at the latest)."""
+        """The oxia client writing through any pod (stopped at teardown at the latest),
+        returned once its first put was acknowledged.
+
+        Writes must be flowing before a test's faults start: on a loaded machine the
+        writer process can take seconds to start and read its shard map, and a fault
+        that begins first (a pod killed while the client waits for its map) can leave
+        it without a single put for the whole test."""
         writer = OxiaWriter(
             [self.cluster.public_address(name) for name in sorted(self.cluster.pods)]
         )
         self._writers.append(writer)
+        _wait(lambda: bool(writer.acked()), "the oxia writer's first put", 60.0)
         return writer
 
     def stop_writers(self) -> None:
@@ -229,9 +236,6 @@ def test_replication_factor_goes_3_to_1_to_3_on_a_live_namespace(
 ) -> None:
     h = harness()
     oxia_writer = h.oxia_writer()
-    # Writes flowing before the first change: the writer process takes a moment to
-    # start, and the changes alone may finish before its first put otherwise.
-    _wait(lambda: bool(oxia_writer.acked()), "the oxia writer's first put", 60.0)
     h.bench.start_probes()
     for factor in (1, 3):
         answer = h.admin().put(
