@@ -3,6 +3,7 @@ back from the options RocksDB writes to its own LOG when it opens a column."""
 
 from __future__ import annotations
 
+import random
 import re
 from pathlib import Path
 
@@ -14,7 +15,10 @@ from cairn.storage.kv.rocks import (
     LEVELS,
     META_BASE_LEVEL_BYTES,
     META_FILE_BYTES,
+    RECORDS_MEMTABLE_BYTES,
+    RECORDS_MEMTABLE_SPREAD,
     UNCOMPRESSED_TOP_LEVELS,
+    records_memtable_bytes,
 )
 
 
@@ -66,3 +70,24 @@ def test_meta_merges_l0_by_fours_into_a_small_uncompressed_level_of_small_files(
     assert meta["level_compaction_dynamic_level_bytes"] == "1"
     assert META_FILE_BYTES < META_BASE_LEVEL_BYTES
     assert _compression_per_level(meta) == _TOP_LEVELS_UNCOMPRESSED
+
+
+def test_each_replica_draws_its_own_records_memtable_size_around_the_nominal_one(
+    tmp_path: Path,
+) -> None:
+    """Replicas of a shard write the same batches: equal memtables would flush them
+    all at once (rocks.py). Read back as RocksDB applied them."""
+    sizes = [
+        int(_options_as_opened(tmp_path / str(replica), Column.RECORDS)["write_buffer_size"])
+        for replica in range(4)
+    ]
+    low = RECORDS_MEMTABLE_BYTES * (1 - RECORDS_MEMTABLE_SPREAD)
+    high = RECORDS_MEMTABLE_BYTES * (1 + RECORDS_MEMTABLE_SPREAD)
+    assert all(low <= size <= high for size in sizes), sizes
+    assert len(set(sizes)) > 1, sizes
+
+
+def test_the_drawn_memtable_size_spans_the_spread() -> None:
+    draws = [records_memtable_bytes(random.Random(seed)) for seed in range(200)]
+    assert min(draws) < RECORDS_MEMTABLE_BYTES * (1 - RECORDS_MEMTABLE_SPREAD / 2)
+    assert max(draws) > RECORDS_MEMTABLE_BYTES * (1 + RECORDS_MEMTABLE_SPREAD / 2)
