@@ -67,7 +67,7 @@ def test_a_record_read_once_is_answered_from_memory_after() -> None:
     assert kv.keys_read == 3
 
 
-def test_what_the_applier_changes_is_read_again_from_the_kv() -> None:
+def test_what_the_applier_changes_while_held_is_answered_from_memory_as_changed() -> None:
     shard, kv = cached_shard()
     session = shard.create_session()
     shard.write(put("/a", b"1"))
@@ -82,18 +82,38 @@ def test_what_the_applier_changes_is_read_again_from_the_kv() -> None:
     shard.write(put("/a", b"new"))
     shard.write(put("/c", b"created"))
     shard.write(pb.WriteRequest(deletes=[pb.DeleteRequest(key="/b")]))
-    assert shard.read_cache is not None and len(shard.read_cache) == 1  # /e only
     before = kv.keys_read
-    assert read(shard, "/a", "/b", "/c", "/e") == [
+    changed = read(shard, "/a", "/b", "/c", "/e")
+    assert changed == [
         (pb.OK, b"new"),
         (pb.KEY_NOT_FOUND, b""),
         (pb.OK, b"created"),
         (pb.OK, b"3"),
     ]
-    assert kv.keys_read == before + 3
+    assert kv.keys_read == before  # all four answered from memory
+    # ... and as the KV answers, version included.
+    for key in ("/a", "/b", "/c"):
+        request = pb.GetRequest(key=key, include_value=True)
+        cached_chunk = b"".join(reads.get_chunks(kv, [request], ORDER, 100, shard.read_cache))
+        uncached_chunk = b"".join(reads.get_chunks(kv, [request], ORDER, 100, None))
+        assert cached_chunk == uncached_chunk
     # Closing the session deletes its ephemeral record through the applier too.
+    before = kv.keys_read
     assert shard.close_session(session)
     assert read(shard, "/e") == [(pb.KEY_NOT_FOUND, b"")]
+    assert kv.keys_read == before
+
+
+def test_writes_alone_admit_nothing() -> None:
+    """A record enters only when read: a load of writes keeps the cache empty."""
+    shard, kv = cached_shard()
+    for number in range(50):
+        shard.write(put(f"/w/{number}", b"v"))
+    shard.write(pb.WriteRequest(deletes=[pb.DeleteRequest(key="/w/3")]))
+    assert shard.read_cache is not None and len(shard.read_cache) == 0
+    assert shard.read_cache.held_bytes == 0
+    assert read(shard, "/w/7") == [(pb.OK, b"v")]
+    assert kv.keys_read == 1
 
 
 def test_entries_and_bytes_stay_within_the_bounds_oldest_going_first() -> None:

@@ -297,11 +297,11 @@ class PendingChanges:
 
     def written(self) -> None:
         """The changes are in the KV: carry the new headers into the header cache,
-        and drop the answers of the records changed from the read cache."""
+        and the records changed into the answers the read cache holds of them."""
         if self._cache is not None:
             self._cache.store_headers(self._headers)
         if self._read_cache is not None:
-            self._read_cache.forget_written(self._records)
+            self._read_cache.refresh_written(self._records)
 
     def __len__(self) -> int:
         return len(self._records) + len(self._meta)
