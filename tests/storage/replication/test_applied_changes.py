@@ -109,3 +109,14 @@ def test_a_follower_writes_a_group_only_for_the_entries_it_holds_once_appliable(
     assert use_of(group, 3, apply_limit=8, last_logged_offset=9, term_at_group_end=3) is (
         ChangesUse.APPLY
     )
+
+
+def test_a_follower_looks_at_a_stashed_group_without_taking_it() -> None:
+    """A group for entries not yet appliable stays where it is until they are."""
+    stash = ChangesStash(max_groups=10, max_bytes=1000)
+    stash.add([_group(5, 6), _group(7, 8)], applied_offset=4)
+    seen = stash.get(5)
+    assert seen is not None and seen.last_offset == 6
+    assert stash.get(9) is None
+    assert len(stash) == 2
+    assert stash.take(5) is seen

@@ -1189,7 +1189,7 @@ class ShardReplica:
         wrote for them, if we hold them (applied_changes.py)."""
         first = self.applied_offset + 1
         stash = self._leader_changes
-        group = stash.take(first)
+        group = stash.get(first)
         if group is None:
             stash.drop_before(first)
             return _ChangesOutcome.NONE
@@ -1203,8 +1203,8 @@ class ShardReplica:
             history.term_at(last),
         )
         if use is ChangesUse.WAIT:
-            stash.add((group,), self.applied_offset)  # kept for when it is appliable
-            return _ChangesOutcome.WAIT
+            return _ChangesOutcome.WAIT  # kept for when it is appliable
+        stash.take(first)
         if use is ChangesUse.APPLY:
             return _ChangesOutcome.NONE
         try:

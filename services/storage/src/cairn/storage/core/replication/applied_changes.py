@@ -144,6 +144,10 @@ class ChangesStash:
         while len(self._groups) > self.max_groups or self._bytes > self.max_bytes:
             self.take(next(iter(self._groups)))
 
+    def get(self, first_offset: int) -> rpb.AppliedChanges | None:
+        """The group starting at `first_offset`, kept."""
+        return self._groups.get(first_offset)
+
     def take(self, first_offset: int) -> rpb.AppliedChanges | None:
         group = self._groups.pop(first_offset, None)
         if group is not None:
