@@ -16,6 +16,7 @@ import pytest
 
 from cairn.storage.wal import Wal, WalCorruptionError, WalEntry, WalError, WalOptions
 from cairn.storage.wal.record import HEADER_SIZE_BYTES, decode, encode
+from support.wal_files import check_spare, records_from_start
 
 SMALL_SEGMENTS = WalOptions(segment_size_bytes=2048)
 BIG_SEGMENTS = WalOptions(segment_size_bytes=1024 * 1024)
@@ -124,33 +125,42 @@ def test_reopen_keeps_everything(tmp_path: Path) -> None:
         assert wal.last_term == 4
 
 
-@pytest.mark.parametrize("room_bytes", [0, 1024])
+@pytest.mark.parametrize(("room_bytes", "spares"), [(0, 0), (1024, 0), (1024, 3)])
 def test_killed_process_keeps_a_prefix_with_every_synced_record(
-    tmp_path: Path, room_bytes: int
+    tmp_path: Path, room_bytes: int, spares: int
 ) -> None:
     # The durability contract: a process that dies without close() keeps every synced
     # record and the records of every segment it rolled over from (their bytes reach the
     # OS before the next file exists); the rest may be lost, but only as a suffix, and
     # the log opens cleanly. With zero-filled room, appends that fit it are written by
-    # the next sync; without, by the append.
+    # the next sync; without, by the append. With spares, the segments after the trim
+    # reuse the trimmed files, whose old records must not read as theirs.
     script = f"""
 import os
 from pathlib import Path
 from cairn.storage.wal import Wal, WalEntry, WalOptions
-options = WalOptions(segment_size_bytes=2048, zero_fill_ahead_bytes={room_bytes})
+options = WalOptions(
+    segment_size_bytes=2048, zero_fill_ahead_bytes={room_bytes}, spare_segments={spares}
+)
 wal = Wal.open(Path({str(tmp_path)!r}), options)
 for offset in range(100):
     wal.append(WalEntry(1, offset, 0, bytes([offset]) * offset))
     if offset == 59:
         wal.sync()
+        wal.trim_before(40 if {spares} else 0)
 print(wal.segment_count(), flush=True)
 os._exit(0)
 """
     run = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True)
     with Wal.open(tmp_path, SMALL_SEGMENTS) as wal:
-        recovered = [e.payload for e in wal.read(0)]
-        assert recovered == [bytes([i]) * i for i in range(len(recovered))]
-        assert len(recovered) >= 60
+        first = wal.first_offset
+        recovered = [e.payload for e in wal.read(first)]
+        assert recovered == [bytes([i]) * i for i in range(first, first + len(recovered))]
+        assert first + len(recovered) >= 60
+        if spares:
+            assert 0 < first <= 40
+            # The rollovers after the trim took the spares' files.
+            assert not list(tmp_path.glob("*.spare"))
         # Every segment but the active one was complete when the process died.
         assert wal.segment_count() == int(run.stdout)
         assert wal.last_offset >= int(segment_files(tmp_path)[-1].stem) - 1
@@ -961,7 +971,7 @@ def test_garbage_after_a_hole_in_the_room_is_cut_off(tmp_path: Path) -> None:
 RECYCLING = WalOptions(segment_size_bytes=2048, zero_fill_ahead_bytes=1024, spare_segments=2)
 
 
-def test_trimmed_segments_become_zeroed_spares_that_rollovers_reuse(tmp_path: Path) -> None:
+def test_trimmed_segments_become_spares_that_later_rollovers_reuse(tmp_path: Path) -> None:
     with Wal.open(tmp_path, RECYCLING) as wal:
         entries = fill(wal, 0, 60)
         wal.sync()
@@ -970,31 +980,87 @@ def test_trimmed_segments_become_zeroed_spares_that_rollovers_reuse(tmp_path: Pa
         trimmed_inodes = {path.stat().st_ino for path in trimmed}
         first = wal.trim_before(wal.last_offset)
         spares = sorted(tmp_path.glob("*.spare"))
-        # Two kept (all zeros, the size they had), the rest deleted.
+        # Two kept as they were (named by their last record), the rest deleted.
         assert len(spares) == 2
         spare_inodes = {spare.stat().st_ino for spare in spares}
         assert spare_inodes <= trimmed_inodes
-        assert all(spare.read_bytes().count(0) == spare.stat().st_size for spare in spares)
+        for spare in spares:
+            check_spare(spare)
         # The next rollovers take the spares' files instead of new ones.
         kept = [entry for entry in entries if entry.offset >= first]
         while wal.segment_count() < 3:
             kept += fill(wal, wal.last_offset + 1, 1)
         wal.sync()
         assert not list(tmp_path.glob("*.spare"))
-        assert {path.stat().st_ino for path in segment_files(tmp_path)[1:]} == spare_inodes
-    # The reused files hold only their new records: nothing from their previous life.
+        reused = segment_files(tmp_path)[1:]
+        assert {path.stat().st_ino for path in reused} == spare_inodes
+        # The sealed one of them ends in zeros after its records; the active one still
+        # holds its old records after its new ones.
+        sealed, active = reused
+        sealed_records, sealed_end = records_from_start(sealed.read_bytes())
+        assert sealed.read_bytes().count(0, sealed_end) == sealed.stat().st_size - sealed_end
+        assert [record.offset for record in sealed_records] == list(
+            range(int(sealed.stem), int(active.stem))
+        )
+        active_bytes = active.read_bytes()
+        new_records, new_end = records_from_start(active_bytes)
+        assert new_records[0].offset == int(active.stem)
+        assert active_bytes.count(0, new_end) < len(active_bytes) - new_end
+    # The reused files give back only their new records: nothing from their previous life.
+    with Wal.open(tmp_path, RECYCLING) as wal:
+        assert list(wal.read(first)) == kept
+        # And appends after the reopen go on from the last new record.
+        kept += fill(wal, wal.last_offset + 1, 30)
+        wal.sync()
     with Wal.open(tmp_path, RECYCLING) as wal:
         assert list(wal.read(first)) == kept
 
 
-def test_spares_survive_a_reopen_and_an_interrupted_zeroing_is_deleted(tmp_path: Path) -> None:
+def test_a_spare_is_never_reused_where_its_old_records_would_fit(tmp_path: Path) -> None:
+    # Records of one size, so that after a reset the log rolls over at the same offsets
+    # as before (16 records a segment). A spare from before the reset then holds, at
+    # every position, a record with the offset a new segment at its base would put
+    # there; only spares whose records all come before a segment's base may start it.
+    # The process dies right after such a rollover, its last record not yet written.
+    script = f"""
+import os
+from pathlib import Path
+from cairn.storage.wal import Wal, WalEntry, WalOptions
+options = WalOptions(segment_size_bytes=2048, zero_fill_ahead_bytes=1024, spare_segments=2)
+wal = Wal.open(Path({str(tmp_path)!r}), options)
+def fill(term, count):
+    for offset in range(count):
+        wal.append(WalEntry(term, offset, 0, bytes([term]) * 100))
+fill(1, 60)
+wal.sync()
+wal.trim_before(wal.last_offset)  # spares: the segments of offsets 0-15 and 16-31
+print(sorted(path.name for path in Path({str(tmp_path)!r}).glob("*.spare")), flush=True)
+wal.reset(0)
+fill(2, 20)  # the rollover at 16 may take the first spare (its records end at 15)
+wal.sync()
+wal.reset(0)
+fill(3, 17)  # the rollover at 16 must not take the other one (16-31)
+os._exit(0)
+"""
+    run = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True)
+    assert run.stdout.split() == ["['00000000000000000015.spare',", "'00000000000000000031.spare']"]
+    with Wal.open(tmp_path, RECYCLING) as wal:
+        recovered = list(wal.read(0))
+        assert len(recovered) >= 16
+        assert [(entry.term, entry.offset) for entry in recovered] == [
+            (3, offset) for offset in range(len(recovered))
+        ]
+    assert [path.name for path in tmp_path.glob("*.spare")] == ["00000000000000000031.spare"]
+
+
+def test_spares_survive_a_reopen_and_odd_spare_files_are_deleted(tmp_path: Path) -> None:
     with Wal.open(tmp_path, RECYCLING) as wal:
         fill(wal, 0, 60)
         wal.sync()
         wal.trim_before(wal.last_offset)
-    (tmp_path / "00000000000000000001.zeroing").write_bytes(b"stale records")
+    (tmp_path / "odd.spare").write_bytes(b"not named by an offset")
     with Wal.open(tmp_path, WalOptions(segment_size_bytes=2048, spare_segments=1)) as wal:
-        # Fewer spares allowed now: the extra one goes, and so does the half-zeroed file.
+        # Fewer spares allowed now: the extra one goes, and so does the odd file.
         assert len(list(tmp_path.glob("*.spare"))) == 1
-        assert not list(tmp_path.glob("*.zeroing"))
+        assert not (tmp_path / "odd.spare").exists()
         assert wal.first_offset >= 0

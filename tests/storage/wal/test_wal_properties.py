@@ -26,6 +26,7 @@ from cairn.storage.wal.record import (
     decode,
     encode,
 )
+from support.wal_files import check_spare, records_from_start
 
 u64 = st.integers(min_value=0, max_value=U64_MAX)
 entries = st.builds(
@@ -275,10 +276,7 @@ class WalMachine(RuleBasedStateMachine):
         floor = min(durable_size, size) if torn == first_unsynced else 0
         self._lose_after(files[torn], data.draw(st.integers(floor, size), label="cut"), data)
         for later in files[torn + 1 :]:
-            if data.draw(st.booleans(), label=f"{later.name} emptied (else zeros)"):
-                os.truncate(later, 0)
-            else:
-                later.write_bytes(bytes(later.stat().st_size))
+            self._unsynced_file_after_crash(later, data)
         self.wal = Wal.open(self.directory, self.options)
 
         recovered = list(self.wal.read(self._start_offset()))
@@ -298,6 +296,14 @@ class WalMachine(RuleBasedStateMachine):
     def _lose_after(self, segment_file: Path, cut: int, data: st.DataObject) -> None:
         """What a crash does to the unsynced bytes from `cut` on: here, they are gone."""
         os.truncate(segment_file, cut)
+
+    def _unsynced_file_after_crash(self, segment_file: Path, data: st.DataObject) -> None:
+        """What a crash leaves of a file created since the last sync: its name, and
+        none of its records."""
+        if data.draw(st.booleans(), label=f"{segment_file.name} emptied (else zeros)"):
+            os.truncate(segment_file, 0)
+        else:
+            segment_file.write_bytes(bytes(segment_file.stat().st_size))
 
     @rule(data=st.data())
     def get_and_read_slices(self, data: st.DataObject) -> None:
@@ -369,11 +375,17 @@ test_zero_filled_wal_against_model = ZeroFilledWalMachine.TestCase
 
 
 class RecycledWalMachine(ZeroFilledWalMachine):
-    """The zero-filled machine with trimmed segments kept as zeroed spares and reused by
-    later rollovers. A reused file must never let a record of its previous life come
-    back, and a crash while a trimmed file was being zeroed must leave no trace."""
+    """The zero-filled machine with trimmed segments kept as spares, their records in
+    them, and reused by later rollovers. Crashes may also leave a reused file's unsynced
+    bytes as they were in its previous life (the new writes never reached the disk). A
+    record of a file's previous life must never come back as one of the log's."""
 
     options = WalOptions(segment_size_bytes=1024, zero_fill_ahead_bytes=300, spare_segments=2)
+
+    def __init__(self) -> None:
+        super().__init__()
+        # The bytes each spare file (by inode) held, for crashes to bring back.
+        self.previous_lives: dict[int, bytes] = {}
 
     @precondition(lambda self: self.next_offset is not None)
     @rule(payloads=st.lists(st.binary(min_size=200, max_size=600), min_size=2, max_size=6))
@@ -383,26 +395,54 @@ class RecycledWalMachine(ZeroFilledWalMachine):
             self.append(payload, 0, 0)
         self._trim(self.wal.last_offset)
 
-    @precondition(lambda self: bool(self._segment_files()))
-    @rule()
-    def crash_while_zeroing_a_trimmed_segment(self) -> None:
-        # A trimmed file renamed out of the log, its old records still in it.
-        self.wal.close()
-        oldest = self._segment_files()[0]
-        zeroing = oldest.with_suffix(".zeroing")
-        zeroing.write_bytes(oldest.read_bytes())
-        self.wal = Wal.open(self.directory, self.options)
-        assert not zeroing.exists()
-        self._now_durable()
+    def _previous_life(self, segment_file: Path) -> bytes | None:
+        return self.previous_lives.get(segment_file.stat().st_ino)
+
+    def _lose_after(self, segment_file: Path, cut: int, data: st.DataObject) -> None:
+        previous = self._previous_life(segment_file)
+        if previous is None or not data.draw(st.booleans(), label="previous life back"):
+            super()._lose_after(segment_file, cut, data)
+            return
+        event("crash brought a previous life back in the last segment")
+        with open(segment_file, "r+b") as handle:
+            handle.seek(cut)
+            handle.write(previous[cut:])
+            handle.truncate(max(cut, len(previous)))
+
+    def _unsynced_file_after_crash(self, segment_file: Path, data: st.DataObject) -> None:
+        previous = self._previous_life(segment_file)
+        if previous is None or not data.draw(st.booleans(), label="previous life back"):
+            super()._unsynced_file_after_crash(segment_file, data)
+            return
+        event("crash brought a previous life back after a rollover")
+        segment_file.write_bytes(previous)
 
     @invariant()
-    def spares_are_bounded_zeros(self) -> None:
+    def spares_are_bounded_sealed_segments(self) -> None:
         spares = sorted(self.directory.glob("*.spare"))
         assert len(spares) <= self.options.spare_segments
         for spare in spares:
-            content = spare.read_bytes()
-            assert content.count(0) == len(content)
-        assert not list(self.directory.glob("*.zeroing"))
+            check_spare(spare)
+            self.previous_lives[spare.stat().st_ino] = spare.read_bytes()
+
+    @invariant()
+    def room_is_zeros(self) -> None:
+        # A sealed segment's room is zeros; the active one's may hold a previous life,
+        # but nothing there reads as a record of this one.
+        files = self._segment_files()
+        for sealed in files[:-1]:
+            tail = sealed.read_bytes()[self._records_end(sealed) :]
+            assert tail.count(0) == len(tail)
+        if files:
+            base = int(files[-1].stem)
+            records, _ = records_from_start(files[-1].read_bytes())
+            offsets = [record.offset for record in records]
+            run = 0
+            while run < len(offsets) and offsets[run] == base + run:
+                run += 1
+            assert records[:run] == [e for e in self.model if e.offset >= base][:run]
+            # A previous life's records may line up after the run: none continues it.
+            assert all(offset < base for offset in offsets[run:])
 
 
 RecycledWalMachine.TestCase.settings = settings(

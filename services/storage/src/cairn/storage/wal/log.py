@@ -23,10 +23,11 @@ from cairn.storage.wal.record import (
 )
 from cairn.storage.wal.segment import (
     SPARE_SUFFIX,
-    ZEROING_SUFFIX,
     Segment,
     holds_a_record,
     parse_segment_file_name,
+    parse_spare_file_name,
+    spare_file_name,
 )
 
 log = logging.getLogger(__name__)
@@ -46,10 +47,11 @@ class WalOptions:
     # left), so that appends overwrite blocks already written and their fdatasync has no
     # file size or block mapping to commit (see segment.py). 0: plain appends.
     zero_fill_ahead_bytes: int = 0
-    # Keep up to this many trimmed segment files, zeroed, for the next segments to
-    # reuse: deleting a file on a disk mounted with `discard` stalls every fsync on
-    # the device (trimming five 64 MiB segments: ~500 ms of slow fsyncs, against
-    # ~90 ms for zeroing them, measured here). Trims beyond the spares still delete.
+    # Keep up to this many trimmed segment files for the next segments to reuse, as
+    # they are: deleting a file on a disk mounted with `discard` stalls every fsync on
+    # the device (trimming five 64 MiB segments: ~500 ms of slow fsyncs, measured
+    # here), and a reused file's blocks are already written, so the fdatasyncs of
+    # appends into it have no block mapping to commit. Trims beyond the spares delete.
     spare_segments: int = 0
 
     def __post_init__(self) -> None:
@@ -85,9 +87,9 @@ class Wal:
     first. Records past the room are written by the append itself, so that a full disk
     fails that append alone, with no partial record left. ``truncate_after``,
     ``trim_before`` and ``reset`` are durable when they return. Trimmed segment files
-    kept as spares are out of the log (renamed) before they are zeroed, and a rollover
-    reuses one only once it is all zeros and synced, so no record of a spare's previous
-    life can be read back.
+    kept as spares keep their records; a rollover reuses one only for a segment that
+    starts past its last offset, and zeroes the room left in a segment before it seals
+    it, so no record of a spare's previous life can be read back (see segment.py).
 
     Threading contract: ``append``/``append_many`` and every other method run on one
     thread (the event loop), except ``sync`` (which also tops up the zero-filled room,
@@ -294,15 +296,35 @@ class Wal:
         Nothing is synced here (this runs on the appending thread): the next ``sync``
         flushes the sealed segment and the directory before it reports their entries."""
         with self._lock:
-            if self._spares:
-                new = Segment.reuse(self._spares.pop(), self._directory, base_offset)
+            old = self._segments[-1] if self._segments else None
+            if old is not None:
+                # Zeros over a recycled file's old bytes after the last record, before
+                # the next file exists (what a sealed segment must end with, a kill
+                # included); at most the room one group left: a few pages, as a rollover
+                # comes once a segment fills its file.
+                try:
+                    old.zero_room()
+                except OSError as exc:
+                    self._failure = f"write to {old.path} failed: {exc}"
+                    raise WalError(self._failure) from exc
+            spare = self._take_spare(base_offset)
+            if spare is not None:
+                new = Segment.reuse(spare, self._directory, base_offset)
             else:
                 new = Segment.create(self._directory, base_offset)
-            old = self._segments[-1] if self._segments else None
             self._segments.append(new)
             if old is not None:
                 self._unsynced_sealed.append(old)
             self._directory_changes += 1
+
+    def _take_spare(self, base_offset: int) -> Path | None:
+        """A spare whose records all come before ``base_offset`` (caller holds ``_lock``):
+        only those can start a segment there (a reset may leave ones that cannot yet)."""
+        for index, spare in enumerate(self._spares):
+            last_offset = parse_spare_file_name(spare.name)
+            if last_offset is not None and last_offset < base_offset:
+                return self._spares.pop(index)
+        return None
 
     def sync(self) -> int:
         """Make every entry appended before this call durable; return synced_offset.
@@ -493,7 +515,7 @@ class Wal:
         spares: list[Path] = []
         for segment in removed:
             # (A spare of the same name can only come from before a reset.)
-            if len(spares) < room and segment.path.stem + SPARE_SUFFIX not in taken_names:
+            if len(spares) < room and spare_file_name(segment.last_offset) not in taken_names:
                 spares.append(segment.retire_as_spare())
             else:
                 segment.delete()
@@ -644,12 +666,14 @@ def _remove_after_tear(directory: Path, later: list[tuple[int, Path]]) -> None:
 
 def _recover_spares(listing: list[Path], keep: int) -> list[Path]:
     """The spare files a previous run left in the WAL folder (``listing``), at most
-    ``keep`` (the rest, and any file whose zeroing a crash interrupted, are deleted)."""
+    ``keep`` (the rest, and files under the spare suffix with another name, are deleted)."""
     spares: list[Path] = []
     for path in listing:
-        if path.suffix == SPARE_SUFFIX and len(spares) < keep:
+        if path.suffix != SPARE_SUFFIX:
+            continue
+        if parse_spare_file_name(path.name) is not None and len(spares) < keep:
             spares.append(path)
-        elif path.suffix in (SPARE_SUFFIX, ZEROING_SUFFIX):
+        else:
             path.unlink()
     return spares
 

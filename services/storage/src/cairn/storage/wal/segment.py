@@ -16,6 +16,15 @@ overwrite inside blocks already written (and is where other files' unsynced writ
 queue up in front of ours). Zeros never decode as a record (a record's CRC of all-zero
 fields is not zero), so the scan ends there; a tail that is all zeros is a clean end,
 not damage.
+
+Recycled files. A trimmed segment's file can be kept as a spare and reused, as it is,
+by a later segment: its room then holds the records of its previous life, not zeros.
+Those never read back as records of the new segment: every one of them has an offset
+below the new base (a spare is named by its last offset, and only reused past it), and
+the scan accepts only consecutive offsets from the base, so it ends at the first old
+record, or at the first bytes that do not decode. In the last segment recovery cuts
+them off like a torn tail; a segment is sealed only once its room is zeros
+(``zero_room``), so a sealed segment's scan ends at zeros, as it always has.
 """
 
 from __future__ import annotations
@@ -50,21 +59,28 @@ def segment_file_name(base_offset: int) -> str:
     return f"{base_offset:020d}.wal"
 
 
-# A retired segment file kept for reuse: all zeros (and synced) under SPARE_SUFFIX, being
-# zeroed under ZEROING_SUFFIX. Neither name is a segment's, so recovery never reads them.
+# A retired segment file kept for reuse, named ``{last_offset:020d}.spare`` after the
+# last record it holds. Not a segment's name, so recovery never reads it.
 SPARE_SUFFIX = ".spare"
-ZEROING_SUFFIX = ".zeroing"
+_SPARE_NAME = re.compile(r"^(\d{20})\.spare$")
 
 
-def _write_zeros(fd: int, start_bytes: int, end_bytes: int, *, sync_each: bool = False) -> None:
-    """Zeros over [start, end), in chunks; `sync_each`: each chunk synced before the
-    next is written."""
+def spare_file_name(last_offset: int) -> str:
+    return f"{last_offset:020d}{SPARE_SUFFIX}"
+
+
+def parse_spare_file_name(name: str) -> int | None:
+    """The last offset a spare file may hold a record of, or None if it is not a spare."""
+    match = _SPARE_NAME.match(name)
+    return int(match.group(1)) if match else None
+
+
+def _write_zeros(fd: int, start_bytes: int, end_bytes: int) -> None:
+    """Zeros over [start, end), in chunks."""
     position = start_bytes
     while position < end_bytes:
         size = min(len(_ZEROS), end_bytes - position)
         position += os.pwrite(fd, memoryview(_ZEROS)[:size], position)
-        if sync_each:
-            os.fdatasync(fd)
 
 
 def parse_segment_file_name(name: str) -> int | None:
@@ -74,7 +90,15 @@ def parse_segment_file_name(name: str) -> int | None:
 
 
 class Segment:
-    __slots__ = ("_fd", "allocated_bytes", "base_offset", "path", "positions", "size_bytes")
+    __slots__ = (
+        "_fd",
+        "allocated_bytes",
+        "base_offset",
+        "path",
+        "positions",
+        "room_is_zeros",
+        "size_bytes",
+    )
 
     def __init__(
         self,
@@ -84,13 +108,17 @@ class Segment:
         size_bytes: int,
         fd: int | None,
         allocated_bytes: int | None = None,
+        *,
+        room_is_zeros: bool = True,
     ) -> None:
         self.path = path
         self.base_offset = base_offset
         self.positions = positions  # byte position of each record, by offset - base_offset
         self.size_bytes = size_bytes  # end of the last record: where the next one goes
-        # The file's length: size_bytes plus the zero-filled room after it, if any.
+        # The file's length: size_bytes plus the room after it, if any.
         self.allocated_bytes = size_bytes if allocated_bytes is None else allocated_bytes
+        # False while the room may hold a recycled file's old bytes (see the module doc).
+        self.room_is_zeros = room_is_zeros
         self._fd = fd  # open only while this is the active segment
 
     @classmethod
@@ -103,8 +131,12 @@ class Segment:
 
     @classmethod
     def reuse(cls, spare: Path, directory: Path, base_offset: int) -> Segment:
-        """Turn a spare file (all zeros) into an empty segment whose zero-filled room is
-        the whole file. The caller fsyncs the directory."""
+        """Turn a spare file into an empty segment whose room is the whole file (its
+        old bytes: the spare's last offset must be below ``base_offset``). The caller
+        fsyncs the directory."""
+        spare_last_offset = parse_spare_file_name(spare.name)
+        if spare_last_offset is None or spare_last_offset >= base_offset:
+            raise WalError(f"{spare} cannot start a segment at offset {base_offset}")
         path = directory / segment_file_name(base_offset)
         # link, then unlink the spare's name: fails if the segment exists (like O_EXCL
         # in create), and no blocks are freed (an unlink that frees them waits for
@@ -112,25 +144,27 @@ class Segment:
         os.link(spare, path)
         os.unlink(spare)
         fd = os.open(path, _OPEN_FLAGS_WRITE)
-        return cls(path, base_offset, array("Q"), 0, fd, allocated_bytes=os.fstat(fd).st_size)
+        return cls(
+            path,
+            base_offset,
+            array("Q"),
+            0,
+            fd,
+            allocated_bytes=os.fstat(fd).st_size,
+            room_is_zeros=False,
+        )
 
     def retire_as_spare(self) -> Path:
-        """Leave the log as a spare file: renamed out of the log first (like a deletion,
-        as far as recovery sees), then zeroed whole and synced, then marked spare. A
-        crash part way leaves a file named ZEROING_SUFFIX, which Wal.open deletes."""
+        """Leave the log as a spare file, its bytes as they are: renamed out of the log
+        (like a deletion, as far as recovery sees) to a name that says the last offset
+        it holds. The caller fsyncs the directory.
+
+        Not zeroed: zeroing a 64 MiB file kept the disk busy for 300-600 ms, and as the
+        replicas of a shard trim at the same log size, it slowed every replica's WAL
+        syncs at once (and with them the writes that need a majority)."""
         self.close()
-        zeroing = self.path.with_suffix(ZEROING_SUFFIX)
-        spare = self.path.with_suffix(SPARE_SUFFIX)
-        os.rename(self.path, zeroing)
-        fd = os.open(zeroing, _OPEN_FLAGS_WRITE)
-        try:
-            # Synced a chunk at a time: a whole segment's zeros written at once went to
-            # the disk in one burst that held the WAL's fsyncs (every shard's on this
-            # disk) up for 100 ms and more; a chunk delays them by a few ms at most.
-            _write_zeros(fd, 0, os.fstat(fd).st_size, sync_each=True)
-        finally:
-            os.close(fd)
-        os.rename(zeroing, spare)
+        spare = self.path.with_name(spare_file_name(self.last_offset))
+        os.rename(self.path, spare)
         return spare
 
     @classmethod
@@ -242,6 +276,13 @@ class Segment:
             while written < len(data):
                 written += os.pwrite(fd, view[written:], start + written)
 
+    def zero_room(self) -> None:
+        """Write zeros over the room if it may hold a recycled file's old bytes (before
+        the segment is sealed: see the module doc). Raises OSError."""
+        if not self.room_is_zeros:
+            _write_zeros(self.fd, self.size_bytes, self.allocated_bytes)
+            self.room_is_zeros = True
+
     def extend_zeroed(self, end_bytes: int) -> None:
         """Fill the file with zeros from the end of its room to ``end_bytes``. Made durable
         by the next sync, like an append; a crash before that leaves a shorter file or
@@ -260,6 +301,7 @@ class Segment:
         del self.positions[keep_count:]
         self.size_bytes = new_size
         self.allocated_bytes = new_size
+        self.room_is_zeros = True  # (there is none)
 
     def _record_end(self, index: int) -> int:
         return self.positions[index + 1] if index + 1 < len(self.positions) else self.size_bytes
