@@ -167,7 +167,7 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
             "--wal-spare-segments",
             type=int,
             default=DEFAULT_WAL_SPARE_SEGMENTS,
-            help="trimmed WAL segments kept per shard, zeroed, for later rollovers to reuse"
+            help="trimmed WAL segment files kept per shard for later rollovers to reuse"
             " (deleting files stalls every sync on some disks; 0: delete them)",
         )
         command.add_argument(
