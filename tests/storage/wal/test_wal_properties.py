@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -384,8 +385,9 @@ class RecycledWalMachine(ZeroFilledWalMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        # The bytes each spare file (by inode) held, for crashes to bring back.
-        self.previous_lives: dict[int, bytes] = {}
+        # The bytes each spare file (by inode) held, and the last offset its name
+        # gave, for crashes to bring back.
+        self.previous_lives: dict[int, tuple[int, bytes]] = {}
 
     @precondition(lambda self: self.next_offset is not None)
     @rule(payloads=st.lists(st.binary(min_size=200, max_size=600), min_size=2, max_size=6))
@@ -396,7 +398,11 @@ class RecycledWalMachine(ZeroFilledWalMachine):
         self._trim(self.wal.last_offset)
 
     def _previous_life(self, segment_file: Path) -> bytes | None:
-        return self.previous_lives.get(segment_file.stat().st_ino)
+        """What the file held as a spare, if it was one before this segment: an inode
+        freed since may be a new file's (created, not reused, perhaps lower in the log
+        after a reset), which never held those bytes."""
+        last_offset, previous = self.previous_lives.get(segment_file.stat().st_ino, (-1, None))
+        return previous if last_offset < int(segment_file.stem) else None
 
     def _lose_after(self, segment_file: Path, cut: int, data: st.DataObject) -> None:
         previous = self._previous_life(segment_file)
@@ -423,16 +429,23 @@ class RecycledWalMachine(ZeroFilledWalMachine):
         assert len(spares) <= self.options.spare_segments
         for spare in spares:
             check_spare(spare)
-            self.previous_lives[spare.stat().st_ino] = spare.read_bytes()
+            self.previous_lives[spare.stat().st_ino] = (int(spare.stem), spare.read_bytes())
 
     @invariant()
     def room_is_zeros(self) -> None:
         # A sealed segment's room is zeros; the active one's may hold a previous life,
         # but nothing there reads as a record of this one.
         files = self._segment_files()
-        for sealed in files[:-1]:
-            tail = sealed.read_bytes()[self._records_end(sealed) :]
-            assert tail.count(0) == len(tail)
+        for sealed, next_file in pairwise(files):
+            base, next_base = int(sealed.stem), int(next_file.stem)
+            end = sum(
+                HEADER_SIZE_BYTES + len(e.payload)
+                for e in self.model
+                if base <= e.offset < next_base
+            )
+            content = sealed.read_bytes()
+            assert len(content) >= end
+            assert content.count(0, end) == len(content) - end
         if files:
             base = int(files[-1].stem)
             records, _ = records_from_start(files[-1].read_bytes())
