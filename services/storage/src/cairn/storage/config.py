@@ -15,7 +15,7 @@ DEFAULT_WAL_SEGMENT_BYTES = 64 * MiB
 # Zero-filled room kept ahead of each WAL's write position (see cairn.storage.wal):
 # fdatasync of records written over it measured ~10x faster than of plain appends.
 DEFAULT_WAL_ZERO_FILL_BYTES = 1 * MiB
-# Trimmed WAL segment files kept (zeroed) for reuse, per shard (see WalOptions).
+# Trimmed WAL segment files kept for reuse, per shard (see WalOptions).
 DEFAULT_WAL_SPARE_SEGMENTS = 8
 DEFAULT_WAL_RETENTION_BYTES = 256 * MiB
 DEFAULT_WAL_RETENTION_MS = 60 * 60 * 1000

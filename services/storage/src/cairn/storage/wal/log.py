@@ -129,7 +129,7 @@ class Wal:
         self._unsynced_sealed: list[Segment] = []
         self._directory_changes = 0
         self._directory_changes_synced = 0
-        # Zeroed files left by trims, for rollovers to reuse (see WalOptions).
+        # Files left by trims, for rollovers to reuse (see WalOptions).
         self._spares: list[Path] = []
 
     @classmethod
