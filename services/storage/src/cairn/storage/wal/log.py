@@ -28,6 +28,7 @@ from cairn.storage.wal.segment import (
     parse_segment_file_name,
     parse_spare_file_name,
     spare_file_name,
+    spare_may_start,
 )
 
 log = logging.getLogger(__name__)
@@ -321,8 +322,7 @@ class Wal:
         """A spare whose records all come before ``base_offset`` (caller holds ``_lock``):
         only those can start a segment there (a reset may leave ones that cannot yet)."""
         for index, spare in enumerate(self._spares):
-            last_offset = parse_spare_file_name(spare.name)
-            if last_offset is not None and last_offset < base_offset:
+            if spare_may_start(spare, base_offset):
                 return self._spares.pop(index)
         return None
 

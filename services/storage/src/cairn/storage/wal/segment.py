@@ -75,6 +75,13 @@ def parse_spare_file_name(name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def spare_may_start(spare: Path, base_offset: int) -> bool:
+    """Whether the spare's file may hold a segment starting at ``base_offset``: only
+    if every record of its previous life comes before it (see the module doc)."""
+    last_offset = parse_spare_file_name(spare.name)
+    return last_offset is not None and last_offset < base_offset
+
+
 def _write_zeros(fd: int, start_bytes: int, end_bytes: int) -> None:
     """Zeros over [start, end), in chunks."""
     position = start_bytes
@@ -134,8 +141,7 @@ class Segment:
         """Turn a spare file into an empty segment whose room is the whole file (its
         old bytes: the spare's last offset must be below ``base_offset``). The caller
         fsyncs the directory."""
-        spare_last_offset = parse_spare_file_name(spare.name)
-        if spare_last_offset is None or spare_last_offset >= base_offset:
+        if not spare_may_start(spare, base_offset):
             raise WalError(f"{spare} cannot start a segment at offset {base_offset}")
         path = directory / segment_file_name(base_offset)
         # link, then unlink the spare's name: fails if the segment exists (like O_EXCL
