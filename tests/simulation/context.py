@@ -8,6 +8,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from cairn.storage.core.entry_apply import ShardRules
+from cairn.storage.core.replication.leader import LeaderCore
 from simulation.messages import Body
 from simulation.network import Network
 from simulation.observer import Observer
@@ -60,6 +61,8 @@ class Env:
     observer: Observer
     rules: RuntimeRules
     shard_rules: ShardRules
+    # The leader's core: the real one, or a mutant (mutants.py).
+    leader_core_class: type[LeaderCore] = LeaderCore
     now: int = 0
     trace: deque[str] = field(default_factory=lambda: deque(maxlen=80))
     # How often each interesting thing happened: shows what a run exercised.

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from cairn.common.errors import InvalidTerm
 from cairn.proto import storage_internal_pb2 as internal_pb
 from cairn.storage.core.entries import TERM_START, encode_client_write, encode_entry
-from cairn.storage.core.replication.leader import FollowerPhase, LeaderCore
+from cairn.storage.core.replication.leader import FollowerPhase
 from cairn.storage.core.replication.replica import Member
 from cairn.storage.core.replication.terms import NO_OFFSET, EntryId
 from simulation import messages as m
@@ -69,7 +69,7 @@ class LeaderRuntime:
         body = internal_pb.TermStartEntry(leader=replica.member.internal_address)
         self._append(encode_entry(TERM_START, body.SerializeToString()))
         assert log.last_offset == term_start.offset
-        self.core = LeaderCore(
+        self.core = env.leader_core_class(
             term,
             replica.member,
             followers,
@@ -150,7 +150,7 @@ class LeaderRuntime:
             if body.session in self.own_sessions:
                 self._session(src, body.session)
                 try:
-                    self.core.on_ack(src, body.term, body.durable_offset)
+                    self.core.on_ack(src, body.term, body.durable_offset, body.applied_offset)
                 except InvalidTerm:
                     self.replica.env.count("acknowledgements of another term ignored")
         elif isinstance(body, m.TruncateResponse):

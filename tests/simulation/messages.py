@@ -132,6 +132,10 @@ class Replicate:
 class ReplicateResponse:
     session: int
     durable_offset: int
+    # What the follower applied: it trails durable_offset by any distance while
+    # the follower is behind the commit offset (the leader's window must not
+    # depend on it: LeaderCore's docstring).
+    applied_offset: int
     # The term the follower acknowledges in (the stream's; see
     # RuntimeRules.end_streams_on_new_term).
     term: int

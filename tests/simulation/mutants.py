@@ -1,14 +1,15 @@
 """Deliberately broken variants: each must be caught by a checker within a few
 seeds, which shows that the checkers fail when they should.
 
-Each is a SimConfig change: a runtime rule switched off, or a controller that
-decides wrongly.
+Each is a SimConfig change: a runtime rule switched off, a controller that
+decides wrongly, or a leader core with a rule undone.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from cairn.storage.core.replication.leader import FollowerPhase, LeaderCore
 from cairn.storage.core.replication.terms import EntryId
 from simulation.context import RuntimeRules
 from simulation.coordinator import Coordinator
@@ -30,6 +31,27 @@ class HastyEnsembleCoordinator(Coordinator):
         self._change_ensemble(leader)
 
 
+class WindowFromAppliedLeaderCore(LeaderCore):
+    """Bounds what it sends a follower by what the follower applied, which cannot
+    pass the commit offset: a new leader whose term-start entry lies more than a
+    window past it never commits again (the leader's window rule undone)."""
+
+    def to_send(self, member: str, our_last_offset: int) -> tuple[int, int] | None:
+        progress = self.followers.get(member)
+        if progress is None or progress.phase is not FollowerPhase.STREAMING:
+            return None
+        window_end = min(progress.acked_offset, progress.applied_offset)
+        last = min(our_last_offset, window_end + self.max_in_flight_entries)
+        return (progress.next_offset, last) if progress.next_offset <= last else None
+
+    def on_ack(
+        self, member: str, term: int, durable_offset: int, applied_offset: int | None = None
+    ) -> int:
+        # A head without an applied offset (Truncate's answer) counted as applied.
+        applied = durable_offset if applied_offset is None else applied_offset
+        return super().on_ack(member, term, durable_offset, applied)
+
+
 def _rules(**changes: bool) -> RuntimeRules:
     return dataclasses.replace(RuntimeRules(), **changes)
 
@@ -42,6 +64,9 @@ MUTANTS: dict[str, SimConfig] = {
     "NewTerm answers an unsynced head": SimConfig(rules=_rules(sync_before_new_term_answer=False)),
     "Truncate answers an unsynced head": SimConfig(rules=_rules(sync_before_truncate_answer=False)),
     "act on stale Truncates": SimConfig(rules=_rules(ignore_stale_truncates=False)),
+    "send window anchored at the applied offset": SimConfig(
+        leader_core_class=WindowFromAppliedLeaderCore
+    ),
     "acknowledge old streams after a new term": SimConfig(
         rules=_rules(end_streams_on_new_term=False)
     ),

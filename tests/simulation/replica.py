@@ -295,7 +295,9 @@ class SimReplica:
         self.env.send(
             self.name,
             stream.leader,
-            m.ReplicateResponse(stream.session, self._durable(), stream.term),
+            m.ReplicateResponse(
+                stream.session, self._durable(), self.kv.applied_offset, stream.term
+            ),
         )
 
     def _durable(self) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from cairn.proto import oxia_client_pb2 as pb
+from cairn.storage.core.replication.leader import LeaderCore
 from cairn.storage.core.replication.terms import EntryId
 from simulation import messages as m
 from simulation.context import RuntimeRules
@@ -34,13 +35,19 @@ class ScriptedCoordinator(Coordinator):
 
 
 class Script:
-    def __init__(self, replicas: int, rules: RuntimeRules) -> None:
+    def __init__(
+        self,
+        replicas: int,
+        rules: RuntimeRules,
+        leader_core_class: type[LeaderCore] = LeaderCore,
+    ) -> None:
         config = SimConfig(
             replicas=replicas,
             steps=0,
             rules=rules,
             faults=NetworkFaults.none(),
             coordinator_class=ScriptedCoordinator,
+            leader_core_class=leader_core_class,
         )
         self.world = World(0, config)
         self.world.faults = False

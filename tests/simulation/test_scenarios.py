@@ -9,6 +9,10 @@ broken (a checker, or the core's own invariant check, fires).
 - Truncate must answer a durable head: the leader counts it as an acknowledgement.
 - NewTerm must answer a durable head: the controller elects on it, and the
   replica may lose power between answering and BecomeLeader.
+- A new leader whose followers lag its head by more than the send window must
+  still bring its term's first entry to a majority: the window runs from what a
+  follower holds durably, never from what it applied (which stops at the commit
+  offset, and the new term commits nothing until that entry is on a majority).
 """
 
 from __future__ import annotations
@@ -17,9 +21,11 @@ import dataclasses
 
 import pytest
 
+from cairn.storage.core.replication.leader import LeaderCore
 from cairn.storage.core.replication.replica import ReplicationInvariantError
 from simulation.checkers import Violation, check_liveness, converged
 from simulation.context import RuntimeRules
+from simulation.mutants import WindowFromAppliedLeaderCore
 from simulation.scenario import Script
 
 MEMBERS = ("r0", "r1", "r2", "r3", "r4")
@@ -153,3 +159,48 @@ def test_new_term_answering_an_unsynced_head_loses_an_acknowledged_write() -> No
     rules = dataclasses.replace(RuntimeRules(), sync_before_new_term_answer=False)
     with pytest.raises((Violation, ReplicationInvariantError), match=r"acknowledged|committed"):
         an_elected_replica_loses_power_before_leading(rules)
+
+
+def followers_lag_past_the_window_before_a_new_term(
+    leader_core_class: type[LeaderCore],
+) -> tuple[Script, int]:
+    """r0 leads; r1 and r2 are cut off while r0 logs more than twice the send
+    window of writes it cannot commit; then, healed, r0 (the highest head) is
+    elected again. Returns the script and the new term's first offset."""
+    rules = RuntimeRules()
+    script = Script(3, rules, leader_core_class)
+    r0 = script.replica("r0")
+    assert script.elect("r0") == "r0"
+    first = script.write("r0")
+    script.run_until(lambda: all(script.replica(n).kv.applied_offset >= first for n in MEMBERS[:3]))
+    script.cut_off("r1", "r2")
+    lag = 2 * rules.max_in_flight_entries + 4
+    last = first
+    for _ in range(lag):
+        last = script.write("r0")
+    script.run_until(lambda: r0.log.synced_offset >= last)
+    assert r0.commit_offset == first
+    script.heal()
+    assert script.elect("r0") == "r0"
+    term_start = r0.log.last_offset
+    assert term_start - script.replica("r1").log.last_offset > 2 * rules.max_in_flight_entries
+    return script, term_start
+
+
+def test_a_new_leader_commits_although_its_followers_lag_past_the_window() -> None:
+    script, term_start = followers_lag_past_the_window_before_a_new_term(LeaderCore)
+    r0 = script.replica("r0")
+    script.run_until(lambda: r0.commit_offset >= term_start, max_steps=200)
+    entry = script.write("r0")
+    script.run_until(lambda: script.world.observer.acked[-1].offset == entry)
+    script.run_until(lambda: converged(script.world), max_steps=200)
+    check_liveness(script.world)
+
+
+def test_a_send_window_anchored_at_the_applied_offset_never_commits_the_new_term() -> None:
+    script, term_start = followers_lag_past_the_window_before_a_new_term(
+        WindowFromAppliedLeaderCore
+    )
+    r0 = script.replica("r0")
+    with pytest.raises(AssertionError, match="not reached in 400 steps"):
+        script.run_until(lambda: r0.commit_offset >= term_start, max_steps=400)

@@ -40,6 +40,8 @@ CAUGHT_WITHIN: dict[str, tuple[int, int]] = {
     # Caught at seed 17 today: a write acknowledged by a resumed old leader on
     # the strength of a new leader's offsets is missing after the next election.
     "acknowledge old streams after a new term": (30, 3),
+    # A new leader's followers lag past the window: its term never commits.
+    "send window anchored at the applied offset": (3, 3),
 }
 MUTANT_STEPS = 2000
 
@@ -54,6 +56,7 @@ def test_checkers_catch_a_broken_variant(mutant: str) -> None:
         steps=MUTANT_STEPS,
         rules=broken.rules,
         coordinator_class=broken.coordinator_class,
+        leader_core_class=broken.leader_core_class,
     )
     for seed in range(seeds):
         try:

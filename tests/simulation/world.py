@@ -2,11 +2,13 @@
 faults, all under one `random.Random(seed)`.
 
 One step, in this order: deliver the messages due now; inject faults (partitions,
-crashes, restarts, trims, a controller crash); clients send; replicas whose log
-has an unsynced tail may sync; the controller acts; every replica pumps (applies,
-streams); the checkers run. `run_seed` runs a faulty phase of `steps` steps, then
-stops the faults, heals the network, restarts every member, holds a final
-election and runs until the shard converges (bounded), and checks liveness.
+crashes, restarts, trims, a controller crash, long lags); clients send; replicas
+whose log has an unsynced tail may sync; the controller acts; every replica pumps
+(applies, streams); the checkers run. `run_seed` runs a faulty phase of `steps`
+steps, then stops the faults and heals the network. With only a majority of the
+ensemble up (a minority that was down stays down), a final election must lead to
+a new write acknowledged within `max_steps_to_commit`; then every member starts,
+the shard runs until it converges (bounded), and liveness is checked.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from cairn.storage.core.replication.leader import LeaderCore
 from cairn.storage.core.replication.replica import Role
 from simulation import messages as m
-from simulation.checkers import CheckerState, check_liveness, check_step, converged
+from simulation.checkers import CheckerState, Violation, check_liveness, check_step, converged
 from simulation.clients import Clients
 from simulation.context import Env, RuntimeRules
 from simulation.coordinator import NAME as CONTROLLER
@@ -28,6 +31,8 @@ from simulation.replica import SimReplica
 from simulation.storage import shard_rules
 
 CLIENT = "client"
+# How often the liveness phase sends its write again while none is acknowledged.
+RESEND_STEPS = 20
 TRACE_TAIL_LINES = 40
 
 
@@ -38,6 +43,7 @@ class SimConfig:
     rules: RuntimeRules = field(default_factory=RuntimeRules)
     faults: NetworkFaults = field(default_factory=NetworkFaults)
     coordinator_class: type[Coordinator] = Coordinator
+    leader_core_class: type[LeaderCore] = LeaderCore
     client_write_probability: float = 0.4
     sync_probability: float = 0.3
     crash_probability: float = 0.006
@@ -50,12 +56,19 @@ class SimConfig:
     max_partition_steps: int = 60
     max_partitions: int = 2
     controller_crash_probability: float = 0.002
+    # A long lag: some followers of the leader (one, up to all) cut off for
+    # `long_lag_steps`, far longer than the leader's send window and write buffer
+    # take to fill, then a leader change (the leader crashes, or an election).
+    long_lag_probability: float = 0.0
+    long_lag_steps: tuple[int, int] = (150, 400)
     random_election_probability: float = 0.004
     ensemble_change_probability: float = 0.006
     # Entries' timestamps advance 10 ms a step: 1 s of retention is 100 steps, so
     # notification trimming (every 256th entry) does happen.
     notification_retention_ms: int = 1000
     max_quiet_steps: int = 3000
+    # With faults over and a majority up, a write is acknowledged within this many.
+    max_steps_to_commit: int = 600
 
 
 class SimulationFailure(AssertionError):
@@ -73,6 +86,7 @@ class World:
             Observer(),
             config.rules,
             shard_rules(config.notification_retention_ms),
+            config.leader_core_class,
         )
         self.observer = self.env.observer
         self.replicas: dict[str, SimReplica] = {}
@@ -92,6 +106,8 @@ class World:
         # Replicas whose WAL syncs only when the runtime syncs explicitly (scripts).
         self.held_syncs: set[str] = set()
         self.acks_seen = 0
+        # The step at which the current long lag ends with a leader change.
+        self.lag_ends_step: int | None = None
         self.env.net.up(CLIENT, 1)
 
     # -- queries -----------------------------------------------------------------------
@@ -179,14 +195,38 @@ class World:
         self.faults = False
         env.net.faults = NetworkFaults.none()
         env.net.heal()
-        for name in self.coordinator.ensemble:
-            if not self.replicas[name].up:
+        ensemble = self.coordinator.ensemble
+        down = [name for name in ensemble if not self.replicas[name].up]
+        staying_down = down[: (len(ensemble) - 1) // 2]
+        for name in ensemble:
+            if not self.replicas[name].up and name not in staying_down:
                 self.replicas[name].start()
         self.coordinator.start_election("final")
+        self._commit_a_new_write(staying_down)
+        for name in staying_down:
+            self.replicas[name].start()
         for _ in range(self.config.max_quiet_steps):
             self.step()
             if converged(self):
                 return
+
+    def _commit_a_new_write(self, down: list[str]) -> None:
+        """Liveness with a majority up: a leader of the final election's term (or a
+        later one) acknowledges a write within `max_steps_to_commit`, whatever the
+        followers' lags were (a write the leader's buffer refused is sent again)."""
+        final_term = self.coordinator.highest_term
+        first_ack = len(self.observer.acked)
+        for step in range(self.config.max_steps_to_commit):
+            if step % RESEND_STEPS == 0:
+                self._client_write()
+            self.step()
+            if any(write.term >= final_term for write in self.observer.acked[first_ack:]):
+                return
+        raise Violation(
+            f"(liveness) with {sorted(down) or 'no member'} down and the rest up and "
+            f"connected, no write was acknowledged in {self.config.max_steps_to_commit} "
+            f"steps after the election of term {final_term}: {self.describe()}"
+        )
 
     def _deliver(self, envelope: Envelope) -> None:
         body = envelope.body
@@ -232,6 +272,32 @@ class World:
             self._trim(rng.choice(list(self.replicas.values())))
         if rng.random() < config.controller_crash_probability:
             self.coordinator.crash()
+        if config.long_lag_probability > 0:
+            self._long_lag()
+
+    def _long_lag(self) -> None:
+        env, rng = self.env, self.env.rng
+        if self.lag_ends_step is not None:
+            if env.now < self.lag_ends_step:
+                return
+            self.lag_ends_step = None
+            leader = self.current_leader()
+            if leader is not None and rng.random() < 0.5:
+                env.log(f"{leader.name} crashes after a long lag", "leaders crashed after a lag")
+                leader.crash()
+            else:
+                self.coordinator.start_election("after a long lag")
+            return
+        leader = self.current_leader()
+        if leader is None or rng.random() >= self.config.long_lag_probability:
+            return
+        followers = sorted(set(self.coordinator.ensemble) - {leader.name})
+        if not followers:
+            return
+        lagging = frozenset(rng.sample(followers, rng.randint(1, len(followers))))
+        self.lag_ends_step = env.now + rng.randint(*self.config.long_lag_steps)
+        env.net.partition(lagging, self.lag_ends_step)
+        env.log(f"long lag: {sorted(lagging)} cut off until {self.lag_ends_step}", "long lags")
 
     def _trim(self, replica: SimReplica) -> None:
         log, applied = replica.log, replica.kv.applied_offset
@@ -281,6 +347,9 @@ def run_seed(seed: int, config: SimConfig) -> World:
 # unsynced tails), and frequent elections and ensemble changes.
 PROFILES: dict[str, SimConfig] = {
     "steady": SimConfig(),
+    # Followers lagging by hundreds of entries (windows are 8, write buffers 64)
+    # before a leader change, on top of the steady faults.
+    "lagging": SimConfig(long_lag_probability=0.01),
     "churn": SimConfig(
         sync_probability=0.1,
         crash_probability=0.01,

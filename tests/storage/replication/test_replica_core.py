@@ -114,6 +114,38 @@ def test_leader_streams_in_a_bounded_window_and_commits_on_a_majority() -> None:
     assert leader.to_send(C.internal_address, 20) == (13, 16)
 
 
+def test_a_new_term_commits_although_its_followers_lag_twice_the_window() -> None:
+    """A leader restarted with a long tail it does not know to be committed
+    (commit 1429, head 2686: the live-lock found with real processes) and
+    followers far behind (one wiped, one lagging): the window moves with their
+    durable acknowledgements, though they apply nothing past the commit offset
+    until the term's first entry (2687) reaches one of them."""
+    window = 1024
+    commit, term_start = 1429, 2687
+    leader = LeaderCore(
+        5,
+        A,
+        [B, C],
+        commit_offset=commit,
+        term_start_offset=term_start,
+        max_in_flight_entries=window,
+    )
+    leader.on_local_durable(term_start)
+    heads = {B.internal_address: -1, C.internal_address: 180}
+    assert all(term_start - head >= 2 * window for head in heads.values())
+    for member, head in heads.items():
+        leader.on_truncated(member, EntryId(4 if head >= 0 else -1, head), our_first_offset=0)
+    for _ in range(10):  # far more rounds than the lag needs
+        for member in heads:
+            span = leader.to_send(member, our_last_offset=term_start)
+            if span is None:
+                continue
+            leader.on_sent(member, span[1])
+            # Durable at once; applied only as far as the commit offset it learned.
+            leader.on_ack(member, leader.term, span[1], min(span[1], leader.commit_offset))
+    assert leader.commit_offset == term_start
+
+
 def test_nothing_commits_before_the_term_start_entry_is_on_a_majority() -> None:
     leader = LeaderCore(3, A, [B, C], commit_offset=1, term_start_offset=6, max_in_flight_entries=8)
     leader.on_local_durable(6)

@@ -25,15 +25,15 @@ _sym_db = _symbol_database.Default()
 from cairn.proto import oxia_client_pb2 as cairn_dot_proto_dot_oxia__client__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x63\x61irn/proto/replication.proto\x12\x14\x63\x61irn.replication.v1\x1a\x1d\x63\x61irn/proto/oxia_client.proto\"\'\n\x07\x45ntryId\x12\x0c\n\x04term\x18\x01 \x01(\x03\x12\x0e\n\x06offset\x18\x02 \x01(\x03\"8\n\x04Node\x12\x16\n\x0epublic_address\x18\x01 \x01(\t\x12\x18\n\x10internal_address\x18\x02 \x01(\t\"q\n\tShardSpec\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x31\n\x0bkey_sorting\x18\x02 \x01(\x0e\x32\x1c.io.oxia.proto.v1.KeySorting\x12\x1e\n\x16notifications_disabled\x18\x03 \x01(\x08\"/\n\tTermStart\x12\x0c\n\x04term\x18\x01 \x01(\x03\x12\x14\n\x0c\x66irst_offset\x18\x02 \x01(\x03\"\\\n\x0eNewTermRequest\x12\r\n\x05shard\x18\x01 \x01(\x03\x12\x0c\n\x04term\x18\x02 \x01(\x03\x12-\n\x04spec\x18\x03 \x01(\x0b\x32\x1f.cairn.replication.v1.ShardSpec\"U\n\x0fNewTermResponse\x12+\n\x04head\x18\x01 \x01(\x0b\x32\x1d.cairn.replication.v1.EntryId\x12\x15\n\rcommit_offset\x18\x02 \x01(\x03\"\x8d\x01\n\x13\x42\x65\x63omeLeaderRequest\x12\r\n\x05shard\x18\x01 \x01(\x03\x12\x0c\n\x04term\x18\x02 \x01(\x03\x12*\n\x06leader\x18\x03 \x01(\x0b\x32\x1a.cairn.replication.v1.Node\x12-\n\tfollowers\x18\x04 \x03(\x0b\x32\x1a.cairn.replication.v1.Node\"I\n\x14\x42\x65\x63omeLeaderResponse\x12\x31\n\nterm_start\x18\x01 \x01(\x0b\x32\x1d.cairn.replication.v1.EntryId\"_\n\x12\x41\x64\x64\x46ollowerRequest\x12\r\n\x05shard\x18\x01 \x01(\x03\x12\x0c\n\x04term\x18\x02 \x01(\x03\x12,\n\x08\x66ollower\x18\x03 \x01(\x0b\x32\x1a.cairn.replication.v1.Node\"\x15\n\x13\x41\x64\x64\x46ollowerResponse\"W\n\x15RemoveFollowerRequest\x12\r\n\x05shard\x18\x01 \x01(\x03\x12\x0c\n\x04term\x18\x02 \x01(\x03\x12!\n\x19\x66ollower_internal_address\x18\x03 \x01(\t\"\x18\n\x16RemoveFollowerResponse\"0\n\x10GetStatusRequest\x12\x12\n\x05shard\x18\x01 \x01(\x03H\x00\x88\x01\x01\x42\x08\n\x06_shard\"o\n\x0e\x46ollowerStatus\x12(\n\x04node\x18\x01 \x01(\x0b\x32\x1a.cairn.replication.v1.Node\x12\x14\n\x0c\x61\x63ked_offset\x18\x02 \x01(\x03\x12\x0e\n\x06voting\x18\x03 \x01(\x08\x12\r\n\x05state\x18\x04 \x01(\t\"\x82\x04\n\x0bShardStatus\x12\r\n\x05shard\x18\x01 \x01(\x03\x12-\n\x04spec\x18\x02 \x01(\x0b\x32\x1f.cairn.replication.v1.ShardSpec\x12/\n\x04role\x18\x03 \x01(\x0e\x32!.cairn.replication.v1.ReplicaRole\x12\x0c\n\x04term\x18\x04 \x01(\x03\x12+\n\x04head\x18\x05 \x01(\x0b\x32\x1d.cairn.replication.v1.EntryId\x12\x15\n\rcommit_offset\x18\x06 \x01(\x03\x12\x14\n\x0c\x66irst_offset\x18\x07 \x01(\x03\x12*\n\x06leader\x18\x08 \x01(\x0b\x32\x1a.cairn.replication.v1.Node\x12\x37\n\tfollowers\x18\t \x03(\x0b\x32$.cairn.replication.v1.FollowerStatus\x12\x16\n\x0e\x64urable_offset\x18\n \x01(\x03\x12\x16\n\x0e\x61pplied_offset\x18\x0b \x01(\x03\x12\x16\n\x0ewrite_requests\x18\x0c \x01(\x03\x12\x18\n\x10write_operations\x18\r \x01(\x03\x12\x15\n\rread_requests\x18\x0e \x01(\x03\x12\x11\n\tread_gets\x18\x0f \x01(\x03\x12+\n#entries_applied_from_leader_changes\x18\x10 \x01(\x03\"p\n\x11GetStatusResponse\x12\x31\n\x06shards\x18\x01 \x03(\x0b\x32!.cairn.replication.v1.ShardStatus\x12(\n\x04node\x18\x02 \x01(\x0b\x32\x1a.cairn.replication.v1.Node\"1\n\x12\x44\x65leteShardRequest\x12\r\n\x05shard\x18\x01 \x01(\x03\x12\x0c\n\x04term\x18\x02 \x01(\x03\"\x15\n\x13\x44\x65leteShardResponse\"b\n\x16PushAssignmentsRequest\x12\x37\n\x0b\x61ssignments\x18\x01 \x01(\x0b\x32\".io.oxia.proto.v1.ShardAssignments\x12\x0f\n\x07version\x18\x02 \x01(\x03\"\x19\n\x17PushAssignmentsResponse\"\xc5\x01\n\x0fTruncateRequest\x12\r\n\x05shard\x18\x01 \x01(\x03\x12\x0c\n\x04term\x18\x02 \x01(\x03\x12*\n\x06leader\x18\x03 \x01(\x0b\x32\x1a.cairn.replication.v1.Node\x12\x35\n\x0cleader_terms\x18\x04 \x03(\x0b\x32\x1f.cairn.replication.v1.TermStart\x12\x32\n\x0bleader_head\x18\x05 \x01(\x0b\x32\x1d.cairn.replication.v1.EntryId\"l\n\x10TruncateResponse\x12+\n\x04head\x18\x01 \x01(\x0b\x32\x1d.cairn.replication.v1.EntryId\x12\x15\n\rcommit_offset\x18\x02 \x01(\x03\x12\x14\n\x0c\x66irst_offset\x18\x03 \x01(\x03\"O\n\x08LogEntry\x12\x0c\n\x04term\x18\x01 \x01(\x03\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x14\n\x0ctimestamp_ms\x18\x03 \x01(\x03\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\"\xb6\x01\n\x10ReplicateRequest\x12\r\n\x05shard\x18\x01 \x01(\x03\x12\x0c\n\x04term\x18\x02 \x01(\x03\x12/\n\x07\x65ntries\x18\x03 \x03(\x0b\x32\x1e.cairn.replication.v1.LogEntry\x12\x15\n\rcommit_offset\x18\x04 \x01(\x03\x12=\n\x0f\x61pplied_changes\x18\x05 \x03(\x0b\x32$.cairn.replication.v1.AppliedChanges\"_\n\x0e\x41ppliedChanges\x12\x14\n\x0c\x66irst_offset\x18\x01 \x01(\x03\x12\x13\n\x0blast_offset\x18\x02 \x01(\x03\x12\x11\n\tlast_term\x18\x03 \x01(\x03\x12\x0f\n\x07\x63hanges\x18\x04 \x01(\x0c\"Q\n\x11ReplicateResponse\x12\x16\n\x0e\x64urable_offset\x18\x01 \x01(\x03\x12\x16\n\x0e\x61pplied_offset\x18\x02 \x01(\x03\x12\x0c\n\x04term\x18\x03 \x01(\x03\"\x8f\x01\n\x0eSnapshotHeader\x12\r\n\x05shard\x18\x01 \x01(\x03\x12\x0c\n\x04term\x18\x02 \x01(\x03\x12*\n\x06leader\x18\x03 \x01(\x0b\x32\x1a.cairn.replication.v1.Node\x12\x34\n\rlast_included\x18\x04 \x01(\x0b\x32\x1d.cairn.replication.v1.EntryId\"<\n\x0eSnapshotRecord\x12\x0e\n\x06\x63olumn\x18\x01 \x01(\r\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\r\n\x05value\x18\x03 \x01(\x0c\"\xb2\x01\n\rSnapshotChunk\x12\x34\n\x06header\x18\x01 \x01(\x0b\x32$.cairn.replication.v1.SnapshotHeader\x12\x35\n\x07records\x18\x02 \x03(\x0b\x32$.cairn.replication.v1.SnapshotRecord\x12\x0c\n\x04last\x18\x03 \x01(\x08\x12\x14\n\x0crecord_count\x18\x04 \x01(\x03\x12\x10\n\x08\x63hecksum\x18\x05 \x01(\r\"?\n\x10SnapshotResponse\x12+\n\x04head\x18\x01 \x01(\x0b\x32\x1d.cairn.replication.v1.EntryId*C\n\x0bReplicaRole\x12\x0e\n\nNOT_MEMBER\x10\x00\x12\n\n\x06\x46\x45NCED\x10\x01\x12\x0c\n\x08\x46OLLOWER\x10\x02\x12\n\n\x06LEADER\x10\x03\x32\xd0\x05\n\x0c\x43oordination\x12V\n\x07NewTerm\x12$.cairn.replication.v1.NewTermRequest\x1a%.cairn.replication.v1.NewTermResponse\x12\x65\n\x0c\x42\x65\x63omeLeader\x12).cairn.replication.v1.BecomeLeaderRequest\x1a*.cairn.replication.v1.BecomeLeaderResponse\x12\x62\n\x0b\x41\x64\x64\x46ollower\x12(.cairn.replication.v1.AddFollowerRequest\x1a).cairn.replication.v1.AddFollowerResponse\x12k\n\x0eRemoveFollower\x12+.cairn.replication.v1.RemoveFollowerRequest\x1a,.cairn.replication.v1.RemoveFollowerResponse\x12\\\n\tGetStatus\x12&.cairn.replication.v1.GetStatusRequest\x1a\'.cairn.replication.v1.GetStatusResponse\x12\x62\n\x0b\x44\x65leteShard\x12(.cairn.replication.v1.DeleteShardRequest\x1a).cairn.replication.v1.DeleteShardResponse\x12n\n\x0fPushAssignments\x12,.cairn.replication.v1.PushAssignmentsRequest\x1a-.cairn.replication.v1.PushAssignmentsResponse2\xa9\x02\n\x0bReplication\x12Y\n\x08Truncate\x12%.cairn.replication.v1.TruncateRequest\x1a&.cairn.replication.v1.TruncateResponse\x12`\n\tReplicate\x12&.cairn.replication.v1.ReplicateRequest\x1a\'.cairn.replication.v1.ReplicateResponse(\x01\x30\x01\x12]\n\x0cSendSnapshot\x12#.cairn.replication.v1.SnapshotChunk\x1a&.cairn.replication.v1.SnapshotResponse(\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x63\x61irn/proto/replication.proto\x12\x14\x63\x61irn.replication.v1\x1a\x1d\x63\x61irn/proto/oxia_client.proto\"\'\n\x07\x45ntryId\x12\x0c\n\x04term\x18\x01 \x01(\x03\x12\x0e\n\x06offset\x18\x02 \x01(\x03\"8\n\x04Node\x12\x16\n\x0epublic_address\x18\x01 \x01(\t\x12\x18\n\x10internal_address\x18\x02 \x01(\t\"q\n\tShardSpec\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x31\n\x0bkey_sorting\x18\x02 \x01(\x0e\x32\x1c.io.oxia.proto.v1.KeySorting\x12\x1e\n\x16notifications_disabled\x18\x03 \x01(\x08\"/\n\tTermStart\x12\x0c\n\x04term\x18\x01 \x01(\x03\x12\x14\n\x0c\x66irst_offset\x18\x02 \x01(\x03\"\\\n\x0eNewTermRequest\x12\r\n\x05shard\x18\x01 \x01(\x03\x12\x0c\n\x04term\x18\x02 \x01(\x03\x12-\n\x04spec\x18\x03 \x01(\x0b\x32\x1f.cairn.replication.v1.ShardSpec\"U\n\x0fNewTermResponse\x12+\n\x04head\x18\x01 \x01(\x0b\x32\x1d.cairn.replication.v1.EntryId\x12\x15\n\rcommit_offset\x18\x02 \x01(\x03\"\x8d\x01\n\x13\x42\x65\x63omeLeaderRequest\x12\r\n\x05shard\x18\x01 \x01(\x03\x12\x0c\n\x04term\x18\x02 \x01(\x03\x12*\n\x06leader\x18\x03 \x01(\x0b\x32\x1a.cairn.replication.v1.Node\x12-\n\tfollowers\x18\x04 \x03(\x0b\x32\x1a.cairn.replication.v1.Node\"I\n\x14\x42\x65\x63omeLeaderResponse\x12\x31\n\nterm_start\x18\x01 \x01(\x0b\x32\x1d.cairn.replication.v1.EntryId\"_\n\x12\x41\x64\x64\x46ollowerRequest\x12\r\n\x05shard\x18\x01 \x01(\x03\x12\x0c\n\x04term\x18\x02 \x01(\x03\x12,\n\x08\x66ollower\x18\x03 \x01(\x0b\x32\x1a.cairn.replication.v1.Node\"\x15\n\x13\x41\x64\x64\x46ollowerResponse\"W\n\x15RemoveFollowerRequest\x12\r\n\x05shard\x18\x01 \x01(\x03\x12\x0c\n\x04term\x18\x02 \x01(\x03\x12!\n\x19\x66ollower_internal_address\x18\x03 \x01(\t\"\x18\n\x16RemoveFollowerResponse\"0\n\x10GetStatusRequest\x12\x12\n\x05shard\x18\x01 \x01(\x03H\x00\x88\x01\x01\x42\x08\n\x06_shard\"\x87\x01\n\x0e\x46ollowerStatus\x12(\n\x04node\x18\x01 \x01(\x0b\x32\x1a.cairn.replication.v1.Node\x12\x14\n\x0c\x61\x63ked_offset\x18\x02 \x01(\x03\x12\x0e\n\x06voting\x18\x03 \x01(\x08\x12\r\n\x05state\x18\x04 \x01(\t\x12\x16\n\x0e\x61pplied_offset\x18\x05 \x01(\x03\"\x82\x04\n\x0bShardStatus\x12\r\n\x05shard\x18\x01 \x01(\x03\x12-\n\x04spec\x18\x02 \x01(\x0b\x32\x1f.cairn.replication.v1.ShardSpec\x12/\n\x04role\x18\x03 \x01(\x0e\x32!.cairn.replication.v1.ReplicaRole\x12\x0c\n\x04term\x18\x04 \x01(\x03\x12+\n\x04head\x18\x05 \x01(\x0b\x32\x1d.cairn.replication.v1.EntryId\x12\x15\n\rcommit_offset\x18\x06 \x01(\x03\x12\x14\n\x0c\x66irst_offset\x18\x07 \x01(\x03\x12*\n\x06leader\x18\x08 \x01(\x0b\x32\x1a.cairn.replication.v1.Node\x12\x37\n\tfollowers\x18\t \x03(\x0b\x32$.cairn.replication.v1.FollowerStatus\x12\x16\n\x0e\x64urable_offset\x18\n \x01(\x03\x12\x16\n\x0e\x61pplied_offset\x18\x0b \x01(\x03\x12\x16\n\x0ewrite_requests\x18\x0c \x01(\x03\x12\x18\n\x10write_operations\x18\r \x01(\x03\x12\x15\n\rread_requests\x18\x0e \x01(\x03\x12\x11\n\tread_gets\x18\x0f \x01(\x03\x12+\n#entries_applied_from_leader_changes\x18\x10 \x01(\x03\"p\n\x11GetStatusResponse\x12\x31\n\x06shards\x18\x01 \x03(\x0b\x32!.cairn.replication.v1.ShardStatus\x12(\n\x04node\x18\x02 \x01(\x0b\x32\x1a.cairn.replication.v1.Node\"1\n\x12\x44\x65leteShardRequest\x12\r\n\x05shard\x18\x01 \x01(\x03\x12\x0c\n\x04term\x18\x02 \x01(\x03\"\x15\n\x13\x44\x65leteShardResponse\"b\n\x16PushAssignmentsRequest\x12\x37\n\x0b\x61ssignments\x18\x01 \x01(\x0b\x32\".io.oxia.proto.v1.ShardAssignments\x12\x0f\n\x07version\x18\x02 \x01(\x03\"\x19\n\x17PushAssignmentsResponse\"\xc5\x01\n\x0fTruncateRequest\x12\r\n\x05shard\x18\x01 \x01(\x03\x12\x0c\n\x04term\x18\x02 \x01(\x03\x12*\n\x06leader\x18\x03 \x01(\x0b\x32\x1a.cairn.replication.v1.Node\x12\x35\n\x0cleader_terms\x18\x04 \x03(\x0b\x32\x1f.cairn.replication.v1.TermStart\x12\x32\n\x0bleader_head\x18\x05 \x01(\x0b\x32\x1d.cairn.replication.v1.EntryId\"l\n\x10TruncateResponse\x12+\n\x04head\x18\x01 \x01(\x0b\x32\x1d.cairn.replication.v1.EntryId\x12\x15\n\rcommit_offset\x18\x02 \x01(\x03\x12\x14\n\x0c\x66irst_offset\x18\x03 \x01(\x03\"O\n\x08LogEntry\x12\x0c\n\x04term\x18\x01 \x01(\x03\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x14\n\x0ctimestamp_ms\x18\x03 \x01(\x03\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\"\xb6\x01\n\x10ReplicateRequest\x12\r\n\x05shard\x18\x01 \x01(\x03\x12\x0c\n\x04term\x18\x02 \x01(\x03\x12/\n\x07\x65ntries\x18\x03 \x03(\x0b\x32\x1e.cairn.replication.v1.LogEntry\x12\x15\n\rcommit_offset\x18\x04 \x01(\x03\x12=\n\x0f\x61pplied_changes\x18\x05 \x03(\x0b\x32$.cairn.replication.v1.AppliedChanges\"_\n\x0e\x41ppliedChanges\x12\x14\n\x0c\x66irst_offset\x18\x01 \x01(\x03\x12\x13\n\x0blast_offset\x18\x02 \x01(\x03\x12\x11\n\tlast_term\x18\x03 \x01(\x03\x12\x0f\n\x07\x63hanges\x18\x04 \x01(\x0c\"Q\n\x11ReplicateResponse\x12\x16\n\x0e\x64urable_offset\x18\x01 \x01(\x03\x12\x16\n\x0e\x61pplied_offset\x18\x02 \x01(\x03\x12\x0c\n\x04term\x18\x03 \x01(\x03\"\x8f\x01\n\x0eSnapshotHeader\x12\r\n\x05shard\x18\x01 \x01(\x03\x12\x0c\n\x04term\x18\x02 \x01(\x03\x12*\n\x06leader\x18\x03 \x01(\x0b\x32\x1a.cairn.replication.v1.Node\x12\x34\n\rlast_included\x18\x04 \x01(\x0b\x32\x1d.cairn.replication.v1.EntryId\"<\n\x0eSnapshotRecord\x12\x0e\n\x06\x63olumn\x18\x01 \x01(\r\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\r\n\x05value\x18\x03 \x01(\x0c\"\xb2\x01\n\rSnapshotChunk\x12\x34\n\x06header\x18\x01 \x01(\x0b\x32$.cairn.replication.v1.SnapshotHeader\x12\x35\n\x07records\x18\x02 \x03(\x0b\x32$.cairn.replication.v1.SnapshotRecord\x12\x0c\n\x04last\x18\x03 \x01(\x08\x12\x14\n\x0crecord_count\x18\x04 \x01(\x03\x12\x10\n\x08\x63hecksum\x18\x05 \x01(\r\"?\n\x10SnapshotResponse\x12+\n\x04head\x18\x01 \x01(\x0b\x32\x1d.cairn.replication.v1.EntryId*C\n\x0bReplicaRole\x12\x0e\n\nNOT_MEMBER\x10\x00\x12\n\n\x06\x46\x45NCED\x10\x01\x12\x0c\n\x08\x46OLLOWER\x10\x02\x12\n\n\x06LEADER\x10\x03\x32\xd0\x05\n\x0c\x43oordination\x12V\n\x07NewTerm\x12$.cairn.replication.v1.NewTermRequest\x1a%.cairn.replication.v1.NewTermResponse\x12\x65\n\x0c\x42\x65\x63omeLeader\x12).cairn.replication.v1.BecomeLeaderRequest\x1a*.cairn.replication.v1.BecomeLeaderResponse\x12\x62\n\x0b\x41\x64\x64\x46ollower\x12(.cairn.replication.v1.AddFollowerRequest\x1a).cairn.replication.v1.AddFollowerResponse\x12k\n\x0eRemoveFollower\x12+.cairn.replication.v1.RemoveFollowerRequest\x1a,.cairn.replication.v1.RemoveFollowerResponse\x12\\\n\tGetStatus\x12&.cairn.replication.v1.GetStatusRequest\x1a\'.cairn.replication.v1.GetStatusResponse\x12\x62\n\x0b\x44\x65leteShard\x12(.cairn.replication.v1.DeleteShardRequest\x1a).cairn.replication.v1.DeleteShardResponse\x12n\n\x0fPushAssignments\x12,.cairn.replication.v1.PushAssignmentsRequest\x1a-.cairn.replication.v1.PushAssignmentsResponse2\xa9\x02\n\x0bReplication\x12Y\n\x08Truncate\x12%.cairn.replication.v1.TruncateRequest\x1a&.cairn.replication.v1.TruncateResponse\x12`\n\tReplicate\x12&.cairn.replication.v1.ReplicateRequest\x1a\'.cairn.replication.v1.ReplicateResponse(\x01\x30\x01\x12]\n\x0cSendSnapshot\x12#.cairn.replication.v1.SnapshotChunk\x1a&.cairn.replication.v1.SnapshotResponse(\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'cairn.proto.replication_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_REPLICAROLE']._serialized_start=3189
-  _globals['_REPLICAROLE']._serialized_end=3256
+  _globals['_REPLICAROLE']._serialized_start=3214
+  _globals['_REPLICAROLE']._serialized_end=3281
   _globals['_ENTRYID']._serialized_start=86
   _globals['_ENTRYID']._serialized_end=125
   _globals['_NODE']._serialized_start=127
@@ -60,42 +60,42 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REMOVEFOLLOWERRESPONSE']._serialized_end=982
   _globals['_GETSTATUSREQUEST']._serialized_start=984
   _globals['_GETSTATUSREQUEST']._serialized_end=1032
-  _globals['_FOLLOWERSTATUS']._serialized_start=1034
-  _globals['_FOLLOWERSTATUS']._serialized_end=1145
-  _globals['_SHARDSTATUS']._serialized_start=1148
-  _globals['_SHARDSTATUS']._serialized_end=1662
-  _globals['_GETSTATUSRESPONSE']._serialized_start=1664
-  _globals['_GETSTATUSRESPONSE']._serialized_end=1776
-  _globals['_DELETESHARDREQUEST']._serialized_start=1778
-  _globals['_DELETESHARDREQUEST']._serialized_end=1827
-  _globals['_DELETESHARDRESPONSE']._serialized_start=1829
-  _globals['_DELETESHARDRESPONSE']._serialized_end=1850
-  _globals['_PUSHASSIGNMENTSREQUEST']._serialized_start=1852
-  _globals['_PUSHASSIGNMENTSREQUEST']._serialized_end=1950
-  _globals['_PUSHASSIGNMENTSRESPONSE']._serialized_start=1952
-  _globals['_PUSHASSIGNMENTSRESPONSE']._serialized_end=1977
-  _globals['_TRUNCATEREQUEST']._serialized_start=1980
-  _globals['_TRUNCATEREQUEST']._serialized_end=2177
-  _globals['_TRUNCATERESPONSE']._serialized_start=2179
-  _globals['_TRUNCATERESPONSE']._serialized_end=2287
-  _globals['_LOGENTRY']._serialized_start=2289
-  _globals['_LOGENTRY']._serialized_end=2368
-  _globals['_REPLICATEREQUEST']._serialized_start=2371
-  _globals['_REPLICATEREQUEST']._serialized_end=2553
-  _globals['_APPLIEDCHANGES']._serialized_start=2555
-  _globals['_APPLIEDCHANGES']._serialized_end=2650
-  _globals['_REPLICATERESPONSE']._serialized_start=2652
-  _globals['_REPLICATERESPONSE']._serialized_end=2733
-  _globals['_SNAPSHOTHEADER']._serialized_start=2736
-  _globals['_SNAPSHOTHEADER']._serialized_end=2879
-  _globals['_SNAPSHOTRECORD']._serialized_start=2881
-  _globals['_SNAPSHOTRECORD']._serialized_end=2941
-  _globals['_SNAPSHOTCHUNK']._serialized_start=2944
-  _globals['_SNAPSHOTCHUNK']._serialized_end=3122
-  _globals['_SNAPSHOTRESPONSE']._serialized_start=3124
-  _globals['_SNAPSHOTRESPONSE']._serialized_end=3187
-  _globals['_COORDINATION']._serialized_start=3259
-  _globals['_COORDINATION']._serialized_end=3979
-  _globals['_REPLICATION']._serialized_start=3982
-  _globals['_REPLICATION']._serialized_end=4279
+  _globals['_FOLLOWERSTATUS']._serialized_start=1035
+  _globals['_FOLLOWERSTATUS']._serialized_end=1170
+  _globals['_SHARDSTATUS']._serialized_start=1173
+  _globals['_SHARDSTATUS']._serialized_end=1687
+  _globals['_GETSTATUSRESPONSE']._serialized_start=1689
+  _globals['_GETSTATUSRESPONSE']._serialized_end=1801
+  _globals['_DELETESHARDREQUEST']._serialized_start=1803
+  _globals['_DELETESHARDREQUEST']._serialized_end=1852
+  _globals['_DELETESHARDRESPONSE']._serialized_start=1854
+  _globals['_DELETESHARDRESPONSE']._serialized_end=1875
+  _globals['_PUSHASSIGNMENTSREQUEST']._serialized_start=1877
+  _globals['_PUSHASSIGNMENTSREQUEST']._serialized_end=1975
+  _globals['_PUSHASSIGNMENTSRESPONSE']._serialized_start=1977
+  _globals['_PUSHASSIGNMENTSRESPONSE']._serialized_end=2002
+  _globals['_TRUNCATEREQUEST']._serialized_start=2005
+  _globals['_TRUNCATEREQUEST']._serialized_end=2202
+  _globals['_TRUNCATERESPONSE']._serialized_start=2204
+  _globals['_TRUNCATERESPONSE']._serialized_end=2312
+  _globals['_LOGENTRY']._serialized_start=2314
+  _globals['_LOGENTRY']._serialized_end=2393
+  _globals['_REPLICATEREQUEST']._serialized_start=2396
+  _globals['_REPLICATEREQUEST']._serialized_end=2578
+  _globals['_APPLIEDCHANGES']._serialized_start=2580
+  _globals['_APPLIEDCHANGES']._serialized_end=2675
+  _globals['_REPLICATERESPONSE']._serialized_start=2677
+  _globals['_REPLICATERESPONSE']._serialized_end=2758
+  _globals['_SNAPSHOTHEADER']._serialized_start=2761
+  _globals['_SNAPSHOTHEADER']._serialized_end=2904
+  _globals['_SNAPSHOTRECORD']._serialized_start=2906
+  _globals['_SNAPSHOTRECORD']._serialized_end=2966
+  _globals['_SNAPSHOTCHUNK']._serialized_start=2969
+  _globals['_SNAPSHOTCHUNK']._serialized_end=3147
+  _globals['_SNAPSHOTRESPONSE']._serialized_start=3149
+  _globals['_SNAPSHOTRESPONSE']._serialized_end=3212
+  _globals['_COORDINATION']._serialized_start=3284
+  _globals['_COORDINATION']._serialized_end=4004
+  _globals['_REPLICATION']._serialized_start=4007
+  _globals['_REPLICATION']._serialized_end=4304
 # @@protoc_insertion_point(module_scope)

@@ -124,16 +124,18 @@ class GetStatusRequest(_message.Message):
     def __init__(self, shard: _Optional[int] = ...) -> None: ...
 
 class FollowerStatus(_message.Message):
-    __slots__ = ("node", "acked_offset", "voting", "state")
+    __slots__ = ("node", "acked_offset", "voting", "state", "applied_offset")
     NODE_FIELD_NUMBER: _ClassVar[int]
     ACKED_OFFSET_FIELD_NUMBER: _ClassVar[int]
     VOTING_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_OFFSET_FIELD_NUMBER: _ClassVar[int]
     node: Node
     acked_offset: int
     voting: bool
     state: str
-    def __init__(self, node: _Optional[_Union[Node, _Mapping]] = ..., acked_offset: _Optional[int] = ..., voting: _Optional[bool] = ..., state: _Optional[str] = ...) -> None: ...
+    applied_offset: int
+    def __init__(self, node: _Optional[_Union[Node, _Mapping]] = ..., acked_offset: _Optional[int] = ..., voting: _Optional[bool] = ..., state: _Optional[str] = ..., applied_offset: _Optional[int] = ...) -> None: ...
 
 class ShardStatus(_message.Message):
     __slots__ = ("shard", "spec", "role", "term", "head", "commit_offset", "first_offset", "leader", "followers", "durable_offset", "applied_offset", "write_requests", "write_operations", "read_requests", "read_gets", "entries_applied_from_leader_changes")

@@ -96,7 +96,9 @@ class Limits:
 class ReplicationSettings:
     """Bounds and timings of leader -> follower replication."""
 
-    # Entries, and bytes of entries, sent to a follower beyond what it applied.
+    # Entries, and bytes of entries, in flight to a follower: sent beyond what it
+    # acknowledged as durable. Never measured from what it applied or from the
+    # commit offset (core/replication/leader.py says why).
     max_in_flight_entries: int = 1024
     max_in_flight_bytes: int = 64 * MiB
     # Bytes of entries in one Replicate message (one entry larger than this goes alone).

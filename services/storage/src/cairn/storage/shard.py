@@ -600,18 +600,18 @@ class ShardReplica:
             raise Unavailable(f"shard {self.shard_id} is truncating or replacing its log")
         if entries:
             # No waiting for room here: the leader sends only a bounded window beyond
-            # what we applied (and waiting would stop us reading the commit offset
-            # that lets us apply).
+            # what we hold durably, and waiting would stop us reading the commit
+            # offset that lets us apply. What waits to be applied is bounded apart.
             self.core.check_entries(term, entries[0].offset)
-            size = sum(len(entry.payload) for entry in entries)
             try:
                 self.wal.append_many(entries)
             except (OSError, WalError) as error:
                 raise Unavailable(f"shard {self.shard_id} cannot write its log: {error}") from error
             for entry in entries:
                 self.core.log.append(entry.term, entry.offset)
-                self._pending.append(_decoded(entry))
-            self._pending_bytes += size
+                if self._keeps_in_memory(entry):
+                    self._pending.append(_decoded(entry))
+                    self._pending_bytes += len(entry.payload)
             self._last_timestamp_ms = max(self._last_timestamp_ms, entries[-1].timestamp_ms)
             self._wake_syncer.set()
         else:
@@ -619,6 +619,21 @@ class ShardReplica:
         if leader_commit_offset > self._leader_commit_offset:
             self._leader_commit_offset = leader_commit_offset
             self._learn_commit()
+
+    def _keeps_in_memory(self, entry: WalEntry) -> bool:
+        """Whether a follower keeps a logged entry in memory for its apply step: while
+        it continues the run held (or what is applied) within the write buffer's
+        bounds. Past them it is read back from the WAL when applied: a follower can
+        lag its leader's commit offset by any number of entries (a new term commits
+        only once its first entry reaches a majority), so what it holds unapplied
+        is bounded here, not by holding back the leader's stream."""
+        pending = self._pending
+        last_held = pending[-1].offset if pending else self.applied_offset
+        return (
+            entry.offset == last_held + 1
+            and len(pending) < self.limits.max_pending_entries_per_shard
+            and self._pending_bytes + len(entry.payload) <= self.limits.max_pending_bytes_per_shard
+        )
 
     def _learn_commit(self) -> None:
         before = self.core.commit_offset

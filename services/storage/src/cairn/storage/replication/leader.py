@@ -144,6 +144,7 @@ class ReplicatingLeader:
                         internal_address=address,
                     ),
                     acked_offset=progress.acked_offset,
+                    applied_offset=progress.applied_offset,
                     voting=self.core.is_voting(address),
                     state=progress.phase.value if connected else "disconnected",
                 )

@@ -3,7 +3,7 @@
 Each session: Truncate (the follower's log is made to agree with ours), then a
 snapshot if our WAL no longer holds what the follower needs next, then a
 Replicate stream: entries in a window bounded in entries and bytes beyond what
-the follower applied, each message carrying our commit offset (as far as we
+the follower acknowledged as durable, each message carrying our commit offset (as far as we
 applied it) and what our apply step wrote for the entries it committed, which
 the follower writes rather than applying them itself (applied_changes.py). Any
 failure (the follower unreachable or restarted, a broken stream, a refused term)
@@ -70,10 +70,10 @@ class FollowerSender:
         self._stub = rpb_grpc.ReplicationStub(channel)
         self._wake = asyncio.Event()
         self.connected = False
-        # (offset, bytes) of entries sent and not yet applied by the follower, for
-        # the byte bound of the window.
-        self._unapplied: deque[tuple[int, int]] = deque()
-        self._unapplied_bytes = 0
+        # (offset, bytes) of entries sent and not yet acknowledged as durable by the
+        # follower, for the byte bound of the window.
+        self._unacked: deque[tuple[int, int]] = deque()
+        self._unacked_bytes = 0
         # The last offset of the applied changes this session sent.
         self.changes_sent_through = -1
         self._stopped = False
@@ -184,8 +184,8 @@ class FollowerSender:
         return entry_id_of(answer.head)
 
     async def _stream(self) -> None:
-        self._unapplied.clear()
-        self._unapplied_bytes = 0
+        self._unacked.clear()
+        self._unacked_bytes = 0
         self.changes_sent_through = -1
         call = self._stub.Replicate()
         acks = asyncio.get_running_loop().create_task(self._read_acks(call))
@@ -220,12 +220,12 @@ class FollowerSender:
 
     def _next_request(self, sent_commit: int) -> rpb.ReplicateRequest | None:
         """Entries within the window (bounded in entries and bytes beyond what the
-        follower applied) and the applied changes of entries committed, or just a
+        follower acknowledged as durable) and the applied changes of entries committed, or just a
         newer commit offset, or None."""
         leader, shard = self.leader, self.leader.shard
         core, settings = leader.core, leader.settings
         span = core.to_send(self.address, shard.log.last_offset)
-        room_bytes = settings.max_in_flight_bytes - self._unapplied_bytes
+        room_bytes = settings.max_in_flight_bytes - self._unacked_bytes
         commit = commit_for_followers(core.commit_offset, shard.applied_offset)
         entries: list[WalEntry] = []
         entries_bytes = 0
@@ -234,9 +234,9 @@ class FollowerSender:
                 span[0], span[1], min(settings.max_entries_bytes_per_message, room_bytes)
             )
             for entry in entries:
-                self._unapplied.append((entry.offset, len(entry.payload)))
+                self._unacked.append((entry.offset, len(entry.payload)))
                 entries_bytes += len(entry.payload)
-            self._unapplied_bytes += entries_bytes
+            self._unacked_bytes += entries_bytes
             core.on_sent(self.address, entries[-1].offset)
         # Changes only for entries the follower holds (its head at the session's
         # start, then what we sent), in what room the entries leave: a message with
@@ -266,11 +266,11 @@ class FollowerSender:
         try:
             while (answer := await call.read()) is not grpc.aio.EOF:
                 assert isinstance(answer, rpb.ReplicateResponse)
-                applied = answer.applied_offset
-                while self._unapplied and self._unapplied[0][0] <= applied:
-                    self._unapplied_bytes -= self._unapplied.popleft()[1]
+                durable = answer.durable_offset
+                while self._unacked and self._unacked[0][0] <= durable:
+                    self._unacked_bytes -= self._unacked.popleft()[1]
                 self.leader.follower_acknowledged(
-                    self.address, answer.term, answer.durable_offset, applied
+                    self.address, answer.term, durable, answer.applied_offset
                 )
                 self._wake.set()  # the window may have opened
         finally:

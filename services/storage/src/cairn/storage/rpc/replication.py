@@ -85,9 +85,9 @@ class ReplicationService:
                 if progress in done:
                     now_durable, _ = progress.result()
                     if now_durable == durable and not replica.closing:
-                        # Only the applied offset moved: the leader needs it for its
-                        # window, not for commits; let a few such steps travel together,
-                        # but not hold back a durable step (the leader commits on it).
+                        # Only the applied offset moved: the leader shows it in its
+                        # status, and commits on durable steps only; let a few such
+                        # steps travel together, but not hold back a durable one.
                         with contextlib.suppress(TimeoutError):
                             async with asyncio.timeout(APPLIED_LINGER_S):
                                 await replica.wait_durable_after(now_durable)

@@ -7,13 +7,20 @@ Each follower goes through phases driven by the leader's runtime:
          +--its log is behind ours--> SNAPSHOT --installed--> STREAMING
     any phase --stream broken--> CONNECTING
 
-While streaming, at most `max_in_flight_entries` entries are sent beyond what
-the follower has applied (it reports both its durable and its applied offset):
-that bounds what a follower holds in memory even when it applies more slowly
-than it syncs, without the follower ever having to stop reading (which would
-also stop it learning the commit offset it needs to apply). A follower's head
-after Truncate, or after a snapshot, is durable on it and agrees with our log,
-so it counts as an acknowledgement in this term.
+The window. While streaming, at most `max_in_flight_entries` entries are sent
+beyond what the follower acknowledged as durable: the window bounds what is in
+flight to it (messages on the wire, its unsynced WAL tail), and nothing else.
+It must not be measured from what the follower applied, nor from our commit
+offset: a follower applies only what is committed, and a new term commits
+nothing until a majority holds its first entry, which can lie any distance past
+the commit offset (a leader that restarted with a long tail it does not know to
+be committed, followers that lag by thousands of entries). A window anchored
+there would never reach that entry, and the shard would never commit again with
+a majority up. So the entries a new term needs can always reach a majority;
+what a follower holds unapplied stays bounded on its own side (it keeps a
+bounded run in memory and reads the rest back from its WAL to apply it). A
+follower's head after Truncate, or after a snapshot, is durable on it and
+agrees with our log, so it counts as an acknowledgement in this term.
 
 Pure: the runtime reads entries, sends, and reports back.
 """
@@ -44,8 +51,8 @@ class FollowerProgress:
     next_offset: int = NO_OFFSET
     # Highest offset it acknowledged as durable in this term.
     acked_offset: int = NO_OFFSET
-    # Highest offset it reported applied (assumed keeping up with acked_offset
-    # until it says otherwise).
+    # Highest offset it reported applied (for its status: applying lags
+    # syncing on a follower that is behind the commit offset).
     applied_offset: int = NO_OFFSET
 
 
@@ -109,14 +116,12 @@ class LeaderCore:
 
     def to_send(self, member: str, our_last_offset: int) -> tuple[int, int] | None:
         """The inclusive offset range to send the follower now, or None (nothing new,
-        window full, or not streaming)."""
+        window full, or not streaming). The window runs from what it acknowledged
+        as durable (see the module's docstring for why nothing else)."""
         progress = self.followers.get(member)
         if progress is None or progress.phase is not FollowerPhase.STREAMING:
             return None
-        window_end = min(progress.acked_offset, progress.applied_offset) + (
-            self.max_in_flight_entries
-        )
-        last = min(our_last_offset, window_end)
+        last = min(our_last_offset, progress.acked_offset + self.max_in_flight_entries)
         if progress.next_offset > last:
             return None
         return progress.next_offset, last
@@ -137,9 +142,8 @@ class LeaderCore:
         if progress is None:
             return self.commit_offset
         progress.acked_offset = max(progress.acked_offset, durable_offset)
-        progress.applied_offset = max(
-            progress.applied_offset, durable_offset if applied_offset is None else applied_offset
-        )
+        if applied_offset is not None:
+            progress.applied_offset = max(progress.applied_offset, applied_offset)
         return self.quorum.acknowledge(member, self.term, durable_offset)
 
     def on_disconnected(self, member: str) -> None:
