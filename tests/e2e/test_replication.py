@@ -588,6 +588,52 @@ def test_a_hung_leader_that_resumes_after_a_new_term_commits_nothing_more(
         driver.close()
 
 
+def test_a_leader_partitioned_past_its_lease_answers_no_stale_read(
+    cluster: Callable[..., list[NodeProcess]],
+) -> None:
+    """A leader hangs (SIGSTOP) and is not told that a newer term began: the new
+    leader takes over (waiting out the old lease) and a key changes. When the old
+    leader resumes, a read it answers must not return the old value: reads are
+    linearizable, so it answers only while a majority still follows it, and that
+    majority now follows the new leader."""
+    nodes = cluster(3)
+    driver = Driver()
+    try:
+        old = driver.elect(SHARD, nodes)
+        driver.push_map(nodes)
+        put = pb.WriteRequest(shard=SHARD, puts=[pb.PutRequest(key="/lock", value=b"old")])
+        get = pb.ReadRequest(shard=SHARD, gets=[pb.GetRequest(key="/lock", include_value=True)])
+        with grpc.insecure_channel(old.address) as channel:
+            assert pb_grpc.OxiaClientStub(channel).Write(put, timeout=10).puts[0].status == pb.OK
+        old.signal(signal.SIGSTOP)
+        try:
+            new = driver.elect(SHARD, [node for node in nodes if node is not old])
+            assert new is not old
+            changed = pb.WriteRequest(shard=SHARD, puts=[pb.PutRequest(key="/lock", value=b"new")])
+            with grpc.insecure_channel(new.address) as channel:
+                stub = pb_grpc.OxiaClientStub(channel)
+                assert stub.Write(changed, timeout=30).puts[0].status == pb.OK
+        finally:
+            old.signal(signal.SIGCONT)
+        answers: list[bytes] = []
+        failures = 0
+        with grpc.insecure_channel(old.address) as channel:
+            stub = pb_grpc.OxiaClientStub(channel)
+            for _ in range(5):
+                try:
+                    (chunk,) = list(stub.Read(get, timeout=1.0))
+                    answers.append(chunk.gets[0].value)
+                except grpc.RpcError:
+                    failures += 1
+        assert b"old" not in answers, f"the old leader answered a stale read: {answers}"
+        assert failures + len(answers) == 5
+        with grpc.insecure_channel(new.address) as channel:
+            (chunk,) = list(pb_grpc.OxiaClientStub(channel).Read(get, timeout=10))
+            assert chunk.gets[0].value == b"new"
+    finally:
+        driver.close()
+
+
 def test_a_pod_sends_no_shard_map_before_the_controllers_first_push(
     cluster: Callable[..., list[NodeProcess]],
 ) -> None:

@@ -76,6 +76,18 @@ class FollowerPlayedByTest:
     def follower_status(self) -> list[rpb.FollowerStatus]:
         return []
 
+    # The lease is not what these tests are about: it always holds, at once.
+    serves_from_ms = 0
+
+    def clock_ms(self) -> int:
+        return 0
+
+    def lease_holds(self) -> bool:
+        return True
+
+    async def renew_lease(self, timeout_s: float) -> bool:
+        return True
+
 
 @asynccontextmanager
 async def leader(

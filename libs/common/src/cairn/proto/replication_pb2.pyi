@@ -242,18 +242,22 @@ class LogEntry(_message.Message):
     def __init__(self, term: _Optional[int] = ..., offset: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., payload: _Optional[bytes] = ...) -> None: ...
 
 class ReplicateRequest(_message.Message):
-    __slots__ = ("shard", "term", "entries", "commit_offset", "applied_changes")
+    __slots__ = ("shard", "term", "entries", "commit_offset", "applied_changes", "leader_time_ms", "heartbeat")
     SHARD_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     APPLIED_CHANGES_FIELD_NUMBER: _ClassVar[int]
+    LEADER_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     shard: int
     term: int
     entries: _containers.RepeatedCompositeFieldContainer[LogEntry]
     commit_offset: int
     applied_changes: _containers.RepeatedCompositeFieldContainer[AppliedChanges]
-    def __init__(self, shard: _Optional[int] = ..., term: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[LogEntry, _Mapping]]] = ..., commit_offset: _Optional[int] = ..., applied_changes: _Optional[_Iterable[_Union[AppliedChanges, _Mapping]]] = ...) -> None: ...
+    leader_time_ms: int
+    heartbeat: bool
+    def __init__(self, shard: _Optional[int] = ..., term: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[LogEntry, _Mapping]]] = ..., commit_offset: _Optional[int] = ..., applied_changes: _Optional[_Iterable[_Union[AppliedChanges, _Mapping]]] = ..., leader_time_ms: _Optional[int] = ..., heartbeat: _Optional[bool] = ...) -> None: ...
 
 class AppliedChanges(_message.Message):
     __slots__ = ("first_offset", "last_offset", "last_term", "changes")
@@ -268,14 +272,16 @@ class AppliedChanges(_message.Message):
     def __init__(self, first_offset: _Optional[int] = ..., last_offset: _Optional[int] = ..., last_term: _Optional[int] = ..., changes: _Optional[bytes] = ...) -> None: ...
 
 class ReplicateResponse(_message.Message):
-    __slots__ = ("durable_offset", "applied_offset", "term")
+    __slots__ = ("durable_offset", "applied_offset", "term", "leader_time_ms")
     DURABLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     APPLIED_OFFSET_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
+    LEADER_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     durable_offset: int
     applied_offset: int
     term: int
-    def __init__(self, durable_offset: _Optional[int] = ..., applied_offset: _Optional[int] = ..., term: _Optional[int] = ...) -> None: ...
+    leader_time_ms: int
+    def __init__(self, durable_offset: _Optional[int] = ..., applied_offset: _Optional[int] = ..., term: _Optional[int] = ..., leader_time_ms: _Optional[int] = ...) -> None: ...
 
 class SnapshotHeader(_message.Message):
     __slots__ = ("shard", "term", "leader", "last_included")

@@ -423,7 +423,7 @@ class ReplicationServicer:
     def Replicate(self, request_iterator, context):
         """Entries from the leader, in order, each message with the leader's commit
         offset; the follower answers with its highest durable and applied offsets
-        (cumulative) whenever they advance.
+        (cumulative) whenever they advance, and at once to a heartbeat.
         The first message names the shard and term; later ones may omit them.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

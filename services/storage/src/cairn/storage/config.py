@@ -117,9 +117,21 @@ class ReplicationSettings:
     reconnect_max_delay_s: float = 1.0
     # Deadline of a Truncate call (a follower that hangs is retried).
     truncate_timeout_s: float = 5.0
-    # How long a read waits for a new leader to finish taking over before it
-    # answers UNAVAILABLE.
+    # How long a read waits for a new leader to finish taking over (or for a
+    # leader to renew its lease) before it answers UNAVAILABLE.
     leader_ready_timeout_s: float = 5.0
+    # The leader's lease (core/replication/lease.py): it answers reads and session
+    # keep-alives only while a majority of its voters answered a message it sent
+    # within this long, and a new leader with followers serves only after
+    # takeover_wait_ms of it. Idle streams carry a heartbeat this often.
+    leader_lease_ms: int = 1000
+    lease_heartbeat_ms: int = 250
+    # The assumed bound on how far two pods' clock rates differ, each way.
+    max_clock_drift: float = 0.05
+
+    def __post_init__(self) -> None:
+        if not 0 < self.lease_heartbeat_ms < self.leader_lease_ms:
+            raise ValueError("heartbeats must come more often than the lease lasts")
 
 
 @dataclass(frozen=True, slots=True)

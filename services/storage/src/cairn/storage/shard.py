@@ -37,7 +37,6 @@ import contextlib
 import enum
 import itertools
 import logging
-import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -60,6 +59,7 @@ from cairn.common.keyorder import KeyOrder
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import replication_pb2 as rpb
 from cairn.proto import storage_internal_pb2 as internal_pb
+from cairn.storage.clock import monotonic_ms, wall_clock_ms
 from cairn.storage.config import (
     DEFAULT_WAL_SPARE_SEGMENTS,
     DEFAULT_WAL_ZERO_FILL_BYTES,
@@ -134,14 +134,6 @@ WAL_RETENTION_CHECK_INTERVAL_S = 1.0
 _MAINTENANCE_EXECUTOR = ThreadPoolExecutor(2, thread_name_prefix="wal-trim")
 
 
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
-
-
 def _operation_count(kind: int, body: Message | Folded) -> int:
     """What an entry may cost to apply, in record operations."""
     if kind == CLIENT_WRITE:
@@ -195,7 +187,16 @@ class _ChangesOutcome(enum.Enum):
 
 class LeaderRole(Protocol):
     """What a replica runs while it leads (replication/leader.py): told about
-    appends and local durability; holds the commit offset."""
+    appends and local durability; holds the commit offset and the lease."""
+
+    # When it may serve (any older leader's lease is over), by `clock_ms`.
+    serves_from_ms: int
+
+    def clock_ms(self) -> int: ...
+
+    def lease_holds(self) -> bool: ...
+
+    async def renew_lease(self, timeout_s: float) -> bool: ...
 
     @property
     def commit_offset(self) -> int: ...
@@ -262,6 +263,7 @@ class ShardReplica:
         self._leader: LeaderRole | None = None
         # Set once a leader has applied its term's first entry.
         self._serving = asyncio.Event()
+        self._takeover_timer: asyncio.TimerHandle | None = None
         self._term_start_offset = NO_OFFSET
         # The leader's commit offset as last told (follower).
         self._leader_commit_offset = NO_OFFSET
@@ -436,7 +438,15 @@ class ShardReplica:
 
     @property
     def serving(self) -> bool:
-        return self._serving.is_set() and self.core.role is Role.LEADER
+        """Answers reads now: taken over (its term's first entry applied, any older
+        leader's lease over) and holding its own lease (lease.py)."""
+        leader = self._leader
+        return (
+            self._serving.is_set()
+            and self.core.role is Role.LEADER
+            and leader is not None
+            and leader.lease_holds()
+        )
 
     # ---- controller -------------------------------------------------------------------
 
@@ -476,7 +486,27 @@ class ShardReplica:
         return term_start
 
     async def wait_serving(self, timeout_s: float | None = None) -> None:
-        """Wait until this leader serves reads (its term's first entry is applied)."""
+        """Wait until this leader answers reads: taken over, and holding its lease
+        (renewed at once if it lapsed: a majority must answer this leader)."""
+        self.core.check_leader()
+        if self.serving:
+            return
+        if timeout_s is None:
+            timeout_s = self.replication.leader_ready_timeout_s
+        deadline = self._loop.time() + timeout_s
+        await self.wait_taken_over(timeout_s)
+        leader = self._leader
+        renewed = leader is not None and await leader.renew_lease(deadline - self._loop.time())
+        self.core.check_leader()
+        if not renewed:
+            raise Unavailable(
+                f"shard {self.shard_id}: no majority of the ensemble confirmed this leader "
+                f"within {timeout_s:g} s"
+            )
+
+    async def wait_taken_over(self, timeout_s: float | None = None) -> None:
+        """Wait until this leader may acknowledge writes: its term's first entry is
+        applied, and any older leader's lease is over."""
         self.core.check_leader()
         if self._serving.is_set():
             return
@@ -488,6 +518,26 @@ class ShardReplica:
         except TimeoutError:
             raise Unavailable(f"shard {self.shard_id}: the leader is still taking over") from None
         self.core.check_leader()
+
+    def _finish_takeover(self, term: int) -> None:
+        """The term's first entry is applied: serve once any older leader's lease
+        is over, now or when a timer says so."""
+        leader = self._leader
+        if leader is None or self.core.term != term or self._serving.is_set():
+            return
+        wait_ms = leader.serves_from_ms - leader.clock_ms()
+        if wait_ms > 0:
+            if self._takeover_timer is None:
+                self._takeover_timer = self._loop.call_later(
+                    wait_ms / 1000, self._takeover_timer_fired, term
+                )
+            return
+        self._rearm_sessions()
+        self._serving.set()
+
+    def _takeover_timer_fired(self, term: int) -> None:
+        self._takeover_timer = None
+        self._finish_takeover(term)
 
     @property
     def leader_role(self) -> LeaderRole | None:
@@ -503,6 +553,9 @@ class ShardReplica:
         elsewhere. Their entries stay in the log: a later leader decides them."""
         leader, self._leader = self._leader, None
         self._serving.clear()
+        if self._takeover_timer is not None:
+            self._takeover_timer.cancel()
+            self._takeover_timer = None
         self.read_cache.disable()
         self.changes_for_followers.clear()
         self._drop_fold(Unavailable(f"shard {self.shard_id}: leadership changed"))
@@ -835,9 +888,13 @@ class ShardReplica:
     ) -> asyncio.Future[bytes]:
         """Log a client write request (validated by the caller); the future holds the
         serialized WriteResponse. With entries uncommitted, a request of plain puts
-        and deletes joins the fold that the next commit step logs (folding.py)."""
+        and deletes joins the fold that the next commit step logs (folding.py). A new
+        leader takes none before it has taken over (lease.py): it must acknowledge
+        no write while an older leader may still answer reads."""
         self._check_writable()
         self.core.check_leader()
+        if not self._serving.is_set():
+            await self.wait_taken_over()
         await self._make_room(len(raw_request) + 1)
         future: asyncio.Future[bytes]
         if may_fold(request, plain_puts) and (self._fold is not None or self._fold_now()):
@@ -955,6 +1012,7 @@ class ShardReplica:
                 f"session timeout {timeout_ms} ms is outside "
                 f"[{MIN_SESSION_TIMEOUT_MS}, {MAX_SESSION_TIMEOUT_MS}] ms"
             )
+        await self.wait_taken_over()
         entry = internal_pb.CreateSessionEntry(
             timeout_ms=timeout_ms, client_identity=client_identity
         )
@@ -1187,8 +1245,7 @@ class ShardReplica:
                     and not self._serving.is_set()
                     and self.applied_offset >= self._term_start_offset
                 ):
-                    self._rearm_sessions()
-                    self._serving.set()
+                    self._finish_takeover(self.core.term)
                 # Let the loop take in more requests between groups.
                 await asyncio.sleep(0)
             if self._closing and self._tasks[0].done():

@@ -1,16 +1,18 @@
-"""A shard's leadership for one term: the pure LeaderCore plus one sender task per
-follower."""
+"""A shard's leadership for one term: the pure LeaderCore and LeaderLease, plus one
+sender task per follower."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from cairn.proto import replication_pb2 as rpb
+from cairn.storage.clock import monotonic_ms
 from cairn.storage.config import ReplicationSettings
 from cairn.storage.core.replication.leader import LeaderCore
+from cairn.storage.core.replication.lease import LeaderLease, takeover_wait_ms
 from cairn.storage.core.replication.replica import Member
 from cairn.storage.replication.peers import PeerChannels
 from cairn.storage.replication.sender import FollowerSender
@@ -31,6 +33,7 @@ class ReplicatingLeader:
         term_start_offset: int,
         peers: PeerChannels | None,
         settings: ReplicationSettings,
+        clock_ms: Callable[[], int] = monotonic_ms,
     ) -> None:
         followers = list(followers)
         if followers and peers is None:
@@ -48,6 +51,14 @@ class ReplicatingLeader:
             term_start_offset,
             settings.max_in_flight_entries,
         )
+        self.clock_ms = clock_ms
+        self.lease = LeaderLease(me.internal_address, settings.leader_lease_ms)
+        # With followers, an older leader may still hold a lease (lease.py).
+        wait_ms = takeover_wait_ms(settings.leader_lease_ms, settings.max_clock_drift)
+        self.serves_from_ms = clock_ms() + (wait_ms if followers else 0)
+        # Replaced (after being set) whenever a follower echoes: a read waiting for
+        # the lease to be renewed looks again.
+        self._echoed = asyncio.Event()
         self._senders: dict[str, tuple[FollowerSender, asyncio.Task[None]]] = {}
         for member in followers:
             self._start_sender(member)
@@ -88,6 +99,32 @@ class ReplicatingLeader:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
+    # -- the lease -------------------------------------------------------------------
+
+    def lease_holds(self) -> bool:
+        return self.lease.holds(self.core.quorum.voters, self.clock_ms())
+
+    async def renew_lease(self, timeout_s: float) -> bool:
+        """Ask every follower for an answer now; whether the lease holds within
+        `timeout_s` (no majority answering keeps it lapsed)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        for sender, _ in self._senders.values():
+            sender.request_heartbeat()
+        while not self.lease_holds():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await self._echoed.wait()
+        return True
+
+    def lease_echo(self, member: str, sent_ms: int) -> None:
+        self.lease.on_echo(member, sent_ms)
+        echoed, self._echoed = self._echoed, asyncio.Event()
+        echoed.set()
+
     # -- followers -------------------------------------------------------------------
 
     def follower_acknowledged(
@@ -121,6 +158,7 @@ class ReplicatingLeader:
 
     async def remove_follower(self, internal_address: str) -> None:
         entry = self._senders.pop(internal_address, None)
+        self.lease.forget(internal_address)
         self._commit_may_have_advanced(self.core.remove_follower(internal_address))
         if entry is not None:
             entry[0].stop()

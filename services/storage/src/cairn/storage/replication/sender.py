@@ -5,7 +5,10 @@ snapshot if our WAL no longer holds what the follower needs next, then a
 Replicate stream: entries in a window bounded in entries and bytes beyond what
 the follower acknowledged as durable, each message carrying our commit offset (as far as we
 applied it) and what our apply step wrote for the entries it committed, which
-the follower writes rather than applying them itself (applied_changes.py). Any
+the follower writes rather than applying them itself (applied_changes.py).
+Every message carries the time we sent it, which the follower echoes: that
+renews our lease (lease.py). An idle stream carries a heartbeat every
+`lease_heartbeat_ms`, and a read waiting for the lease asks for one at once. Any
 failure (the follower unreachable or restarted, a broken stream, a refused term)
 ends the session; the next one starts over with Truncate after a growing delay.
 """
@@ -77,8 +80,16 @@ class FollowerSender:
         # The last offset of the applied changes this session sent.
         self.changes_sent_through = -1
         self._stopped = False
+        # When the stream last carried a message (our clock), and whether a read
+        # waits for a heartbeat's answer.
+        self._last_sent_ms = 0
+        self._heartbeat_requested = False
 
     def wake(self) -> None:
+        self._wake.set()
+
+    def request_heartbeat(self) -> None:
+        self._heartbeat_requested = True
         self._wake.set()
 
     def stop(self) -> None:
@@ -126,6 +137,7 @@ class FollowerSender:
     async def _session(self) -> None:
         leader, shard = self.leader, self.leader.shard
         starts, head = history_message(shard.log)
+        sent_ms = leader.clock_ms()
         answer = await self._stub.Truncate(
             rpb.TruncateRequest(
                 shard=shard.shard_id,
@@ -137,6 +149,8 @@ class FollowerSender:
             timeout=leader.settings.truncate_timeout_s,
         )
         self.connected = True
+        # It answered our term: it followed us when it did.
+        leader.lease_echo(self.address, sent_ms)
         follower_head = entry_id_of(answer.head)
         phase = leader.core.on_truncated(
             self.address, follower_head, shard.log.first_readable_offset
@@ -190,17 +204,25 @@ class FollowerSender:
         call = self._stub.Replicate()
         acks = asyncio.get_running_loop().create_task(self._read_acks(call))
         sent_commit = -2
+        heartbeat_ms = self.leader.settings.lease_heartbeat_ms
         try:
             while not self._stopped:
                 if acks.done():
                     acks.result()  # raises why it ended
                     raise StreamEnded("the follower ended the stream")
                 self._wake.clear()
-                request = self._next_request(sent_commit)
+                clock_ms = self.leader.clock_ms
+                heartbeat = (
+                    self._heartbeat_requested or clock_ms() - self._last_sent_ms >= heartbeat_ms
+                )
+                request = self._next_request(sent_commit, heartbeat)
                 if request is None:
-                    await self._wake.wait()
+                    idle_s = (self._last_sent_ms + heartbeat_ms - clock_ms()) / 1000
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(max(idle_s, 0.001)):
+                            await self._wake.wait()
                     continue
-                if not request.entries:
+                if not request.entries and not request.heartbeat:
                     # Only the commit offset moved (and with it, applied changes):
                     # followers need it to apply, not to acknowledge, so let it ride
                     # with the entries that may follow within a moment rather than
@@ -208,7 +230,10 @@ class FollowerSender:
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(COMMIT_LINGER_S):
                             await self._wake.wait()
-                    request = self._next_request(sent_commit) or request
+                    request = self._next_request(sent_commit, False) or request
+                if request.heartbeat:
+                    self._heartbeat_requested = False
+                self._last_sent_ms = request.leader_time_ms = clock_ms()
                 await call.write(request)
                 sent_commit = request.commit_offset
                 if request.applied_changes:
@@ -218,10 +243,11 @@ class FollowerSender:
             acks.cancel()
             call.cancel()
 
-    def _next_request(self, sent_commit: int) -> rpb.ReplicateRequest | None:
+    def _next_request(self, sent_commit: int, heartbeat: bool) -> rpb.ReplicateRequest | None:
         """Entries within the window (bounded in entries and bytes beyond what the
-        follower acknowledged as durable) and the applied changes of entries committed, or just a
-        newer commit offset, or None."""
+        follower acknowledged as durable) and the applied changes of entries
+        committed, or just a newer commit offset, or a heartbeat if one is due, or
+        None."""
         leader, shard = self.leader, self.leader.shard
         core, settings = leader.core, leader.settings
         span = core.to_send(self.address, shard.log.last_offset)
@@ -252,13 +278,14 @@ class FollowerSender:
             if room > 0
             else []
         )
-        if entries or changes or commit != sent_commit:
+        if entries or changes or commit != sent_commit or heartbeat:
             return rpb.ReplicateRequest(
                 shard=shard.shard_id,
                 term=leader.term,
                 entries=[log_entry_message(entry) for entry in entries],
                 commit_offset=commit,
                 applied_changes=changes,
+                heartbeat=heartbeat,
             )
         return None
 
@@ -272,6 +299,7 @@ class FollowerSender:
                 self.leader.follower_acknowledged(
                     self.address, answer.term, durable, answer.applied_offset
                 )
+                self.leader.lease_echo(self.address, answer.leader_time_ms)
                 self._wake.set()  # the window may have opened
         finally:
             self._wake.set()

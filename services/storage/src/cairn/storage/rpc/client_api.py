@@ -16,6 +16,7 @@ from google.protobuf.message import DecodeError
 
 from cairn.common.errors import CairnError, InvalidRequest, NotificationsTrimmed
 from cairn.proto import oxia_client_pb2 as pb
+from cairn.storage.clock import wall_clock_ms
 from cairn.storage.config import Limits
 from cairn.storage.core import reads
 from cairn.storage.core.fastpath import has_plain_puts
@@ -30,7 +31,7 @@ from cairn.storage.core.validation import (
 from cairn.storage.directory import ShardDirectory
 from cairn.storage.kv.store import Column
 from cairn.storage.rpc.status import abort
-from cairn.storage.shard import ShardReplica, wall_clock_ms
+from cairn.storage.shard import ShardReplica
 
 SERVICE_NAMES = ("io.oxia.proto.v1.OxiaClient", "io.streamnative.oxia.proto.OxiaClient")
 SHARD_ID_HEADER = "shard-id"

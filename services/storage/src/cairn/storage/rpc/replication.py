@@ -53,7 +53,7 @@ class ReplicationService:
         self, requests: AsyncIterator[rpb.ReplicateRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[rpb.ReplicateResponse]:
         """Appends what arrives; answers the durable and applied offsets each time
-        one advances."""
+        one advances, and at once to a heartbeat, echoing the latest leader time."""
         first = await anext(requests, None)
         if first is None:
             return
@@ -62,7 +62,11 @@ class ReplicationService:
         except CairnError as error:
             await abort(context, error)
 
+        leader_time_ms = 0
+        heartbeat = asyncio.Event()
+
         async def take_entries() -> None:
+            nonlocal leader_time_ms
             request: rpb.ReplicateRequest | None = first
             while request is not None:
                 # The changes first: the commit offset that comes with them lets
@@ -73,16 +77,28 @@ class ReplicationService:
                     [wal_entry_of(entry) for entry in request.entries],
                     request.commit_offset,
                 )
+                # Echoed with our next answer: the leader's lease (lease.py).
+                leader_time_ms = max(leader_time_ms, request.leader_time_ms)
+                if request.heartbeat:
+                    heartbeat.set()
                 request = await anext(requests, None)
 
         stream_term = first.term
-        taker = asyncio.get_running_loop().create_task(take_entries())
+        loop = asyncio.get_running_loop()
+        taker = loop.create_task(take_entries())
+        beat = loop.create_task(heartbeat.wait())
         durable, applied = -2, -2
         try:
             while True:
                 progress = asyncio.ensure_future(replica.wait_progress_after(durable, applied))
-                done, _ = await asyncio.wait((taker, progress), return_when=asyncio.FIRST_COMPLETED)
-                if progress in done:
+                done, _ = await asyncio.wait(
+                    (taker, progress, beat), return_when=asyncio.FIRST_COMPLETED
+                )
+                beaten = beat in done
+                if beaten:
+                    heartbeat.clear()
+                    beat = loop.create_task(heartbeat.wait())
+                elif progress in done:
                     now_durable, _ = progress.result()
                     if now_durable == durable and not replica.closing:
                         # Only the applied offset moved: the leader shows it in its
@@ -91,24 +107,30 @@ class ReplicationService:
                         with contextlib.suppress(TimeoutError):
                             async with asyncio.timeout(APPLIED_LINGER_S):
                                 await replica.wait_durable_after(now_durable)
+                if progress in done or beaten:
                     try:
                         replica.core.check_following(stream_term)
                     except CairnError as error:
                         await abort(context, error)
                     durable, applied = replica.durable_offset, replica.applied_offset
                     yield rpb.ReplicateResponse(
-                        durable_offset=durable, applied_offset=applied, term=stream_term
+                        durable_offset=durable,
+                        applied_offset=applied,
+                        term=stream_term,
+                        leader_time_ms=leader_time_ms,
                     )
                     if replica.closing:
                         return  # shutting down: the leader reconnects elsewhere or later
-                if taker in done:
+                if progress not in done:
                     progress.cancel()
+                if taker in done:
                     try:
                         taker.result()
                     except CairnError as error:
                         await abort(context, error)
                     return
         finally:
+            beat.cancel()
             taker.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await taker
