@@ -58,7 +58,7 @@ from cairn.controller.actions import (
     RecordNode,
     shard_of,
 )
-from cairn.controller.election import majority
+from cairn.controller.election import CountedVoters, majority
 from cairn.controller.model import (
     ClusterSpec,
     ClusterStatus,
@@ -93,6 +93,39 @@ class PlannerSettings:
     # Ensemble changes and leader moves under way at once, cluster-wide
     # (failure handling is not limited).
     max_concurrent_changes: int = 2
+
+
+def counted_voters(record: ShardRecord, observed: Observed, status: ClusterStatus) -> CountedVoters:
+    """Who the shard's leader counts toward its commit offset, from its last
+    report in the recorded term: itself and the members it reports voting.
+    Members being removed are left out (the leader may have dropped them
+    already), and everyone is when no such report is at hand (the leader is
+    unreachable, restarted, or not recorded): knowing fewer voters only makes
+    `choose_leader` more careful."""
+    report = observed.report(record.leader, record.shard)
+    if (
+        record.leader is None
+        or report is None
+        or report.term != record.term
+        or report.role != LEADER
+    ):
+        return CountedVoters(record.term, frozenset())
+    voting = {follower.internal_address for follower in report.followers if follower.voting}
+    members = {
+        name
+        for name in record.ensemble
+        if name not in record.leaving and address_of(name, observed, status) in voting
+    }
+    return CountedVoters(record.term, frozenset({record.leader, *members}))
+
+
+def address_of(name: str, observed: Observed, status: ClusterStatus) -> str | None:
+    """A node's internal address: as observed, else as recorded."""
+    view = observed.nodes.get(name)
+    if view is not None:
+        return view.internal_address
+    node = status.node(name)
+    return node.internal_address if node is not None else None
 
 
 def plan(
@@ -332,11 +365,7 @@ class _Planner:
         return {follower.internal_address for follower in report.followers}
 
     def _address(self, name: str) -> str | None:
-        view = self.observed.nodes.get(name)
-        if view is not None:
-            return view.internal_address
-        node = self.status.node(name)
-        return node.internal_address if node is not None else None
+        return address_of(name, self.observed, self.status)
 
     def _unfinished_change(self, record: ShardRecord, report: ReplicaReport) -> bool:
         followers = self._follower_addresses(report)
