@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cairn.controller.election import choose_leader, majority
+from cairn.controller.election import CountedVoters, choose_leader, majority
 
 Head = tuple[int, int]
 NO_HEAD: Head = (-1, -1)
@@ -91,6 +91,39 @@ def test_preferred_that_did_not_answer_or_is_no_voter_is_ignored() -> None:
     heads = {"a": (1, 3), "b": (1, 3)}
     assert choose_leader(heads, ["a", "b", "c"], {"a": 3}, preferred="c") == "b"
     assert choose_leader(heads, ["a", "b"], {"a": 3}, preferred="x") == "b"
+
+
+@pytest.mark.parametrize("rf", [2, 4])
+def test_hole2_below_the_best_head_only_the_counted_voters_make_the_majority(rf: int) -> None:
+    # Issue 38, hole 2. rf 2: "a" leads alone ("b" is a learner), so it may
+    # have committed up to 9; "b" holds up to 5. rf 4: "a", "b", "c" vote and
+    # "a" and "b" may have committed up to 9; "c" lags, "d" is a learner.
+    # Counting the learner as a voter, half the members or more hold 5, which
+    # passed for "what a majority holds".
+    voters = list("abcd"[:rf])
+    heads = {"a": (2, 9), "b": (2, 5)} if rf == 2 else {"a": (2, 9), "b": (2, 9)}
+    heads.update({} if rf == 2 else {"c": (2, 5), "d": (2, 5)})
+    counted = CountedVoters(2, frozenset(voters[:-1]))
+    behind = [name for name, head in heads.items() if head == (2, 5)]
+    for preferred in behind:
+        assert choose_leader(heads, voters, {}, preferred, counted=counted) == "a"
+        assert choose_leader(heads, voters, {}, None, set(behind), counted) is None
+    # Without the learner, what every voter holds decides, as before.
+    assert choose_leader(heads, voters, {}, behind[0], counted=CountedVoters(2, frozenset(voters)))
+    # Voters a leader of another term counted say nothing of this one's; and
+    # fewer known voters only make the choice more careful.
+    heads = {"a": (2, 9), "b": (2, 7), "c": (2, 7)}
+    assert choose_leader(heads, list("abc"), {}, "b") == "b"
+    assert (
+        choose_leader(heads, list("abc"), {}, "b", counted=CountedVoters(1, frozenset("abc")))
+        == "a"
+    )
+    assert (
+        choose_leader(heads, list("abc"), {}, "b", counted=CountedVoters(2, frozenset("a"))) == "a"
+    )
+    assert (
+        choose_leader(heads, list("abc"), {}, "b", counted=CountedVoters(2, frozenset("bc"))) == "b"
+    )
 
 
 # -- the oracle --------------------------------------------------------------------------
@@ -278,3 +311,49 @@ def test_exactly_a_majority_suffices(size: int) -> None:
     assert choose_leader(enough, voters, {}) == voters[majority(size) - 1]
     fewer = dict(list(enough.items())[:-1])
     assert choose_leader(fewer, voters, {}) is None
+
+
+@st.composite
+def learners_behind(draw: st.DrawFn) -> tuple[History, list[str], CountedVoters]:
+    """The last leader's log, of which every member holds a prefix; the
+    leader's voters are itself and every member but perhaps one learner (one
+    change at a time), which holds any prefix (it votes once its
+    acknowledgement reaches the commit offset); what a majority of the voters
+    holds may be committed. The controller knows some of the voters (its
+    report of them is stale, or missing), and perhaps as of another term."""
+    size = draw(st.integers(2, 7))
+    members = [f"m{i}" for i in range(size)]
+    log = sorted(draw(st.lists(st.integers(1, 3), min_size=1, max_size=10)))
+    learner = draw(st.none() | st.sampled_from(members[1:]))
+    voters = [name for name in members if name != learner]
+    logs = {name: log[: draw(st.integers(0, len(log)))] for name in members}
+    logs[members[0]] = log
+    held = sorted((len(logs[name]) for name in voters), reverse=True)[majority(len(voters)) - 1]
+    known = draw(st.sets(st.sampled_from(voters)))
+    term = draw(st.sampled_from([log[-1], log[-1], log[-1] - 1]))
+    return History(logs, log[:held]), members, CountedVoters(term, frozenset(known))
+
+
+@settings(max_examples=1000, deadline=None)
+@given(learners_behind(), st.data())
+def test_a_member_behind_the_best_head_is_chosen_only_if_it_holds_what_the_voters_committed(
+    history_members_counted: tuple[History, list[str], CountedVoters], data: st.DataObject
+) -> None:
+    history, members, counted = history_members_counted
+    answering = data.draw(
+        st.lists(
+            st.sampled_from(members),
+            unique=True,
+            min_size=majority(len(members)),
+            max_size=len(members),
+        )
+        | st.just(members)
+    )
+    heads = {name: head(history.logs[name]) for name in answering}
+    preferred = data.draw(st.none() | st.sampled_from(answering))
+    eligible = data.draw(st.none() | st.sets(st.sampled_from(members)))
+    chosen = choose_leader(heads, members, {}, preferred, eligible, counted)
+    if chosen is not None:
+        assert history.logs[chosen][: len(history.committed)] == history.committed, (
+            f"{chosen} ({history.logs[chosen]}) lacks committed {history.committed}"
+        )

@@ -1217,3 +1217,83 @@ def test_balancing_moves_other_leaders_rather_than_undo_a_requested_move() -> No
         isinstance(action, Elect) and action.reason.startswith("balance leaders")
         for action in flat(history)
     )
+
+
+# -- hole 2 of issue 38: a learner still catching up never takes over -----------------------
+
+
+def learner_catching_up(rf: int) -> ModelCluster:
+    """Shard 0 (rf members, led by pod-0) replaces pod-<rf-1>, dead, by pod-<rf>,
+    which joins as a learner; the leader then commits offsets 1..4 without it
+    (with pod-1 when rf is 4), and the learner has caught up only to offset 2
+    (so has pod-2, a voter lagging behind, when rf is 4). Shards 1.. hold
+    the live nodes, pod-<rf> voting, led so that pod-0 leads two shards and
+    pod-<rf> none: balancing moves a leader from pod-0 to pod-<rf>."""
+    nodes = [node_name(i) for i in range(rf + 1)]
+    learner, replaced = nodes[rf], nodes[rf - 1]
+    alive = [name for name in nodes if name != replaced]
+    spec = ClusterSpec((NamespaceSpec("ns", 1, rf),), storage_pods=rf + 1)
+    model = ModelCluster(spec, nodes, instant_catch_up=False)
+    model.install_shard("ns", nodes[:rf], "pod-0")
+    for leader in ["pod-0", *alive[1:-1]]:
+        model.install_shard("ns", [leader, *(name for name in alive if name != leader)], leader)
+    model.kill(replaced)
+    assert model.apply(ChangeEnsemble(0, f"replace unreachable {replaced}", remove=replaced))
+    assert model.apply(ChangeEnsemble(0, f"replace unreachable {replaced}", add=learner))
+    assert model.write(0, 4)
+    if rf == 4:
+        model.catch_up(0, "pod-1", 4)
+        model.catch_up(0, "pod-2", 2)
+    model.catch_up(0, learner, 2)
+    leader = model.replica("pod-0", 0)
+    assert leader is not None and leader.commit_offset == 4
+    assert not leader.followers[internal_address(learner)].voting
+    model.advance(LONG_MS)
+    model.poll()
+    return model
+
+
+@pytest.mark.parametrize("rf", [2, 4])
+def test_hole2_a_learner_still_catching_up_is_never_elected_by_a_move_or_balancing(
+    rf: int,
+) -> None:
+    # Issue 38, hole 2: balancing elected a learner still catching up, and the
+    # election's rule for a head below the best counted it as a voter (so a
+    # majority of the members held offset 2), though the leader had committed
+    # up to 4 without it: with rf 2 the shard stuck, with rf 4 committed
+    # entries were lost (here the model raises ModelInvariantError).
+    learner = node_name(rf)
+    model = learner_catching_up(rf)
+    record = model.record(0)
+    assert learner in record.ensemble and record.leader == "pod-0"
+
+    # Balancing moves a leader to the learner's node, but not shard 0's yet.
+    elections = of_type(model.plan(SETTINGS), Elect)
+    assert elections == [Elect(1, f"balance leaders: pod-0 -> {learner}", learner)]
+    # A requested move waits while its target catches up, learner or voter.
+    for target in [learner, "pod-2"] if rf == 4 else [learner]:
+        model.request_leader_move(0, target)
+        assert all(e.shard != 0 for e in of_type(model.plan(SETTINGS), Elect))
+    model.status = replace(model.status, leader_moves=())
+
+    # Elected anyway (as planned before the fix, or by an election of another
+    # cause preferring it), neither the learner nor the lagging voter is chosen
+    # over what was committed: the best head leads a new term.
+    for preferred in [learner, "pod-2"] if rf == 4 else [learner]:
+        attempt = learner_catching_up(rf)
+        term = attempt.record(0).term
+        assert not attempt.apply(Elect(0, "balance leaders", preferred))  # the move fails
+        record = attempt.record(0)
+        assert record.term == term + 1 and record.leader in {"pod-0", "pod-1"}
+        assert record.state is ShardState.STEADY
+        assert attempt.committed[0][:5] == (1,) * 5
+
+    # Once caught up (voting, holding the commit offset) it may take over.
+    model.replicate()
+    model.poll()
+    model.request_leader_move(0, learner)
+    assert of_type(model.plan(SETTINGS), Elect) == [
+        Elect(0, f"leader moved to {learner} on request", learner)
+    ]
+    model.step(SETTINGS)
+    assert model.record(0).leader == learner and model.committed[0][:5] == (1,) * 5

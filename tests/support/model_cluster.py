@@ -78,7 +78,7 @@ from cairn.controller.model import (
 )
 from cairn.controller.observed import NodeView, Observed
 from cairn.controller.placement import leader_load
-from cairn.controller.planner import PlannerSettings, plan
+from cairn.controller.planner import PlannerSettings, counted_voters, plan
 
 FENCED = "fenced"
 FOLLOWER = "follower"
@@ -409,30 +409,23 @@ class ModelCluster:
                 if replica.role == LEADER and (shard is None or replica.shard == shard):
                     self._replicate_from(node, replica)
 
+    def catch_up(self, shard: int, name: str, offset: int) -> None:
+        """The shard's live leader brings one live follower's log up to
+        `offset` only (`replicate` brings every follower all the way): a
+        follower partway through catching up. A learner still votes only once
+        it holds the commit offset."""
+        leader = self._live_leader(shard)
+        assert leader is not None, f"shard {shard} has no live leader"
+        assert offset < len(leader.log)
+        leader_node = next(
+            n for n in self.nodes.values() if n.internal_address == leader.leader_address
+        )
+        self._replicate_to(leader_node, leader, self.nodes[name].internal_address, offset)
+
     def _replicate_from(self, leader_node: ModelNode, leader: Replica) -> None:
         by_address = {node.internal_address: node for node in self.nodes.values()}
-        for address, progress in sorted(leader.followers.items()):
-            node = by_address.get(address)
-            if node is None or not node.up:
-                continue
-            replica = node.replicas.get(leader.shard)
-            if replica is None:
-                continue  # a wiped member: Truncate finds no replica until NewTerm
-            if replica.term > leader.term or (
-                replica.term == leader.term and replica.role == LEADER
-            ):
-                continue  # it refuses this leader
-            self._check_keeps_committed(replica, leader.log)
-            replica.term = leader.term
-            replica.role = FOLLOWER
-            replica.leader_address = leader_node.internal_address
-            replica.followers = {}
-            replica.log = leader.log
-            offset = len(leader.log) - 1
-            progress.acked_offset = max(progress.acked_offset, offset)
-            if not progress.voting and progress.acked_offset >= leader.commit_offset:
-                progress.voting = True
-            self._advance_commit(leader)
+        for address in sorted(leader.followers):
+            self._replicate_to(leader_node, leader, address, len(leader.log) - 1)
         for address in leader.followers:
             node = by_address.get(address)
             replica = node.replicas.get(leader.shard) if node is not None and node.up else None
@@ -440,6 +433,33 @@ class ModelCluster:
                 replica.commit_offset = max(
                     replica.commit_offset, min(leader.commit_offset, len(replica.log) - 1)
                 )
+
+    def _replicate_to(
+        self, leader_node: ModelNode, leader: Replica, address: str, offset: int
+    ) -> None:
+        """Truncate plus streaming up to `offset`, done at once: the follower at
+        `address` takes the leader's log up to there and acknowledges it."""
+        node = next((n for n in self.nodes.values() if n.internal_address == address), None)
+        if node is None or not node.up:
+            return
+        replica = node.replicas.get(leader.shard)
+        if replica is None:
+            return  # a wiped member: Truncate finds no replica until NewTerm
+        if replica.term > leader.term or (replica.term == leader.term and replica.role == LEADER):
+            return  # it refuses this leader
+        self._check_keeps_committed(replica, leader.log)
+        if replica.log == leader.log[: len(replica.log)]:
+            offset = max(offset, len(replica.log) - 1)  # it keeps what agrees
+        replica.term = leader.term
+        replica.role = FOLLOWER
+        replica.leader_address = leader_node.internal_address
+        replica.followers = {}
+        replica.log = leader.log[: offset + 1]
+        progress = leader.followers[address]
+        progress.acked_offset = max(progress.acked_offset, offset)
+        if not progress.voting and progress.acked_offset >= leader.commit_offset:
+            progress.voting = True
+        self._advance_commit(leader)
 
     def _advance_commit(self, leader: Replica) -> None:
         acked = [len(leader.log) - 1] + [
@@ -646,6 +666,7 @@ class ModelCluster:
         # As the executor: a never-led shard stays NEW and may create replicas.
         creating = record.state is ShardState.NEW
         state = ShardState.NEW if creating else ShardState.ELECTION
+        counted = counted_voters(record, self.observe(), self.status)
         record = self._set_shard(action.shard, term=term, state=state, leader=None)
         yield
         heads: dict[str, tuple[int, int]] = {}
@@ -659,7 +680,7 @@ class ModelCluster:
         # Only members the observer believes alive may lead (a pod being
         # deleted may still answer NewTerm); every answer counts for safety.
         alive = {name for name in record.voters if name in self.nodes and self.nodes[name].alive}
-        leader = choose_leader(heads, record.voters, leaders, action.preferred, alive)
+        leader = choose_leader(heads, record.voters, leaders, action.preferred, alive, counted)
         if leader is None:
             raise ActionFailed(f"shard {record.shard}: no majority answered NewTerm({term})")
         ensemble = record.ensemble if leader in record.ensemble else (*record.ensemble, leader)

@@ -13,15 +13,39 @@ one: both were written by that term's single leader) and its head is at least
 the offset that a majority of the voters hold (nothing beyond that can have been
 committed). Otherwise the highest head wins (a move is retried later), or, if
 only ineligible members hold it, no one is chosen now.
+
+"A majority of the voters" there means a majority of those the leader counted
+toward its commit offset, which are not always all the members: a member joins
+as a learner and counts only once it has caught up with the commit offset.
+Counting a learner would make the majority larger, and, as a learner's head is
+low, the offset it holds lower: in an ensemble of two (one voter, one learner)
+the learner would be judged to hold everything committed, whatever it lacks.
+The controller knows who counts only from the leader's last report, so the
+rule takes the members it knows count (`CountedVoters`): committed entries are
+held by a majority of the actual voters, who are at least those, so by at least
+a majority of that many of the members that answered. Knowing fewer is safe,
+only more careful: knowing none, only the highest head is safe.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 
 
 def majority(count: int) -> int:
     return count // 2 + 1
+
+
+@dataclass(frozen=True)
+class CountedVoters:
+    """Members that the shard's leader of `term` counted toward its commit
+    offset (itself, and the followers it reported voting). They remain voters
+    for the rest of that term unless removed, so the caller leaves out members
+    being removed."""
+
+    term: int
+    members: frozenset[str]
 
 
 def choose_leader(
@@ -30,25 +54,29 @@ def choose_leader(
     leaders_per_node: Mapping[str, int],
     preferred: str | None = None,
     eligible: Collection[str] | None = None,
+    counted: CountedVoters | None = None,
 ) -> str | None:
     """The member to make leader, or None without answers from a majority of
     `voters` (or without a safe eligible member). `heads` maps members that
     answered to their head (term, offset). Only `eligible` members (default: all)
     may lead: a member judged failed can still answer NewTerm (its pod is being
     deleted, say) and its head still counts for safety, but electing it would
-    only have to be undone."""
+    only have to be undone. `counted` is who the last leader counted toward
+    its commit offset, as far as is known; without it every member of `voters`
+    counts (as they all do once a leader takes office)."""
     answered = {name: head for name, head in heads.items() if name in voters}
     if len(answered) < majority(len(voters)):
         return None
     best_head = max(answered.values())
+    held = _held_by_majority(answered, voters, counted, best_head)
     allowed = [name for name in answered if eligible is None or name in eligible]
     if (
         preferred is not None
         and preferred in allowed
-        and _is_safe(answered, voters, preferred, best_head)
+        and _is_safe(answered[preferred], best_head, held)
     ):
         return preferred
-    safe = [name for name in allowed if _is_safe(answered, voters, name, best_head)]
+    safe = [name for name in allowed if _is_safe(answered[name], best_head, held)]
     if not safe:
         return None
     # The longest safe log, then ties: the preferred member, the least loaded node.
@@ -63,17 +91,30 @@ def choose_leader(
     )
 
 
-def _is_safe(
+def _held_by_majority(
     answered: Mapping[str, tuple[int, int]],
     voters: Sequence[str],
-    preferred: str,
+    counted: CountedVoters | None,
     best_head: tuple[int, int],
-) -> bool:
-    head = answered[preferred]
+) -> int | None:
+    """An offset at or beyond every committed entry, judged from the answers:
+    the one held by a majority of the members known to count (the voters of
+    the best head's term, whose leader wrote it). None unless every voter
+    answered: one that did not may hold more, and a majority with it."""
+    members = set(voters)
+    if len(answered) < len(members):
+        return None
+    if counted is None:
+        known = len(members)
+    elif counted.term == best_head[0]:
+        known = len(counted.members & members)
+    else:
+        known = 0  # counted by another term's leader: nothing is known of this one
+    offsets = sorted((offset for _, offset in answered.values()), reverse=True)
+    return offsets[majority(known) - 1]
+
+
+def _is_safe(head: tuple[int, int], best_head: tuple[int, int], held: int | None) -> bool:
     if head == best_head:
         return True
-    if len(answered) < len(set(voters)) or head[0] != best_head[0]:
-        return False
-    offsets = sorted((offset for _, offset in answered.values()), reverse=True)
-    held_by_majority = offsets[majority(len(offsets)) - 1]
-    return head[1] >= held_by_majority
+    return held is not None and head[0] == best_head[0] and head[1] >= held

@@ -47,6 +47,7 @@ from cairn.controller.model import (
 )
 from cairn.controller.observer import Observer
 from cairn.controller.placement import leader_load
+from cairn.controller.planner import counted_voters
 from cairn.controller.pods import PodAddress, PodClient
 from cairn.proto import oxia_client_pb2 as pb
 
@@ -256,13 +257,17 @@ class Executor:
         # recreated through an ensemble change, from a leader, instead.
         creating = record.state is ShardState.NEW
         state = ShardState.NEW if creating else ShardState.ELECTION
+        # Who the outgoing leader counts toward its commit offset, from its
+        # last report (a learner it still catches up does not), taken while
+        # the record still names it.
+        counted = counted_voters(record, self.observer.view(), self.keeper.state.status)
         record = await self._set_shard(action.shard, term=term, state=state, leader=None)
         voters = record.voters
         heads = await self._fence(record, term, namespace if creating else None)
         leaders = leader_load(self.keeper.state.status.shards)
         views = self.observer.view().nodes
         alive = {name for name in voters if name in views and views[name].alive}
-        leader = choose_leader(heads, voters, leaders, action.preferred, alive)
+        leader = choose_leader(heads, voters, leaders, action.preferred, alive, counted)
         if leader is None:
             raise ActionFailed(
                 f"shard {record.shard}: no safe live leader for term {term}: heads {heads}, "

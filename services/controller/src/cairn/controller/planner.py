@@ -21,11 +21,19 @@ Per shard, in order of urgency:
    spare exists, members on nodes being drained or released are replaced (a
    leader there hands over first, or is replaced like a follower when no
    member can take over), the ensemble grows or shrinks one member at a time
-   to the replication factor, a requested leader move is made;
+   to the replication factor, a requested leader move is made (once its
+   target has caught up);
 5. then, if nothing else is changing: members and leaders are balanced across
    the nodes that have been up for a while (damping flapping nodes); a member
    is moved only where the shrink that follows takes it off the busier node
-   without adding anti-affinity conflicts (so balancing always settles).
+   without adding anti-affinity conflicts (so balancing always settles), and
+   only in a shard settled as in 4.
+
+Leadership is handed over (a requested move, a drain, balancing) only to a
+follower the leader counts as a voter and that holds the commit offset in this
+term: a learner still catching up holds less than what was committed, and so
+may a lagging voter. The election would not choose either (see election.py),
+but would bump the term for nothing.
 
 Stale replicas (kept by a node that is no longer a member) are deleted while
 nothing else happens to their shard; new namespaces are placed; node records
@@ -58,7 +66,7 @@ from cairn.controller.actions import (
     RecordNode,
     shard_of,
 )
-from cairn.controller.election import majority
+from cairn.controller.election import CountedVoters, majority
 from cairn.controller.model import (
     ClusterSpec,
     ClusterStatus,
@@ -93,6 +101,39 @@ class PlannerSettings:
     # Ensemble changes and leader moves under way at once, cluster-wide
     # (failure handling is not limited).
     max_concurrent_changes: int = 2
+
+
+def counted_voters(record: ShardRecord, observed: Observed, status: ClusterStatus) -> CountedVoters:
+    """Who the shard's leader counts toward its commit offset, from its last
+    report in the recorded term: itself and the members it reports voting.
+    Members being removed are left out (the leader may have dropped them
+    already), and everyone is when no such report is at hand (the leader is
+    unreachable, restarted, or not recorded): knowing fewer voters only makes
+    `choose_leader` more careful."""
+    report = observed.report(record.leader, record.shard)
+    if (
+        record.leader is None
+        or report is None
+        or report.term != record.term
+        or report.role != LEADER
+    ):
+        return CountedVoters(record.term, frozenset())
+    voting = {follower.internal_address for follower in report.followers if follower.voting}
+    members = {
+        name
+        for name in record.ensemble
+        if name not in record.leaving and address_of(name, observed, status) in voting
+    }
+    return CountedVoters(record.term, frozenset({record.leader, *members}))
+
+
+def address_of(name: str, observed: Observed, status: ClusterStatus) -> str | None:
+    """A node's internal address: as observed, else as recorded."""
+    view = observed.nodes.get(name)
+    if view is not None:
+        return view.internal_address
+    node = status.node(name)
+    return node.internal_address if node is not None else None
 
 
 def plan(
@@ -332,11 +373,7 @@ class _Planner:
         return {follower.internal_address for follower in report.followers}
 
     def _address(self, name: str) -> str | None:
-        view = self.observed.nodes.get(name)
-        if view is not None:
-            return view.internal_address
-        node = self.status.node(name)
-        return node.internal_address if node is not None else None
+        return address_of(name, self.observed, self.status)
 
     def _unfinished_change(self, record: ShardRecord, report: ReplicaReport) -> bool:
         followers = self._follower_addresses(report)
@@ -422,7 +459,11 @@ class _Planner:
     ) -> Action | None:
         move = next((m for m in self.status.leader_moves if m.shard == record.shard), None)
         if move is not None and settled:
-            return self._leader_move(record, move.node)
+            action = self._leader_move(record, move.node, report)
+            if action is not None:
+                return action
+            # The target still catches up (or no majority could answer): the
+            # move waits, and other changes may go on meanwhile.
         if self.changes_left <= 0:
             return None
         size = len(record.ensemble)
@@ -446,7 +487,7 @@ class _Planner:
         # then takes over, then the old leader is removed.
         leader_unwanted = record.leader is not None and self._unwanted(record.leader)
         if leader_unwanted and size > 1:
-            handover = self._handover(record)
+            handover = self._handover(record, report)
             if handover is not None:
                 return handover
         if leader_unwanted and record.leader is not None:
@@ -546,9 +587,11 @@ class _Planner:
         alive = sum(1 for name in rest if self.observed.alive(name))
         return bool(rest) and alive >= majority(len(rest))
 
-    def _handover(self, record: ShardRecord) -> Action | None:
+    def _handover(self, record: ShardRecord, report: ReplicaReport) -> Action | None:
         targets = [
-            name for name in record.ensemble if name != record.leader and self._eligible(name)
+            name
+            for name in record.ensemble
+            if self._eligible(name) and self._may_take_over(record, report, name)
         ]
         if not targets:
             return None
@@ -559,14 +602,45 @@ class _Planner:
             self.changes_left -= 1
         return election
 
-    def _leader_move(self, record: ShardRecord, target: str) -> Action | None:
+    def _leader_move(
+        self, record: ShardRecord, target: str, report: ReplicaReport
+    ) -> Action | None:
+        """The requested move's next step; None while it has to wait."""
         if target == record.leader:
             return DropLeaderMove(record.shard, target, "already the leader")
         if target not in record.ensemble or not self.observed.alive(target):
             return DropLeaderMove(record.shard, target, f"{target} is not a live member")
+        if not self._may_take_over(record, report, target):
+            return None
         return self._election(
             record, f"{REQUESTED_MOVE_REASON} {target} on request", preferred=target
         )
+
+    def _may_take_over(self, record: ShardRecord, report: ReplicaReport, name: str) -> bool:
+        """Is `name` a follower the leader (of `report`) counts as a voter, and
+        holding the commit offset in this term? A learner is neither: it joined
+        with nothing and votes only once it has caught up."""
+        address = self._address(name)
+        return name != record.leader and any(
+            follower.internal_address == address
+            and follower.voting
+            and follower.acked_offset >= report.commit_offset
+            for follower in report.followers
+        )
+
+    def _settled_report(self, record: ShardRecord) -> ReplicaReport | None:
+        """The leader's report, if the shard may change now: steady, its leader
+        reporting in the recorded term, no change under way, in step (every
+        live member voting) and settled (a majority holding the commit offset),
+        as `_shard_action` requires before any change. None otherwise."""
+        if record.state is not ShardState.STEADY or record.leaving:
+            return None
+        report = self.observed.report(record.leader, record.shard)
+        if report is None or report.term != record.term or report.role != LEADER:
+            return None
+        if self._unfinished_change(record, report) or not self._in_step(record, report):
+            return None
+        return report if self._settled(record, report) else None
 
     # -- balance ---------------------------------------------------------------------
 
@@ -632,7 +706,10 @@ class _Planner:
                 if counts[most] - counts[least] <= 1:
                     break
                 for record in shards:
-                    if record.leader == most and least in record.ensemble:
+                    if record.leader != most or least not in record.ensemble:
+                        continue
+                    report = self._settled_report(record)
+                    if report is not None and self._may_take_over(record, report, least):
                         reason = f"balance leaders: {most} -> {least}"
                         election = self._election(record, reason, least)
                         if election is not None:
@@ -663,9 +740,17 @@ class _Planner:
             return None
         if handover != (record.leader == most):
             return None
+        # One change at a time: not while a member catches up, say.
+        report = self._settled_report(record)
+        if report is None:
+            return None
         leader = record.leader
         if handover:
-            targets = [name for name in record.ensemble if name != most and self._eligible(name)]
+            targets = [
+                name
+                for name in record.ensemble
+                if self._eligible(name) and self._may_take_over(record, report, name)
+            ]
             if not targets:
                 return None
             leaders = leader_load(self.status.shards)
