@@ -35,6 +35,7 @@ class CheckerState:
     verified: dict[str, tuple[int, int]] = field(default_factory=dict)
     # replica -> the (applied offset, digest) last compared
     states_seen: dict[str, tuple[int, int]] = field(default_factory=dict)
+    reads_checked: int = 0
 
 
 def check_step(world: World) -> None:
@@ -43,6 +44,7 @@ def check_step(world: World) -> None:
     check_committed_entries_agree(world)
     check_equal_applied_offsets_equal_states(world)
     check_core_mirrors_storage(world)
+    check_reads_are_fresh(world)
 
 
 def check_one_leader_per_term(world: World) -> None:
@@ -175,6 +177,23 @@ def check_core_mirrors_storage(world: World) -> None:
                 f"(e) {replica.name} applied {applied} past its synced offset "
                 f"{log.synced_offset} or commit offset {replica.commit_offset}"
             )
+
+
+def check_reads_are_fresh(world: World) -> None:
+    """(f) Reads are linearizable: a read returns a state no older than the last
+    write acknowledged before it began (it was answered from a state applied at
+    least up to that write's offset)."""
+    observer, state = world.observer, world.checks
+    for read in observer.reads[state.reads_checked :]:
+        needed = observer.highest_acked_before(read.sent_step)
+        if read.applied_offset < needed:
+            raise Violation(
+                f"(f) a read sent by {read.reader} at step {read.sent_step} was answered by "
+                f"{read.replica} (term {read.term}) at step {read.answered_step} from its state "
+                f"applied up to {read.applied_offset}, but a write at offset {needed} had been "
+                f"acknowledged before the read began"
+            )
+    state.reads_checked = len(observer.reads)
 
 
 # ---- at the end ----------------------------------------------------------------------

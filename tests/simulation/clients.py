@@ -29,6 +29,7 @@ class AckedWrite:
     response: bytes  # the serialized WriteResponse the leader answered with
     request_id: int
     leader: str
+    step: int
 
 
 @dataclass

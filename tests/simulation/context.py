@@ -52,6 +52,15 @@ class RuntimeRules:
     ack_only_durable: bool = True
     # The leader commits nothing before its term's first entry is on a majority.
     term_start_rule: bool = True
+    # The leader's lease (core/replication/lease.py), in ms of the simulated clock:
+    # it answers reads only while a majority of its voters echoed a message it
+    # sent within this long; heartbeats (heartbeat_steps) renew it when idle.
+    lease_ms: int = 200
+    reads_need_lease: bool = True
+    # A new leader with followers serves nothing (no read, no write taken in)
+    # until any older leader's lease has run out (the simulated clocks agree, so
+    # the wait is the lease itself).
+    takeover_waits_for_old_leases: bool = True
 
 
 @dataclass

@@ -1,6 +1,7 @@
-"""The leader's runtime around the real LeaderCore: its term-start entry, one
-stream session per follower (Truncate, then entries or a snapshot), client
-writes, and answers once applied.
+"""The leader's runtime around the real LeaderCore and LeaderLease: its term-start
+entry, one stream session per follower (Truncate, then entries or a snapshot),
+client writes and answers once applied, and reads answered under the lease once
+it has taken over.
 
 Each follower's stream: Truncate opens a session; the answer starts streaming
 (or a snapshot); any sign that the stream is gone (StreamBroken, no answer for
@@ -18,11 +19,13 @@ from cairn.common.errors import InvalidTerm
 from cairn.proto import storage_internal_pb2 as internal_pb
 from cairn.storage.core.entries import TERM_START, encode_client_write, encode_entry
 from cairn.storage.core.replication.leader import FollowerPhase
+from cairn.storage.core.replication.lease import LeaderLease, takeover_wait_ms
 from cairn.storage.core.replication.replica import Member
 from cairn.storage.core.replication.terms import NO_OFFSET, EntryId
 from simulation import messages as m
 from simulation.clients import AckedWrite
-from simulation.observer import LeaderLog
+from simulation.context import STEP_MS
+from simulation.observer import AnsweredRead, LeaderLog
 
 if TYPE_CHECKING:
     from simulation.replica import SimReplica
@@ -78,14 +81,32 @@ class LeaderRuntime:
             max_in_flight_entries=env.rules.max_in_flight_entries,
         )
         self.core.on_local_durable(log.synced_offset)
+        rules = env.rules
+        self.lease = LeaderLease(replica.name, rules.lease_ms)
+        self.term_start_offset = term_start.offset
+        wait_ms = takeover_wait_ms(rules.lease_ms, 0.0)
+        waits = rules.takeover_waits_for_old_leases and bool(self.core.followers)
+        self.serves_from_ms = env.now_ms + (wait_ms if waits else 0)
         for member in list(self.core.followers):
             self._connect(member)
 
     # -- clients -----------------------------------------------------------------------
 
+    def taken_over(self) -> bool:
+        """Its term's first entry applied, and any older leader's lease over."""
+        replica = self.replica
+        return (
+            replica.kv.applied_offset >= self.term_start_offset
+            and replica.env.now_ms >= self.serves_from_ms
+        )
+
     def client_write(self, request_id: int, request: bytes) -> None:
-        if len(self.pending) >= self.replica.env.rules.max_pending_writes:
-            self.replica.env.count("writes refused (backpressure)")
+        env = self.replica.env
+        if env.rules.takeover_waits_for_old_leases and not self.taken_over():
+            env.count("writes refused (taking over)")
+            return
+        if len(self.pending) >= env.rules.max_pending_writes:
+            env.count("writes refused (backpressure)")
             return
         offset = self._append(encode_client_write(request))
         self.pending[offset] = PendingWrite(request_id)
@@ -95,11 +116,37 @@ class LeaderRuntime:
         if waiting is None:
             return
         assert entry.term == self.term
+        env = self.replica.env
         write = AckedWrite(
-            self.term, entry.offset, entry.payload, result, waiting.request_id, self.replica.name
+            self.term,
+            entry.offset,
+            entry.payload,
+            result,
+            waiting.request_id,
+            self.replica.name,
+            env.now,
         )
         self.replica.env.observer.acknowledged(write)
         self.replica.env.count("writes acknowledged")
+
+    def client_read(self, read: m.ClientRead) -> None:
+        replica, env = self.replica, self.replica.env
+        holds = self.lease.holds(self.core.quorum.voters, env.now_ms)
+        if not self.taken_over() or (env.rules.reads_need_lease and not holds):
+            env.count("reads refused (taking over or no lease)")
+            return
+        env.count("reads answered")
+        env.observer.answered(
+            AnsweredRead(
+                read.read_id,
+                read.reader,
+                read.sent_step,
+                env.now,
+                replica.name,
+                self.term,
+                replica.kv.applied_offset,
+            )
+        )
 
     def _append(self, payload: bytes) -> int:
         replica = self.replica
@@ -117,6 +164,7 @@ class LeaderRuntime:
 
     def remove_follower(self, name: str) -> None:
         self.core.remove_follower(name)
+        self.lease.forget(name)
         self.sessions.pop(name, None)
 
     # -- streams -----------------------------------------------------------------------
@@ -153,6 +201,8 @@ class LeaderRuntime:
                     self.core.on_ack(src, body.term, body.durable_offset, body.applied_offset)
                 except InvalidTerm:
                     self.replica.env.count("acknowledgements of another term ignored")
+                else:
+                    self.lease.on_echo(src, body.leader_time_ms)
         elif isinstance(body, m.TruncateResponse):
             if self._session(src, body.session) is not None:
                 self._truncated(src, body)
@@ -165,6 +215,8 @@ class LeaderRuntime:
                 self._reconnect(src, body.reason, "streams ended by the follower")
         elif isinstance(body, m.ClientWrite):
             self.client_write(body.request_id, body.request)
+        elif isinstance(body, m.ClientRead):
+            self.client_read(body)
         elif isinstance(body, m.AddFollower | m.RemoveFollower):
             self._ensemble_change(src, body)
         elif isinstance(body, m.GetStatus) and body.term == self.term:
@@ -192,6 +244,8 @@ class LeaderRuntime:
             return
         log = self.replica.log
         first_available = log.last_offset + 1 if not log.entries else log.first_offset
+        # It answered our term's Truncate, so it followed us when we sent it.
+        self.lease.on_echo(src, self.sessions[src].opened_step * STEP_MS)
         phase = self.core.on_truncated(src, answer.head, first_available)
         if phase is FollowerPhase.SNAPSHOT:
             self.replica.env.count("snapshots sent")
@@ -244,6 +298,10 @@ class LeaderRuntime:
         commit = self.core.commit_offset
         due = env.now - session.last_sent_step >= env.rules.heartbeat_steps
         if entries or commit > session.commit_sent or due:
-            env.send(replica.name, name, m.Replicate(session.session, self.term, entries, commit))
+            env.send(
+                replica.name,
+                name,
+                m.Replicate(session.session, self.term, entries, commit, env.now_ms),
+            )
             session.commit_sent = commit
             session.last_sent_step = env.now

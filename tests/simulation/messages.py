@@ -126,6 +126,8 @@ class Replicate:
     term: int
     entries: tuple[LogEntry, ...]
     commit_offset: int
+    # When the leader sent it (its clock): echoed back, it renews the lease.
+    leader_time_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +141,8 @@ class ReplicateResponse:
     # The term the follower acknowledges in (the stream's; see
     # RuntimeRules.end_streams_on_new_term).
     term: int
+    # The latest Replicate.leader_time_ms received on the stream.
+    leader_time_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +178,15 @@ class ClientWrite:
     request: bytes  # a serialized pb.WriteRequest
 
 
+@dataclass(frozen=True, slots=True)
+class ClientRead:
+    """A read of the shard's state; it began when the reader sent it."""
+
+    read_id: int
+    reader: str
+    sent_step: int
+
+
 Body = (
     NewTerm
     | NewTermResponse
@@ -193,6 +206,7 @@ Body = (
     | SendSnapshot
     | SnapshotResponse
     | ClientWrite
+    | ClientRead
 )
 
 # gRPC unary coordination calls are at most once: the controller never retries one

@@ -64,6 +64,10 @@ MUTANTS: dict[str, SimConfig] = {
     "NewTerm answers an unsynced head": SimConfig(rules=_rules(sync_before_new_term_answer=False)),
     "Truncate answers an unsynced head": SimConfig(rules=_rules(sync_before_truncate_answer=False)),
     "act on stale Truncates": SimConfig(rules=_rules(ignore_stale_truncates=False)),
+    "reads without the lease": SimConfig(rules=_rules(reads_need_lease=False)),
+    "a new leader serves before older leases end": SimConfig(
+        rules=_rules(takeover_waits_for_old_leases=False)
+    ),
     "send window anchored at the applied offset": SimConfig(
         leader_core_class=WindowFromAppliedLeaderCore
     ),

@@ -6,6 +6,7 @@ The observer only records; checkers.py judges. Every record is small or shared
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
 
 from cairn.storage.core.replication.terms import EntryId
@@ -32,6 +33,19 @@ class LeaderLog:
         return self.entries[index] if 0 <= index < len(self.entries) else None
 
 
+@dataclass(frozen=True, slots=True)
+class AnsweredRead:
+    """A read a leader answered: from its state applied up to `applied_offset`."""
+
+    read_id: int
+    reader: str
+    sent_step: int
+    answered_step: int
+    replica: str
+    term: int
+    applied_offset: int
+
+
 @dataclass
 class Observer:
     # offset -> the entry first seen committed there, and by whom.
@@ -39,6 +53,11 @@ class Observer:
     # Two different entries seen committed at one offset.
     conflicts: list[str] = field(default_factory=list)
     acked: list[AckedWrite] = field(default_factory=list)
+    # The step of each acknowledgement, and the highest offset acknowledged by
+    # then (acknowledgements come in step order).
+    ack_steps: list[int] = field(default_factory=list)
+    ack_max_offsets: list[int] = field(default_factory=list)
+    reads: list[AnsweredRead] = field(default_factory=list)
     # term -> every leadership taken in it (one, unless something is wrong).
     leaders: dict[int, list[LeaderLog]] = field(default_factory=dict)
     leaders_in_order: list[LeaderLog] = field(default_factory=list)
@@ -57,6 +76,17 @@ class Observer:
 
     def acknowledged(self, write: AckedWrite) -> None:
         self.acked.append(write)
+        self.ack_steps.append(write.step)
+        highest = self.ack_max_offsets[-1] if self.ack_max_offsets else -1
+        self.ack_max_offsets.append(max(highest, write.offset))
+
+    def highest_acked_before(self, step: int) -> int:
+        """The highest offset of a write acknowledged before `step` (-1: none)."""
+        index = bisect_left(self.ack_steps, step)
+        return self.ack_max_offsets[index - 1] if index else -1
+
+    def answered(self, read: AnsweredRead) -> None:
+        self.reads.append(read)
 
     def took_office(self, leader: LeaderLog) -> None:
         self.leaders.setdefault(leader.term, []).append(leader)

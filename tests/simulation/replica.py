@@ -47,6 +47,8 @@ class FollowedStream:
     leader: str
     broken: bool = False
     snapshot_installed: bool = False
+    # The latest leader time received on it, echoed in every answer.
+    leader_time_ms: int = -1
 
 
 class SimReplica:
@@ -164,6 +166,8 @@ class SimReplica:
             self._install_snapshot(src, body)
         elif self.leading is not None:
             self.leading.receive(src, body)
+        elif isinstance(body, m.ClientRead):
+            self.env.count("reads refused (not leading)")
         elif isinstance(body, m.AddFollower | m.RemoveFollower):
             self.env.send(self.name, src, m.Refused(body.term, "ensemble change", "not leader"))
 
@@ -280,6 +284,7 @@ class SimReplica:
         for entry in request.entries:
             self.log.append(entry)
             core.log.append(entry.term, entry.offset)
+        stream.leader_time_ms = max(stream.leader_time_ms, request.leader_time_ms)
         self.leader_commit_seen = max(self.leader_commit_seen, request.commit_offset)
         core.learn_commit(self.leader_commit_seen, self._durable())
         self._ack(stream)
@@ -296,7 +301,11 @@ class SimReplica:
             self.name,
             stream.leader,
             m.ReplicateResponse(
-                stream.session, self._durable(), self.kv.applied_offset, stream.term
+                stream.session,
+                self._durable(),
+                self.kv.applied_offset,
+                stream.term,
+                stream.leader_time_ms,
             ),
         )
 

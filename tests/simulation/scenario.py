@@ -55,6 +55,7 @@ class Script:
         assert isinstance(coordinator, ScriptedCoordinator)
         self.coordinator = coordinator
         self.writes = 0
+        self.reads = 0
 
     def replica(self, name: str) -> SimReplica:
         return self.world.replicas[name]
@@ -70,13 +71,17 @@ class Script:
         for _ in range(count):
             self.world.step()
 
-    def elect(self, preferred: str | None = None) -> str:
-        """An election by the controller; returns the new leader."""
+    def elect(self, preferred: str | None = None, taken_over: bool = True) -> str:
+        """An election by the controller; returns the new leader, once it has taken
+        over (it takes writes then) unless told not to wait for that."""
         self.coordinator.preferred = preferred
         self.coordinator.start_election("scripted")
         self.run_until(lambda: self.coordinator.leader is not None)
         leader = self.coordinator.leader
         assert leader is not None
+        if taken_over:
+            leading = self.replica(leader[1])
+            self.run_until(lambda: leading.leading is not None and leading.leading.taken_over())
         return leader[1]
 
     def write(self, leader: str) -> int:
@@ -86,6 +91,25 @@ class Script:
         request = pb.WriteRequest(puts=[pb.PutRequest(key="/s", value=b"%d" % self.writes)])
         self.world.env.send(CLIENT, leader, m.ClientWrite(self.writes, request.SerializeToString()))
         return offset
+
+    def read(self, reader: str, replica: str) -> None:
+        """A read by `reader` (one of world.READERS) sent to `replica` now."""
+        self.reads += 1
+        now = self.world.env.now
+        self.world.env.send(reader, replica, m.ClientRead(self.reads, reader, now))
+
+    def write_until_acknowledged(self, leader: str, max_steps: int = 100) -> int:
+        """Writes to `leader`, sent again every few steps (a leader taking over
+        refuses them), until one is acknowledged; returns its offset."""
+        acked = self.world.observer.acked
+        before = len(acked)
+        for step in range(max_steps):
+            if step % 3 == 0:
+                self.write(leader)
+            self.world.step()
+            if len(acked) > before:
+                return acked[-1].offset
+        raise AssertionError(f"no write acknowledged in {max_steps} steps")
 
     def cut_off(self, *names: str) -> None:
         """Cut `names` off from everyone else (the controller and clients stay with

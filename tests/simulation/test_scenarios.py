@@ -9,6 +9,10 @@ broken (a checker, or the core's own invariant check, fires).
 - Truncate must answer a durable head: the leader counts it as an acknowledgement.
 - NewTerm must answer a durable head: the controller elects on it, and the
   replica may lose power between answering and BecomeLeader.
+- Reads are linearizable: an old leader cut off with a reader, never told of
+  the newer term, answers reads only under its lease, and a new leader takes
+  no write before that lease has run out; either rule alone broken lets the
+  reader see a state older than a write acknowledged before its read.
 - A new leader whose followers lag its head by more than the send window must
   still bring its term's first entry to a majority: the window runs from what a
   follower holds durably, never from what it applied (which stops at the commit
@@ -181,7 +185,7 @@ def followers_lag_past_the_window_before_a_new_term(
     script.run_until(lambda: r0.log.synced_offset >= last)
     assert r0.commit_offset == first
     script.heal()
-    assert script.elect("r0") == "r0"
+    assert script.elect("r0", taken_over=False) == "r0"
     term_start = r0.log.last_offset
     assert term_start - script.replica("r1").log.last_offset > 2 * rules.max_in_flight_entries
     return script, term_start
@@ -191,6 +195,7 @@ def test_a_new_leader_commits_although_its_followers_lag_past_the_window() -> No
     script, term_start = followers_lag_past_the_window_before_a_new_term(LeaderCore)
     r0 = script.replica("r0")
     script.run_until(lambda: r0.commit_offset >= term_start, max_steps=200)
+    script.run_until(lambda: r0.leading is not None and r0.leading.taken_over())
     entry = script.write("r0")
     script.run_until(lambda: script.world.observer.acked[-1].offset == entry)
     script.run_until(lambda: converged(script.world), max_steps=200)
@@ -204,3 +209,36 @@ def test_a_send_window_anchored_at_the_applied_offset_never_commits_the_new_term
     r0 = script.replica("r0")
     with pytest.raises(AssertionError, match="not reached in 400 steps"):
         script.run_until(lambda: r0.commit_offset >= term_start, max_steps=400)
+
+
+def an_old_leader_is_cut_off_with_a_reader(rules: RuntimeRules) -> Script:
+    """r0 leads; it is cut off together with a reader (the controller, the other
+    replicas and the writing client stay together); r1 is elected and takes a
+    write; then the reader reads from r0."""
+    script = Script(3, rules)
+    assert script.elect("r0") == "r0"
+    first = script.write("r0")
+    script.run_until(lambda: all(script.replica(n).kv.applied_offset >= first for n in MEMBERS[:3]))
+    script.cut_off("r0", "reader-0")
+    assert script.elect("r1", taken_over=False) == "r1"
+    script.write_until_acknowledged("r1")
+    script.steps(1)  # the read begins after the step that acknowledged the write
+    script.read("reader-0", "r0")
+    script.steps(3)
+    return script
+
+
+def test_an_old_leader_cut_off_with_a_reader_answers_no_stale_read() -> None:
+    script = an_old_leader_is_cut_off_with_a_reader(RuntimeRules())
+    assert script.world.env.counts["reads refused (taking over or no lease)"] >= 1
+    assert not script.world.observer.reads
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [{"reads_need_lease": False}, {"takeover_waits_for_old_leases": False}],
+    ids=["reads without the lease", "a new leader serves before older leases end"],
+)
+def test_without_either_lease_rule_a_reader_sees_a_stale_state(broken: dict[str, bool]) -> None:
+    with pytest.raises(Violation, match=r"\(f\) a read sent by reader-0"):
+        an_old_leader_is_cut_off_with_a_reader(dataclasses.replace(RuntimeRules(), **broken))

@@ -31,6 +31,9 @@ from simulation.replica import SimReplica
 from simulation.storage import shard_rules
 
 CLIENT = "client"
+# Readers send reads; random partitions may cut one off with some replicas (a
+# client that still reaches an old leader while the others moved on).
+READERS = ("reader-0", "reader-1")
 # How often the liveness phase sends its write again while none is acknowledged.
 RESEND_STEPS = 20
 TRACE_TAIL_LINES = 40
@@ -45,6 +48,8 @@ class SimConfig:
     coordinator_class: type[Coordinator] = Coordinator
     leader_core_class: type[LeaderCore] = LeaderCore
     client_write_probability: float = 0.4
+    # Reads, each step, by a reader; 0 keeps readers out of partitions too.
+    client_read_probability: float = 0.0
     sync_probability: float = 0.3
     crash_probability: float = 0.006
     # A correlated crash (a rack losing power): a majority of the replicas at once,
@@ -108,7 +113,10 @@ class World:
         self.acks_seen = 0
         # The step at which the current long lag ends with a leader change.
         self.lag_ends_step: int | None = None
+        self.reads_sent = 0
         self.env.net.up(CLIENT, 1)
+        for reader in READERS:
+            self.env.net.up(reader, 1)
 
     # -- queries -----------------------------------------------------------------------
 
@@ -174,6 +182,10 @@ class World:
             self._inject_faults()
         if self.faults and env.rng.random() < self.config.client_write_probability:
             self._client_write()
+        if self.config.client_read_probability > 0 and (
+            env.rng.random() < self.config.client_read_probability
+        ):
+            self._client_read()
         for replica in self.live_replicas():
             if replica.name in self.held_syncs:
                 continue
@@ -251,6 +263,8 @@ class World:
             config.partition_probability
         ):
             nodes = [*self.replicas, CONTROLLER]
+            if config.client_read_probability > 0:
+                nodes.extend(READERS)
             cut_off = frozenset(rng.sample(nodes, rng.randint(1, max(1, len(nodes) // 2))))
             net.partition(cut_off, env.now + rng.randint(5, config.max_partition_steps))
             env.log(f"partition: {sorted(cut_off)} cut off", "partitions")
@@ -317,6 +331,17 @@ class World:
         request_id, request = self.clients.next_request()
         self.env.send(CLIENT, target, m.ClientWrite(request_id, request.SerializeToString()))
 
+    def _client_read(self) -> None:
+        rng = self.env.rng
+        leader = self.coordinator.leader
+        if leader is not None and rng.random() < 0.9:
+            target = leader[1]
+        else:
+            target = rng.choice(list(self.replicas))
+        reader = rng.choice(READERS)
+        self.reads_sent += 1
+        self.env.send(reader, target, m.ClientRead(self.reads_sent, reader, self.env.now))
+
     def _new_replica(self) -> str:
         name = f"r{len(self.replicas)}"
         self.replicas[name] = SimReplica(name, self.env)
@@ -333,6 +358,8 @@ def _brief(body: m.Body) -> str:
         return f"Truncate(s{body.session} t{body.term} head {body.leader_head})"
     if isinstance(body, m.ClientWrite):
         return f"ClientWrite({body.request_id})"
+    if isinstance(body, m.ClientRead):
+        return f"ClientRead({body.read_id} from {body.reader})"
     return repr(body)
 
 
@@ -350,6 +377,9 @@ PROFILES: dict[str, SimConfig] = {
     # Followers lagging by hundreds of entries (windows are 8, write buffers 64)
     # before a leader change, on top of the steady faults.
     "lagging": SimConfig(long_lag_probability=0.01),
+    # Reads from readers that partitions may cut off with an old leader, beside
+    # writes that reach the new one.
+    "reading": SimConfig(client_read_probability=0.4, partition_probability=0.02),
     "churn": SimConfig(
         sync_probability=0.1,
         crash_probability=0.01,
