@@ -1,0 +1,196 @@
+"""Nothing fenced a stale controller (hole 3 of issue 38): a storage pod now
+remembers the highest controller epoch it has seen, durably, and refuses every
+call that changes it (NewTerm above all) from an older controller with
+FAILED_PRECONDITION / STALE_CONTROLLER_EPOCH, changing nothing. One pod in
+process, real gRPC on loopback, real WAL and RocksDB."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+from cairn.proto import oxia_client_pb2 as pb
+from cairn.proto import replication_pb2 as rpb
+from cairn.proto import replication_pb2_grpc as rpb_grpc
+from cairn.storage.config import NodeConfig
+from cairn.storage.node import NodeServer
+
+SHARD = 0
+OLD_EPOCH, NEW_EPOCH = 1, 2
+SPEC = rpb.ShardSpec(namespace="default")
+
+
+async def _refused(call: Callable[[], Awaitable[Any]]) -> str:
+    """The ErrorInfo reason of a call that must fail with FAILED_PRECONDITION."""
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await call()
+    error = raised.value
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error
+    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    assert status is not None
+    info = error_details_pb2.ErrorInfo()
+    assert status.details[0].Unpack(info)
+    return info.reason
+
+
+async def _status(stub: rpb_grpc.CoordinationStub, shard: int = SHARD) -> rpb.ShardStatus:
+    answer = await stub.GetStatus(rpb.GetStatusRequest(shard=shard), timeout=5)
+    (status,) = answer.shards
+    return status
+
+
+async def _scenario(tmp_path: Path) -> None:
+    node = NodeServer(NodeConfig(data_dir=tmp_path / "pod"))
+    me = await node.start()
+    pod = rpb.Node(public_address=me.public_address, internal_address=me.internal_address)
+    try:
+        async with grpc.aio.insecure_channel(me.internal_address) as channel:
+            stub = rpb_grpc.CoordinationStub(channel)
+            # The newer controller fences the replica at term 7.
+            await stub.NewTerm(
+                rpb.NewTermRequest(shard=SHARD, term=7, spec=SPEC, controller_epoch=NEW_EPOCH),
+                timeout=5,
+            )
+            before = await _status(stub)
+            assert (before.term, before.role) == (7, rpb.FENCED)
+
+            # The paused old controller comes back with its own, newer-looking term.
+            for epoch in (OLD_EPOCH, 0):
+                reason = await _refused(
+                    lambda epoch=epoch: stub.NewTerm(
+                        rpb.NewTermRequest(shard=SHARD, term=8, controller_epoch=epoch), timeout=5
+                    )
+                )
+                assert reason == "STALE_CONTROLLER_EPOCH"
+            after = await _status(stub)
+            assert (after.term, after.role, after.head) == (7, rpb.FENCED, before.head)
+
+            # Nor can it create a replica, make a leader, or move the shard map.
+            reason = await _refused(
+                lambda: stub.NewTerm(
+                    rpb.NewTermRequest(shard=9, term=1, spec=SPEC, controller_epoch=OLD_EPOCH),
+                    timeout=5,
+                )
+            )
+            assert reason == "STALE_CONTROLLER_EPOCH"
+            assert [r.shard_id for r in node.directory.replicas()] == [SHARD]
+            reason = await _refused(
+                lambda: stub.BecomeLeader(
+                    rpb.BecomeLeaderRequest(
+                        shard=SHARD, term=7, leader=pod, controller_epoch=OLD_EPOCH
+                    ),
+                    timeout=5,
+                )
+            )
+            assert reason == "STALE_CONTROLLER_EPOCH"
+            assert (await _status(stub)).role == rpb.FENCED
+            assignments = pb.ShardAssignments()
+            assignments.namespaces["default"].assignments.add(shard=SHARD, leader="elsewhere:1")
+            reason = await _refused(
+                lambda: stub.PushAssignments(
+                    rpb.PushAssignmentsRequest(
+                        assignments=assignments, version=99, controller_epoch=OLD_EPOCH
+                    ),
+                    timeout=5,
+                )
+            )
+            assert reason == "STALE_CONTROLLER_EPOCH"
+
+            # The newer controller makes it leader; the old one can neither change
+            # its ensemble nor delete it.
+            await stub.BecomeLeader(
+                rpb.BecomeLeaderRequest(
+                    shard=SHARD, term=7, leader=pod, controller_epoch=NEW_EPOCH
+                ),
+                timeout=5,
+            )
+            follower = rpb.Node(public_address="127.0.0.1:1", internal_address="127.0.0.1:2")
+            for call in (
+                lambda: stub.AddFollower(
+                    rpb.AddFollowerRequest(
+                        shard=SHARD, term=7, follower=follower, controller_epoch=OLD_EPOCH
+                    ),
+                    timeout=5,
+                ),
+                lambda: stub.RemoveFollower(
+                    rpb.RemoveFollowerRequest(
+                        shard=SHARD,
+                        term=7,
+                        follower_internal_address="127.0.0.1:2",
+                        controller_epoch=OLD_EPOCH,
+                    ),
+                    timeout=5,
+                ),
+                lambda: stub.DeleteShard(
+                    rpb.DeleteShardRequest(shard=SHARD, term=7, controller_epoch=OLD_EPOCH),
+                    timeout=5,
+                ),
+            ):
+                assert await _refused(call) == "STALE_CONTROLLER_EPOCH"
+            leading = await _status(stub)
+            assert (leading.term, leading.role, list(leading.followers)) == (7, rpb.LEADER, [])
+    finally:
+        await node.stop(grace_s=0.5)
+
+    # The pod remembers the epoch across a restart: the old controller is still
+    # refused, the newer one (and a newer still) is taken.
+    node = NodeServer(NodeConfig(data_dir=tmp_path / "pod"))
+    me = await node.start()
+    try:
+        async with grpc.aio.insecure_channel(me.internal_address) as channel:
+            stub = rpb_grpc.CoordinationStub(channel)
+            reason = await _refused(
+                lambda: stub.NewTerm(
+                    rpb.NewTermRequest(shard=SHARD, term=8, controller_epoch=OLD_EPOCH), timeout=5
+                )
+            )
+            assert reason == "STALE_CONTROLLER_EPOCH"
+            assert (await _status(stub)).term == 7
+            await stub.NewTerm(
+                rpb.NewTermRequest(shard=SHARD, term=8, controller_epoch=NEW_EPOCH), timeout=5
+            )
+            await stub.NewTerm(
+                rpb.NewTermRequest(shard=SHARD, term=9, controller_epoch=NEW_EPOCH + 1), timeout=5
+            )
+            reason = await _refused(
+                lambda: stub.NewTerm(
+                    rpb.NewTermRequest(shard=SHARD, term=10, controller_epoch=NEW_EPOCH),
+                    timeout=5,
+                )
+            )
+            assert reason == "STALE_CONTROLLER_EPOCH"
+            assert (await _status(stub)).term == 9
+    finally:
+        await node.stop(grace_s=0.5)
+
+
+def test_a_pod_refuses_coordination_calls_of_a_stale_controller_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    asyncio.run(_scenario(tmp_path))
+
+
+async def _legacy(tmp_path: Path) -> None:
+    """A pod no controller with an epoch has reached takes calls without one (the
+    test drivers and benchmarks that play the controller)."""
+    node = NodeServer(NodeConfig(data_dir=tmp_path / "pod"))
+    me = await node.start()
+    try:
+        async with grpc.aio.insecure_channel(me.internal_address) as channel:
+            stub = rpb_grpc.CoordinationStub(channel)
+            await stub.NewTerm(rpb.NewTermRequest(shard=SHARD, term=1, spec=SPEC), timeout=5)
+            assert (await _status(stub)).term == 1
+            assert not (tmp_path / "pod" / "controller-epoch").exists()
+    finally:
+        await node.stop(grace_s=0.5)
+
+
+def test_a_pod_no_controller_epoch_reached_takes_calls_without_one(tmp_path: Path) -> None:
+    asyncio.run(_legacy(tmp_path))
