@@ -16,6 +16,9 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
+from cairn.controller.fencing import ControllerFenced
+from cairn.controller.model import NamespaceSpec
+from cairn.controller.pods import PodClient
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import replication_pb2 as rpb
 from cairn.proto import replication_pb2_grpc as rpb_grpc
@@ -194,3 +197,34 @@ async def _legacy(tmp_path: Path) -> None:
 
 def test_a_pod_no_controller_epoch_reached_takes_calls_without_one(tmp_path: Path) -> None:
     asyncio.run(_legacy(tmp_path))
+
+
+async def _controller_side(tmp_path: Path) -> None:
+    """The controller's pod client reports a pod's refusal as ControllerFenced
+    (the controller then stops acting), and sends its epoch with each call."""
+    node = NodeServer(NodeConfig(data_dir=tmp_path / "pod"))
+    me = await node.start()
+    pods = PodClient(rpc_timeout_s=5)
+    namespace = NamespaceSpec("default", shards=1, replication_factor=1)
+    try:
+        assert await pods.new_term(me.internal_address, SHARD, 3, namespace, NEW_EPOCH) == (-1, -1)
+        assert node.epochs.highest == NEW_EPOCH
+        with pytest.raises(ControllerFenced):
+            await pods.new_term(me.internal_address, SHARD, 4, None, OLD_EPOCH)
+        with pytest.raises(ControllerFenced):
+            await pods.push_assignments(me.internal_address, pb.ShardAssignments(), 1, OLD_EPOCH)
+        with pytest.raises(ControllerFenced):
+            await pods.delete_shard(me.internal_address, SHARD, 3, OLD_EPOCH)
+        (report,) = await pods.status(me.internal_address)
+        assert report.term == 3
+        # Other refusals stay gRPC errors for the executor to judge.
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await pods.new_term(me.internal_address, SHARD, 2, None, NEW_EPOCH)
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    finally:
+        await pods.close()
+        await node.stop(grace_s=0.5)
+
+
+def test_the_controller_learns_from_a_pod_that_it_was_fenced(tmp_path: Path) -> None:
+    asyncio.run(_controller_side(tmp_path))
