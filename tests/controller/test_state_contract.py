@@ -373,6 +373,32 @@ def test_a_paused_controller_with_an_older_epoch_cannot_write_the_state(backend:
     run(scenario())
 
 
+def test_a_pod_epoch_the_state_never_held_is_outrun_a_newer_controllers_is_not(
+    backend: Backend,
+) -> None:
+    """A pod refusing a controller makes it read the state again: a state that
+    still holds its epoch was recreated below what the pods have seen, and the
+    controller takes an epoch past the pod's; a state holding a newer epoch
+    means a newer controller, and it is fenced."""
+
+    async def scenario() -> None:
+        async with opened(backend.new_store) as old_store, opened(backend.new_store) as new_store:
+            old = StateKeeper(old_store, await old_store.create(SPEC))
+            assert await old.take_epoch() == 1
+            assert await old.outrun(9)
+            assert old.epoch == 10
+            assert (await new_store.read()).status.controller_epoch == 10
+            assert not old.fenced.is_set()
+
+            new = StateKeeper(new_store, await new_store.read())
+            assert await new.take_epoch() == 11
+            assert not await old.outrun(11)
+            assert old.fenced.is_set()
+            assert (await new_store.read()).status.controller_epoch == 11
+
+    run(scenario())
+
+
 def test_an_epoch_taken_while_a_write_is_in_flight_orders_the_two(backend: Backend) -> None:
     """Of the old controller's write and the new controller's taking of the epoch,
     whichever lands first is seen by the other: the write is refused if the

@@ -16,9 +16,22 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
+from cairn.common.hashing import HashRange
+from cairn.controller.actions import ActionFailed, Elect
+from cairn.controller.executor import Executor
 from cairn.controller.fencing import ControllerFenced
-from cairn.controller.model import NamespaceSpec
+from cairn.controller.keeper import StateKeeper
+from cairn.controller.model import (
+    ClusterStatus,
+    NamespaceSpec,
+    NodeRecord,
+    ShardRecord,
+    ShardState,
+    default_spec,
+)
+from cairn.controller.observer import Observer
 from cairn.controller.pods import PodClient
+from cairn.controller.state.file_store import FileStateStore
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import replication_pb2 as rpb
 from cairn.proto import replication_pb2_grpc as rpb_grpc
@@ -209,8 +222,9 @@ async def _controller_side(tmp_path: Path) -> None:
     try:
         assert await pods.new_term(me.internal_address, SHARD, 3, namespace, NEW_EPOCH) == (-1, -1)
         assert node.epochs.highest == NEW_EPOCH
-        with pytest.raises(ControllerFenced):
+        with pytest.raises(ControllerFenced) as fenced:
             await pods.new_term(me.internal_address, SHARD, 4, None, OLD_EPOCH)
+        assert fenced.value.pod_epoch == NEW_EPOCH
         with pytest.raises(ControllerFenced):
             await pods.push_assignments(me.internal_address, pb.ShardAssignments(), 1, OLD_EPOCH)
         with pytest.raises(ControllerFenced):
@@ -228,3 +242,55 @@ async def _controller_side(tmp_path: Path) -> None:
 
 def test_the_controller_learns_from_a_pod_that_it_was_fenced(tmp_path: Path) -> None:
     asyncio.run(_controller_side(tmp_path))
+
+
+async def _state_recreated(tmp_path: Path) -> None:
+    """The cluster state is recreated (its epochs start again at 1) while a pod
+    keeps its data and its epoch 5: the controller's first call is refused, and
+    since the state still holds the controller's own epoch it takes one past
+    the pod's and its next try goes through, instead of stopping for good."""
+    node = NodeServer(NodeConfig(data_dir=tmp_path / "pod"))
+    me = await node.start()
+    pods = PodClient(rpc_timeout_s=5)
+    name = "cairn-storage-0"
+    store = FileStateStore(tmp_path / "state")
+    try:
+        await pods.new_term(me.internal_address, SHARD, 3, NamespaceSpec("default", 1, 1), 5)
+        created = await store.create(default_spec(shards=1, replication_factor=1, storage_pods=1))
+        record = ShardRecord(
+            "default", SHARD, HashRange(0, 0xFFFFFFFF), 3, ShardState.STEADY, name, (name,)
+        )
+        status = ClusterStatus(
+            shards=(record,),
+            nodes=(NodeRecord(name, me.public_address, me.internal_address),),
+            next_shard_id=1,
+        )
+        keeper = StateKeeper(store, await store.write_status(status, created.version))
+        assert await keeper.take_epoch() == 1
+        observer = Observer(pods)
+        executor = Executor(keeper, pods, observer)
+        with pytest.raises(ActionFailed, match="retrying with epoch 6"):
+            await executor.run(Elect(SHARD, "test"))
+        assert keeper.epoch == 6
+        assert not keeper.fenced.is_set()
+        # The retry fences the replica (no live leader is known to this
+        # observer, so the election itself goes no further).
+        with pytest.raises(ActionFailed, match="no safe live leader"):
+            await executor.run(Elect(SHARD, "test"))
+        assert node.epochs.highest == 6
+        recorded = keeper.state.status.shard(SHARD)
+        assert recorded is not None
+        (report,) = await pods.status(me.internal_address)
+        assert report.term == recorded.term == 5
+        await executor.close()
+        await observer.close()
+    finally:
+        await store.close()
+        await pods.close()
+        await node.stop(grace_s=0.5)
+
+
+def test_a_controller_outruns_a_pod_epoch_its_recreated_state_never_held(
+    tmp_path: Path,
+) -> None:
+    asyncio.run(_state_recreated(tmp_path))

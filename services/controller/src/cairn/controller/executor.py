@@ -181,8 +181,10 @@ class Executor:
                 except grpc.aio.AioRpcError as error:
                     log.debug("shard map push to %s failed: %s", address, _brief(error))
                 except ControllerFenced as error:
-                    self.keeper.fence(str(error))
-                    return
+                    if error.pod_epoch is None or not await self.keeper.outrun(error.pod_epoch):
+                        self.keeper.fence(str(error))
+                        return
+                    self._push_again.add(address)  # again, with the epoch taken
                 if address not in self._push_again:
                     return
         finally:
@@ -200,6 +202,8 @@ class Executor:
         try:
             await self._run(action)
         except ControllerFenced as error:
+            if error.pod_epoch is not None and await self.keeper.outrun(error.pod_epoch):
+                raise ActionFailed(f"{error}; retrying with epoch {self.keeper.epoch}") from None
             # A pod (or the state) says a newer controller took over: stop acting.
             self.keeper.fence(str(error))
             raise

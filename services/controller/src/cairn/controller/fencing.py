@@ -14,6 +14,15 @@ wakes up believing it leads. So leadership comes with an epoch, a fencing token:
   which the pod client also reports as `ControllerFenced`).
 
 A fenced controller stops acting at once; the lease decides who leads next.
+
+One refusal by a pod is not proof of a newer controller: if the cluster state
+was recreated or restored (a deleted and re-applied CairnCluster, a lost state
+directory) while the pods kept their data, the state's epochs start again below
+what the pods have seen, and every controller would be refused for good. So a
+controller refused by a pod reads the state again: if it still holds this
+controller's epoch, no newer controller took one from it, and the controller
+takes an epoch past the pod's (`outrun_epoch`, again by compare-and-set)
+instead of stopping.
 Safety rests on the epoch alone (only one epoch is current at a time, and the
 store's compare-and-set orders every write against its taking), the lease only
 keeps controllers from taking it from each other over and over.
@@ -27,12 +36,23 @@ from cairn.controller.model import ClusterStatus
 
 
 class ControllerFenced(Exception):
-    """A newer controller has taken over: this one must stop acting."""
+    """A newer controller has taken over: this one must stop acting.
+    `pod_epoch`: the epoch a refusing pod has seen, when a pod refused."""
+
+    def __init__(self, message: str, pod_epoch: int | None = None) -> None:
+        super().__init__(message)
+        self.pod_epoch = pod_epoch
 
 
 def take_epoch(status: ClusterStatus) -> ClusterStatus:
     """The status with the next controller epoch, which becomes the caller's."""
     return replace(status, controller_epoch=status.controller_epoch + 1)
+
+
+def outrun_epoch(status: ClusterStatus, pod_epoch: int) -> ClusterStatus:
+    """The status with an epoch past one a pod has seen (never lower than the
+    epoch it holds)."""
+    return replace(status, controller_epoch=max(status.controller_epoch, pod_epoch) + 1)
 
 
 def check_epoch(status: ClusterStatus, epoch: int) -> None:

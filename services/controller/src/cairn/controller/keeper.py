@@ -25,7 +25,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from cairn.controller.fencing import ControllerFenced, check_epoch, take_epoch
+from cairn.controller.fencing import ControllerFenced, check_epoch, outrun_epoch, take_epoch
 from cairn.controller.model import ClusterSpec, ClusterState, ClusterStatus
 from cairn.controller.state.store import StateConflict, StateStore, StateUnavailable
 
@@ -56,6 +56,32 @@ class StateKeeper:
             self.epoch = state.status.controller_epoch
             log.info("controller epoch %d taken", self.epoch)
             return self.epoch
+
+    async def outrun(self, pod_epoch: int) -> bool:
+        """A pod refused this controller, having seen `pod_epoch`. If the state
+        still holds this controller's epoch (a fresh read decides), the pod's
+        epoch did not come from it (the state was recreated): take one past it
+        and return True. Otherwise this controller is fenced (False)."""
+        async with self._lock:
+            epoch = self.epoch
+            try:
+                self._check(await self._reload())
+            except ControllerFenced:
+                return False
+            assert epoch is not None
+            if pod_epoch < epoch:
+                return True  # refused a call of an epoch this controller has left behind
+            state = await self._update_status(
+                lambda status: outrun_epoch(status, pod_epoch), fencing=True
+            )
+            self.epoch = state.status.controller_epoch
+            log.warning(
+                "a storage pod has seen controller epoch %d, which the cluster state never "
+                "held (was it recreated?): took epoch %d",
+                pod_epoch,
+                self.epoch,
+            )
+            return True
 
     async def reload(self) -> ClusterState:
         async with self._lock:

@@ -40,21 +40,21 @@ _DETAILS_KEY = "grpc-status-details-bin"
 T = TypeVar("T")
 
 
-def error_reason(error: grpc.aio.AioRpcError) -> str:
-    """The ErrorInfo reason a pod's error carries ('' if none)."""
+def error_info(error: grpc.aio.AioRpcError) -> error_details_pb2.ErrorInfo:
+    """The ErrorInfo a pod's error carries (an empty one if none)."""
+    info = error_details_pb2.ErrorInfo()
     for key, value in error.trailing_metadata() or ():
         if key != _DETAILS_KEY or not isinstance(value, bytes):
             continue
         try:
             status = status_pb2.Status.FromString(value)
         except DecodeError:
-            return ""
+            return info
         for detail in status.details:
             if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-                info = error_details_pb2.ErrorInfo()
                 detail.Unpack(info)
-                return str(info.reason)
-    return ""
+                return info
+    return info
 
 
 async def _changing(call: Awaitable[T]) -> T:
@@ -62,8 +62,13 @@ async def _changing(call: Awaitable[T]) -> T:
     try:
         return await call
     except grpc.aio.AioRpcError as error:
-        if error_reason(error) == StaleControllerEpoch.reason:
-            raise ControllerFenced(f"a storage pod says: {error.details()}") from None
+        info = error_info(error)
+        if info.reason == StaleControllerEpoch.reason:
+            seen = info.metadata.get("epoch", "")
+            raise ControllerFenced(
+                f"a storage pod says: {error.details()}",
+                pod_epoch=int(seen) if seen.isdigit() else None,
+            ) from None
         raise
 
 
