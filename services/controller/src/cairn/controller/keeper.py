@@ -71,9 +71,12 @@ class StateKeeper:
             assert epoch is not None
             if pod_epoch < epoch:
                 return True  # refused a call of an epoch this controller has left behind
-            state = await self._update_status(
-                lambda status: outrun_epoch(status, pod_epoch), fencing=True
-            )
+            try:
+                state = await self._update_status(
+                    lambda status: outrun_epoch(status, pod_epoch), fencing=True
+                )
+            except ControllerFenced:
+                return False  # a newer controller took an epoch meanwhile
             self.epoch = state.status.controller_epoch
             log.warning(
                 "a storage pod has seen controller epoch %d, which the cluster state never "
