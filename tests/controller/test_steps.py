@@ -48,6 +48,10 @@ def test_an_election_step_refuses_a_shard_that_moved_on() -> None:
         steps.record_leader(led, 0, 8, C)  # the term has its leader
     steady = steps.record_steady(led, 0, 8, B, None, move_done=False)
     assert steps.shard_record(steady, 0).state is ShardState.STEADY
+    assert steady.assignments_version == 1
+    # Confirming it again changes nothing (a removal under way stays recorded).
+    removing = steps.start_removal(steady, 0, 8, C)
+    assert steps.record_steady(removing, 0, 8, B, None, move_done=False) == removing
     with pytest.raises(ActionFailed):
         steps.record_steady(steps.open_term(steady, 0), 0, 8, B, None, move_done=False)
     # A new member a leader got is recorded as a member.

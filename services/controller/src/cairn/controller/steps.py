@@ -96,6 +96,8 @@ def record_steady(
     record = _in_term(status, shard, term)
     if record.leader != leader:
         raise ActionFailed(f"shard {shard}: term {term} is led by {record.leader}, not {leader}")
+    if record.state is ShardState.STEADY and election is None:
+        return status  # confirmed already: a later change's `leaving` must stay
     status = status.with_shard(replace(record, state=ShardState.STEADY, leaving=()))
     status = replace(status, assignments_version=status.assignments_version + 1)
     if move_done:
