@@ -25,6 +25,8 @@ from kubernetes.client import (
 
 from cairn.common.hashing import HashRange
 from cairn.common.keyorder import KeyOrder
+from cairn.controller.fencing import ControllerFenced
+from cairn.controller.keeper import StateKeeper
 from cairn.controller.model import (
     ClusterSpec,
     ClusterState,
@@ -130,6 +132,7 @@ RICH_STATUS = ClusterStatus(
     ),
     leader_moves=(LeaderMove(0, "cairn-storage-1"), LeaderMove(2, "cairn-storage-2")),
     observed_generation=1,
+    controller_epoch=3,
 )
 
 
@@ -331,6 +334,94 @@ def test_of_two_writers_naming_one_version_only_one_wins(
                 assert all(isinstance(r, (ClusterState, StateConflict)) for r in results), results
                 current = await first.read()
                 assert current == winners[0]
+
+    run(scenario())
+
+
+def test_a_paused_controller_with_an_older_epoch_cannot_write_the_state(backend: Backend) -> None:
+    """Nothing fenced a stale controller (hole 3 of issue 38): a controller paused
+    while a newer one took the next epoch resumes with the state it held. Every
+    write it tries is refused, whatever it computes (a change, or none before a
+    pod call), its spec writes too, and the newer controller's state stands."""
+
+    async def scenario() -> None:
+        async with opened(backend.new_store) as old_store, opened(backend.new_store) as new_store:
+            old = StateKeeper(old_store, await old_store.create(SPEC))
+            assert await old.take_epoch() == 1
+            await old.update_status(lambda s: replace(s, next_shard_id=1))
+
+            new = StateKeeper(new_store, await new_store.read())
+            assert await new.take_epoch() == 2
+            written = await new.update_status(lambda s: replace(s, next_shard_id=2))
+
+            # Resumed, the old controller still holds the state of its last write.
+            assert old.state.status.controller_epoch == 1
+            for change in (lambda s: replace(s, next_shard_id=7), lambda s: s):
+                with pytest.raises(ControllerFenced):
+                    await old.update_status(change)
+            with pytest.raises(ControllerFenced):
+                await old.update_spec(lambda spec: replace(spec, storage_pods=5))
+            assert old.fenced.is_set()
+            assert not new.fenced.is_set()
+            assert await new_store.read() == written
+            assert written.status.controller_epoch == 2
+
+            # The newer controller goes on writing (and a third would fence it).
+            again = await new.update_status(lambda s: replace(s, next_shard_id=3))
+            assert again.status.next_shard_id == 3
+
+    run(scenario())
+
+
+def test_a_pod_epoch_the_state_never_held_is_outrun_a_newer_controllers_is_not(
+    backend: Backend,
+) -> None:
+    """A pod refusing a controller makes it read the state again: a state that
+    still holds its epoch was recreated below what the pods have seen, and the
+    controller takes an epoch past the pod's; a state holding a newer epoch
+    means a newer controller, and it is fenced."""
+
+    async def scenario() -> None:
+        async with opened(backend.new_store) as old_store, opened(backend.new_store) as new_store:
+            old = StateKeeper(old_store, await old_store.create(SPEC))
+            assert await old.take_epoch() == 1
+            assert await old.outrun(9)
+            assert old.epoch == 10
+            assert (await new_store.read()).status.controller_epoch == 10
+            assert not old.fenced.is_set()
+
+            new = StateKeeper(new_store, await new_store.read())
+            assert await new.take_epoch() == 11
+            assert not await old.outrun(11)
+            assert old.fenced.is_set()
+            assert (await new_store.read()).status.controller_epoch == 11
+
+    run(scenario())
+
+
+def test_an_epoch_taken_while_a_write_is_in_flight_orders_the_two(backend: Backend) -> None:
+    """Of the old controller's write and the new controller's taking of the epoch,
+    whichever lands first is seen by the other: the write is refused if the
+    epoch came first, and kept (under the new epoch) if it came first itself."""
+
+    async def scenario() -> None:
+        async with opened(backend.new_store) as old_store, opened(backend.new_store) as new_store:
+            old = StateKeeper(old_store, await old_store.create(SPEC))
+            await old.take_epoch()
+            new = StateKeeper(new_store, await new_store.read())
+            results = await asyncio.gather(
+                old.update_status(lambda s: replace(s, next_shard_id=s.next_shard_id + 5)),
+                new.take_epoch(),
+                return_exceptions=True,
+            )
+            assert results[1] == 2, results
+            final = await new_store.read()
+            assert final.status.controller_epoch == 2
+            if isinstance(results[0], ControllerFenced):
+                assert final.status.next_shard_id == 0
+            else:
+                assert isinstance(results[0], ClusterState), results
+                assert final.status.next_shard_id == 5
 
     run(scenario())
 

@@ -498,9 +498,14 @@ def test_followers_and_fenced_replicas_redirect_clients_to_the_leader(
         # commits with the other, with both fenced it cannot commit at all.
         stale_term = driver.shards[SHARD].term
         fenced, other = [node for node in nodes if node is not leader]
-        driver.stub(fenced).NewTerm(rpb.NewTermRequest(shard=SHARD, term=stale_term + 1), timeout=5)
+        epoch = driver.epoch
+        driver.stub(fenced).NewTerm(
+            rpb.NewTermRequest(shard=SHARD, term=stale_term + 1, controller_epoch=epoch), timeout=5
+        )
         with pytest.raises(grpc.RpcError) as refused:
-            driver.stub(fenced).NewTerm(rpb.NewTermRequest(shard=SHARD, term=stale_term), timeout=5)
+            driver.stub(fenced).NewTerm(
+                rpb.NewTermRequest(shard=SHARD, term=stale_term, controller_epoch=epoch), timeout=5
+            )
         assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION  # type: ignore[attr-defined]
         with grpc.insecure_channel(leader.address) as channel:
             stub = pb_grpc.OxiaClientStub(channel)
@@ -509,7 +514,8 @@ def test_followers_and_fenced_replicas_redirect_clients_to_the_leader(
             assert driver.status(fenced, SHARD).head.offset < offset
             assert driver.status(other, SHARD).head.offset >= offset
             driver.stub(other).NewTerm(
-                rpb.NewTermRequest(shard=SHARD, term=stale_term + 1), timeout=5
+                rpb.NewTermRequest(shard=SHARD, term=stale_term + 1, controller_epoch=epoch),
+                timeout=5,
             )
             with pytest.raises(grpc.RpcError) as unanswered:
                 stub.Write(put, timeout=2)
@@ -541,7 +547,12 @@ def test_a_hung_leader_that_resumes_after_a_new_term_commits_nothing_more(
             spec = rpb.ShardSpec(namespace="default")
             fenced_heads = [
                 driver.stub(node)
-                .NewTerm(rpb.NewTermRequest(shard=SHARD, term=term, spec=spec), timeout=5)
+                .NewTerm(
+                    rpb.NewTermRequest(
+                        shard=SHARD, term=term, spec=spec, controller_epoch=driver.epoch
+                    ),
+                    timeout=5,
+                )
                 .head.offset
                 for node in (new, other)
             ]
@@ -549,6 +560,7 @@ def test_a_hung_leader_that_resumes_after_a_new_term_commits_nothing_more(
                 rpb.BecomeLeaderRequest(
                     shard=SHARD,
                     term=term,
+                    controller_epoch=driver.epoch,
                     leader=rpb.Node(
                         public_address=new.address, internal_address=new.internal_address
                     ),

@@ -1,6 +1,10 @@
 """A test driver that plays the controller over the real coordination API:
 fences, elects the highest head among a majority, forms ensembles, pushes the
-shard map. Synchronous gRPC, for tests."""
+shard map. Synchronous gRPC, for tests.
+
+It plays one controller of epoch `epoch` (1 unless told): every call that
+changes a pod carries it, so pods it has reached refuse calls without one (epoch
+0) and calls of an older driver, as they would a superseded controller's."""
 
 from __future__ import annotations
 
@@ -33,8 +37,9 @@ class ShardState:
 
 
 class Driver:
-    def __init__(self, namespace: str = "default") -> None:
+    def __init__(self, namespace: str = "default", epoch: int = 1) -> None:
         self.namespace = namespace
+        self.epoch = epoch
         self.shards: dict[int, ShardState] = {}
         self._channels: dict[str, grpc.Channel] = {}
         self._map_version = 0
@@ -59,7 +64,9 @@ class Driver:
         for index, node in enumerate(state.members):
             try:
                 answers[index] = self.stub(node).NewTerm(
-                    rpb.NewTermRequest(shard=state.shard, term=term, spec=spec),
+                    rpb.NewTermRequest(
+                        shard=state.shard, term=term, spec=spec, controller_epoch=self.epoch
+                    ),
                     timeout=RPC_TIMEOUT_S,
                 )
             except grpc.RpcError:
@@ -89,7 +96,11 @@ class Driver:
         followers = [node_message(n) for i, n in enumerate(state.members) if i != best]
         self.stub(leader).BecomeLeader(
             rpb.BecomeLeaderRequest(
-                shard=shard, term=state.term, leader=node_message(leader), followers=followers
+                shard=shard,
+                term=state.term,
+                leader=node_message(leader),
+                followers=followers,
+                controller_epoch=self.epoch,
             ),
             timeout=RPC_TIMEOUT_S,
         )
@@ -101,7 +112,10 @@ class Driver:
         assert state.leader is not None
         self.stub(state.leader).RemoveFollower(
             rpb.RemoveFollowerRequest(
-                shard=shard, term=state.term, follower_internal_address=node.internal_address
+                shard=shard,
+                term=state.term,
+                follower_internal_address=node.internal_address,
+                controller_epoch=self.epoch,
             ),
             timeout=RPC_TIMEOUT_S,
         )
@@ -114,12 +128,20 @@ class Driver:
         assert state.leader is not None
         self.stub(node).NewTerm(
             rpb.NewTermRequest(
-                shard=shard, term=state.term, spec=rpb.ShardSpec(namespace=self.namespace)
+                shard=shard,
+                term=state.term,
+                spec=rpb.ShardSpec(namespace=self.namespace),
+                controller_epoch=self.epoch,
             ),
             timeout=RPC_TIMEOUT_S,
         )
         self.stub(state.leader).AddFollower(
-            rpb.AddFollowerRequest(shard=shard, term=state.term, follower=node_message(node)),
+            rpb.AddFollowerRequest(
+                shard=shard,
+                term=state.term,
+                follower=node_message(node),
+                controller_epoch=self.epoch,
+            ),
             timeout=RPC_TIMEOUT_S,
         )
         state.members.append(node)
@@ -140,7 +162,11 @@ class Driver:
         for node in nodes:
             try:
                 self.stub(node).PushAssignments(
-                    rpb.PushAssignmentsRequest(assignments=assignments, version=self._map_version),
+                    rpb.PushAssignmentsRequest(
+                        assignments=assignments,
+                        version=self._map_version,
+                        controller_epoch=self.epoch,
+                    ),
                     timeout=RPC_TIMEOUT_S,
                 )
             except grpc.RpcError:

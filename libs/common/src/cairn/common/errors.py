@@ -7,6 +7,8 @@
     ├── ShardNotFound               this node hosts no such shard (NOT_FOUND)
     ├── NotLeader                   the shard's leader is elsewhere (UNAVAILABLE, leader hint)
     ├── InvalidTerm                 a request of a stale term (FAILED_PRECONDITION)
+    ├── StaleControllerEpoch        a coordination call from a controller that was
+    │                               succeeded by a newer one (FAILED_PRECONDITION)
     ├── SessionNotFound             unknown or expired session (NOT_FOUND)
     ├── NotificationsTrimmed        resume point older than the retention (OUT_OF_RANGE)
     ├── Overloaded                  a bounded queue is full; retry later (RESOURCE_EXHAUSTED)
@@ -70,6 +72,14 @@ class NotLeader(CairnError):
 
 class InvalidTerm(CairnError):
     reason = "INVALID_TERM"
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class StaleControllerEpoch(CairnError):
+    """The caller's controller epoch is older than one this pod has seen: a newer
+    controller took over, and this one must stop acting (it changes nothing)."""
+
+    reason = "STALE_CONTROLLER_EPOCH"
     code = grpc.StatusCode.FAILED_PRECONDITION
 
 

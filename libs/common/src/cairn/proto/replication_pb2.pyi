@@ -54,14 +54,16 @@ class TermStart(_message.Message):
     def __init__(self, term: _Optional[int] = ..., first_offset: _Optional[int] = ...) -> None: ...
 
 class NewTermRequest(_message.Message):
-    __slots__ = ("shard", "term", "spec")
+    __slots__ = ("shard", "term", "spec", "controller_epoch")
     SHARD_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
+    CONTROLLER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     shard: int
     term: int
     spec: ShardSpec
-    def __init__(self, shard: _Optional[int] = ..., term: _Optional[int] = ..., spec: _Optional[_Union[ShardSpec, _Mapping]] = ...) -> None: ...
+    controller_epoch: int
+    def __init__(self, shard: _Optional[int] = ..., term: _Optional[int] = ..., spec: _Optional[_Union[ShardSpec, _Mapping]] = ..., controller_epoch: _Optional[int] = ...) -> None: ...
 
 class NewTermResponse(_message.Message):
     __slots__ = ("head", "commit_offset")
@@ -72,16 +74,18 @@ class NewTermResponse(_message.Message):
     def __init__(self, head: _Optional[_Union[EntryId, _Mapping]] = ..., commit_offset: _Optional[int] = ...) -> None: ...
 
 class BecomeLeaderRequest(_message.Message):
-    __slots__ = ("shard", "term", "leader", "followers")
+    __slots__ = ("shard", "term", "leader", "followers", "controller_epoch")
     SHARD_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
     FOLLOWERS_FIELD_NUMBER: _ClassVar[int]
+    CONTROLLER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     shard: int
     term: int
     leader: Node
     followers: _containers.RepeatedCompositeFieldContainer[Node]
-    def __init__(self, shard: _Optional[int] = ..., term: _Optional[int] = ..., leader: _Optional[_Union[Node, _Mapping]] = ..., followers: _Optional[_Iterable[_Union[Node, _Mapping]]] = ...) -> None: ...
+    controller_epoch: int
+    def __init__(self, shard: _Optional[int] = ..., term: _Optional[int] = ..., leader: _Optional[_Union[Node, _Mapping]] = ..., followers: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., controller_epoch: _Optional[int] = ...) -> None: ...
 
 class BecomeLeaderResponse(_message.Message):
     __slots__ = ("term_start",)
@@ -90,28 +94,32 @@ class BecomeLeaderResponse(_message.Message):
     def __init__(self, term_start: _Optional[_Union[EntryId, _Mapping]] = ...) -> None: ...
 
 class AddFollowerRequest(_message.Message):
-    __slots__ = ("shard", "term", "follower")
+    __slots__ = ("shard", "term", "follower", "controller_epoch")
     SHARD_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     FOLLOWER_FIELD_NUMBER: _ClassVar[int]
+    CONTROLLER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     shard: int
     term: int
     follower: Node
-    def __init__(self, shard: _Optional[int] = ..., term: _Optional[int] = ..., follower: _Optional[_Union[Node, _Mapping]] = ...) -> None: ...
+    controller_epoch: int
+    def __init__(self, shard: _Optional[int] = ..., term: _Optional[int] = ..., follower: _Optional[_Union[Node, _Mapping]] = ..., controller_epoch: _Optional[int] = ...) -> None: ...
 
 class AddFollowerResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class RemoveFollowerRequest(_message.Message):
-    __slots__ = ("shard", "term", "follower_internal_address")
+    __slots__ = ("shard", "term", "follower_internal_address", "controller_epoch")
     SHARD_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     FOLLOWER_INTERNAL_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    CONTROLLER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     shard: int
     term: int
     follower_internal_address: str
-    def __init__(self, shard: _Optional[int] = ..., term: _Optional[int] = ..., follower_internal_address: _Optional[str] = ...) -> None: ...
+    controller_epoch: int
+    def __init__(self, shard: _Optional[int] = ..., term: _Optional[int] = ..., follower_internal_address: _Optional[str] = ..., controller_epoch: _Optional[int] = ...) -> None: ...
 
 class RemoveFollowerResponse(_message.Message):
     __slots__ = ()
@@ -182,24 +190,28 @@ class GetStatusResponse(_message.Message):
     def __init__(self, shards: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., node: _Optional[_Union[Node, _Mapping]] = ...) -> None: ...
 
 class DeleteShardRequest(_message.Message):
-    __slots__ = ("shard", "term")
+    __slots__ = ("shard", "term", "controller_epoch")
     SHARD_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
+    CONTROLLER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     shard: int
     term: int
-    def __init__(self, shard: _Optional[int] = ..., term: _Optional[int] = ...) -> None: ...
+    controller_epoch: int
+    def __init__(self, shard: _Optional[int] = ..., term: _Optional[int] = ..., controller_epoch: _Optional[int] = ...) -> None: ...
 
 class DeleteShardResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class PushAssignmentsRequest(_message.Message):
-    __slots__ = ("assignments", "version")
+    __slots__ = ("assignments", "version", "controller_epoch")
     ASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    CONTROLLER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     assignments: _oxia_client_pb2.ShardAssignments
     version: int
-    def __init__(self, assignments: _Optional[_Union[_oxia_client_pb2.ShardAssignments, _Mapping]] = ..., version: _Optional[int] = ...) -> None: ...
+    controller_epoch: int
+    def __init__(self, assignments: _Optional[_Union[_oxia_client_pb2.ShardAssignments, _Mapping]] = ..., version: _Optional[int] = ..., controller_epoch: _Optional[int] = ...) -> None: ...
 
 class PushAssignmentsResponse(_message.Message):
     __slots__ = ()

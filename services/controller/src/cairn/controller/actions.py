@@ -12,6 +12,10 @@ from dataclasses import dataclass, field
 from cairn.controller.model import NodeHealth, ShardRecord
 
 
+class ActionFailed(Exception):
+    """An action could not be completed now; the planner will ask again."""
+
+
 @dataclass(frozen=True)
 class RecordNode:
     """Write what is known of a node into the status."""

@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from cairn.common.heartbeat import HeartbeatError, parse_heartbeat
+from cairn.controller.fencing import ControllerFenced
 from cairn.controller.model import (
     MAX_REPLICATION_FACTOR,
     MAX_STORAGE_PODS,
@@ -77,6 +78,11 @@ def create_app(controller: Controller) -> FastAPI:
             status_code=error.status,
             media_type="application/problem+json",
         )
+
+    @app.exception_handler(ControllerFenced)
+    async def fenced(request: Request, error: ControllerFenced) -> JSONResponse:
+        # A newer controller took over while this request was being served.
+        return await problem(request, Problem(503, "Not leading", str(error)))
 
     def keeper() -> Any:
         if controller.keeper is None or not controller.leading.is_set():

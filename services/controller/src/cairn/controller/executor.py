@@ -10,6 +10,13 @@ controller killed at any point leaves a status from which the planner resumes:
 
 A retried election always uses a new term; an interrupted change is finished by
 FinishEnsembleChange, which only repeats idempotent calls.
+
+Each step's write is a function of the status it replaces (cairn.controller.steps),
+applied by the keeper inside its compare-and-set, and refused once another
+controller has taken over (ControllerFenced). Pod calls whose intent is recorded
+already (finishing a change, deleting a left replica) are preceded by a check of
+the same kind, made against a fresh read. Every call that changes a pod carries
+this controller's epoch, so pods refuse it once a newer controller reached them.
 """
 
 from __future__ import annotations
@@ -19,11 +26,14 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 
 import grpc
 
+from cairn.controller import steps
 from cairn.controller.actions import (
     Action,
+    ActionFailed,
     ChangeEnsemble,
     ConfirmLeader,
     DeleteReplica,
@@ -35,6 +45,7 @@ from cairn.controller.actions import (
     RecordNode,
 )
 from cairn.controller.election import choose_leader, majority
+from cairn.controller.fencing import ControllerFenced
 from cairn.controller.keeper import StateKeeper
 from cairn.controller.model import (
     ClusterState,
@@ -52,10 +63,7 @@ from cairn.controller.pods import PodAddress, PodClient
 from cairn.proto import oxia_client_pb2 as pb
 
 log = logging.getLogger(__name__)
-
-
-class ActionFailed(Exception):
-    """An action could not be completed now; the planner will ask again."""
+__all__ = ["ActionFailed", "Executor", "assignments_of"]
 
 
 def wall_clock_ms() -> int:
@@ -133,21 +141,18 @@ class Executor:
             raise ActionFailed(f"namespace {record.namespace!r} is no longer in the spec")
         return namespace
 
-    async def _set_shard(self, shard: int, **changes: object) -> ShardRecord:
-        def change(status: ClusterStatus) -> ClusterStatus:
-            record = status.shard(shard)
-            if record is None:
-                raise ActionFailed(f"shard {shard} vanished from the cluster state")
-            return status.with_shard(replace(record, **changes))  # type: ignore[arg-type]
+    @property
+    def _epoch(self) -> int:
+        epoch = self.keeper.epoch
+        assert epoch is not None, "the executor acts only once an epoch is taken"
+        return epoch
 
+    async def _step(
+        self, shard: int, change: Callable[[ClusterStatus], ClusterStatus]
+    ) -> ShardRecord:
+        """Write (or check) one step; the shard's record as it now stands."""
         state = await self.keeper.update_status(change)
-        return self._record_of(state, shard)
-
-    @staticmethod
-    def _record_of(state: ClusterState, shard: int) -> ShardRecord:
-        record = state.status.shard(shard)
-        assert record is not None
-        return record
+        return steps.shard_record(state.status, shard)
 
     def push_assignments(self, names: Sequence[str] | None = None) -> None:
         """Send the shard map to these nodes (default: every live one), in the
@@ -172,10 +177,15 @@ class Executor:
                 assignments = assignments_of(state, self._last_leaders)
                 try:
                     await self.pods.push_assignments(
-                        address, assignments, state.status.assignments_version
+                        address, assignments, state.status.assignments_version, self._epoch
                     )
                 except grpc.aio.AioRpcError as error:
                     log.debug("shard map push to %s failed: %s", address, _brief(error))
+                except ControllerFenced as error:
+                    if error.pod_epoch is None or not await self.keeper.outrun(error.pod_epoch):
+                        self.keeper.fence(str(error))
+                        return
+                    self._push_again.add(address)  # again, with the epoch taken
                 if address not in self._push_again:
                     return
         finally:
@@ -190,6 +200,16 @@ class Executor:
     # -- dispatch ----------------------------------------------------------------------
 
     async def run(self, action: Action) -> None:
+        try:
+            await self._run(action)
+        except ControllerFenced as error:
+            if error.pod_epoch is not None and await self.keeper.outrun(error.pod_epoch):
+                raise ActionFailed(f"{error}; retrying with epoch {self.keeper.epoch}") from None
+            # A pod (or the state) says a newer controller took over: stop acting.
+            self.keeper.fence(str(error))
+            raise
+
+    async def _run(self, action: Action) -> None:
         match action:
             case RecordNode():
                 await self._record_node(action)
@@ -245,23 +265,17 @@ class Executor:
 
     async def _elect(self, action: Elect) -> None:
         started_ms = self.wall_ms()
-        record = self._record(action.shard)
-        namespace = self._namespace(record)
-        term = record.term + 1
-        # The new term is on record before any member hears of it: a restarted
-        # controller never reuses it.
-        # A shard that never had a leader stays NEW through retried first
-        # elections: only then may NewTerm create missing replicas. Afterwards a
-        # member without its replica (a wiped disk) must not answer with an
-        # empty log, which could outvote one holding committed entries; it is
-        # recreated through an ensemble change, from a leader, instead.
-        creating = record.state is ShardState.NEW
-        state = ShardState.NEW if creating else ShardState.ELECTION
+        outgoing = self._record(action.shard)
+        namespace = self._namespace(outgoing)
         # Who the outgoing leader counts toward its commit offset, from its
         # last report (a learner it still catches up does not), taken while
         # the record still names it.
-        counted = counted_voters(record, self.observer.view(), self.keeper.state.status)
-        record = await self._set_shard(action.shard, term=term, state=state, leader=None)
+        counted = counted_voters(outgoing, self.observer.view(), self.keeper.state.status)
+        # The new term is derived from the recorded ones inside the write, and on
+        # record before any member hears of it: it is never handed out twice.
+        record = await self._step(action.shard, partial(steps.open_term, shard=action.shard))
+        term = record.term
+        creating = record.state is ShardState.NEW
         voters = record.voters
         heads = await self._fence(record, term, namespace if creating else None)
         leaders = leader_load(self.keeper.state.status.shards)
@@ -273,11 +287,15 @@ class Executor:
                 f"shard {record.shard}: no safe live leader for term {term}: heads {heads}, "
                 f"live members {sorted(alive)}"
             )
-        ensemble = record.ensemble if leader in record.ensemble else (*record.ensemble, leader)
-        record = await self._set_shard(record.shard, leader=leader, ensemble=ensemble)
-        followers = [self._address(name) for name in ensemble if name != leader]
+        record = await self._step(
+            record.shard,
+            partial(steps.record_leader, shard=record.shard, term=term, leader=leader),
+        )
+        followers = [self._address(name) for name in record.ensemble if name != leader]
         try:
-            await self.pods.become_leader(self._address(leader), record.shard, term, followers)
+            await self.pods.become_leader(
+                self._address(leader), record.shard, term, followers, self._epoch
+            )
         except grpc.aio.AioRpcError as error:
             raise ActionFailed(
                 f"shard {record.shard}: BecomeLeader({term}) on {leader}: {_brief(error)}"
@@ -292,7 +310,7 @@ class Executor:
             started_ms=started_ms,
             duration_ms=duration_ms,
         )
-        await self._steady(record.shard, election, action)
+        await self._steady(record.shard, term, leader, election, action.preferred == leader)
         log.info(
             "shard %d: %s leads term %d (reason: %s; heads %s; %d ms)",
             record.shard,
@@ -320,11 +338,14 @@ class Executor:
         `straggler_grace_s` more, then the election goes on without them."""
         calls = {
             asyncio.ensure_future(
-                self.pods.new_term(self._address(name).internal, record.shard, term, namespace)
+                self.pods.new_term(
+                    self._address(name).internal, record.shard, term, namespace, self._epoch
+                )
             ): name
             for name in record.voters
         }
         heads: dict[str, tuple[int, int]] = {}
+        fenced: ControllerFenced | None = None
         pending = set(calls)
         deadline: float | None = None
         loop = asyncio.get_running_loop()
@@ -341,6 +362,8 @@ class Executor:
                     error = call.exception()
                     if error is None:
                         heads[name] = call.result()
+                    elif isinstance(error, ControllerFenced):
+                        fenced = error
                     else:
                         log.info(
                             "shard %d: %s did not answer NewTerm(%d): %s",
@@ -349,6 +372,8 @@ class Executor:
                             term,
                             _brief(error),
                         )
+                if fenced is not None:
+                    raise fenced
                 if deadline is None and len(heads) >= majority(len(record.voters)):
                     deadline = loop.time() + self.straggler_grace_s
         finally:
@@ -358,27 +383,30 @@ class Executor:
         return heads
 
     async def _steady(
-        self, shard: int, election: ElectionRecord | None, action: Elect | None = None
+        self,
+        shard: int,
+        term: int,
+        leader: str,
+        election: ElectionRecord | None,
+        move_done: bool = False,
     ) -> None:
-        def change(status: ClusterStatus) -> ClusterStatus:
-            record = status.shard(shard)
-            if record is None:
-                raise ActionFailed(f"shard {shard} vanished from the cluster state")
-            status = status.with_shard(replace(record, state=ShardState.STEADY, leaving=()))
-            status = replace(status, assignments_version=status.assignments_version + 1)
-            if election is not None and action is not None and action.preferred == election.leader:
-                # A requested move is done (one that failed stays requested).
-                status = replace(
-                    status,
-                    leader_moves=tuple(m for m in status.leader_moves if m.shard != shard),
-                )
-            return status.with_election(election) if election is not None else status
-
-        await self.keeper.update_status(change)
+        await self._step(
+            shard,
+            partial(
+                steps.record_steady,
+                shard=shard,
+                term=term,
+                leader=leader,
+                election=election,
+                move_done=move_done,
+            ),
+        )
 
     async def _confirm(self, action: ConfirmLeader) -> None:
         record = self._record(action.shard)
-        await self._steady(action.shard, None)
+        if record.leader is None:
+            raise ActionFailed(f"shard {record.shard}: no leader to confirm")
+        await self._steady(action.shard, record.term, record.leader, None)
         log.info(
             "shard %d: confirmed %s as leader of term %d", record.shard, record.leader, record.term
         )
@@ -396,11 +424,14 @@ class Executor:
     ) -> None:
         """Create (or fence) the member's replica at the shard's term, then have
         the leader send to it. A member that is down is only given to the leader
-        (which keeps trying it); its replica is fenced once it is back."""
+        (which keeps trying it); its replica is fenced once it is back. The
+        caller has recorded (or checked) the member first."""
         address = self._address(name)
         if fence:
             try:
-                await self.pods.new_term(address.internal, record.shard, record.term, namespace)
+                await self.pods.new_term(
+                    address.internal, record.shard, record.term, namespace, self._epoch
+                )
             except grpc.aio.AioRpcError as error:
                 # Already following this term's leader: nothing to fence.
                 if error.code() != grpc.StatusCode.FAILED_PRECONDITION:
@@ -408,34 +439,43 @@ class Executor:
                         f"shard {record.shard}: NewTerm on {name}: {_brief(error)}"
                     ) from None
         await self.pods.add_follower(
-            self._leader_address(record), record.shard, record.term, address
+            self._leader_address(record), record.shard, record.term, address, self._epoch
         )
 
     async def _change(self, action: ChangeEnsemble) -> None:
         record = self._record(action.shard)
         namespace = self._namespace(record)
-        leader_address = self._leader_address(record)
+        self._leader_address(record)
         if action.add is not None:
-            if action.add not in record.ensemble:
-                record = await self._set_shard(
-                    record.shard, ensemble=(*record.ensemble, action.add)
-                )
+            record = await self._step(
+                record.shard,
+                partial(steps.add_member, shard=record.shard, term=record.term, name=action.add),
+            )
             await self._add_member(record, action.add, namespace)
             touched = [action.add]
         else:
             assert action.remove is not None
-            if action.remove == record.leader:
-                raise ActionFailed(f"shard {record.shard}: the leader is not removed directly")
-            record = await self._set_shard(
+            record = await self._step(
                 record.shard,
-                ensemble=tuple(n for n in record.ensemble if n != action.remove),
-                leaving=(*record.leaving, action.remove),
+                partial(
+                    steps.start_removal, shard=record.shard, term=record.term, name=action.remove
+                ),
             )
             await self.pods.remove_follower(
-                leader_address, record.shard, record.term, self._address(action.remove).internal
+                self._leader_address(record),
+                record.shard,
+                record.term,
+                self._address(action.remove).internal,
+                self._epoch,
             )
-            await self._set_shard(
-                record.shard, leaving=tuple(n for n in record.leaving if n != action.remove)
+            await self._step(
+                record.shard,
+                partial(
+                    steps.finish_removal,
+                    shard=record.shard,
+                    term=record.term,
+                    names=(action.remove,),
+                ),
             )
             touched = [action.remove]
         log.info(
@@ -451,16 +491,30 @@ class Executor:
         record = self._record(action.shard)
         namespace = self._namespace(record)
         leader_address = self._leader_address(record)
+        assert record.leader is not None
+        leader = record.leader
         report = await self.pods.replica_status(leader_address, record.shard)
         followers = {f.internal_address for f in report.followers}
         # Removals first: they are recorded already and need no member alive.
-        for name in record.leaving:
-            await self.pods.remove_follower(
-                leader_address, record.shard, record.term, self._address(name).internal
+        leaving = record.leaving
+        if leaving:
+            record = await self._step(
+                record.shard,
+                partial(steps.require_leaving, shard=record.shard, term=record.term, names=leaving),
             )
-        if record.leaving:
-            record = await self._set_shard(record.shard, leaving=())
-            log.info("shard %d: finished removing %s", record.shard, ", ".join(record.leaving))
+            for name in leaving:
+                await self.pods.remove_follower(
+                    leader_address,
+                    record.shard,
+                    record.term,
+                    self._address(name).internal,
+                    self._epoch,
+                )
+            record = await self._step(
+                record.shard,
+                partial(steps.finish_removal, shard=record.shard, term=record.term, names=leaving),
+            )
+            log.info("shard %d: finished removing %s", record.shard, ", ".join(leaving))
         views = self.observer.view().nodes
         failures = []
         for name in record.ensemble:
@@ -476,7 +530,17 @@ class Executor:
             )
             if self._address(name).internal not in followers or missing_here:
                 try:
-                    await self._add_member(record, name, namespace, fence=alive)
+                    checked = await self._step(
+                        record.shard,
+                        partial(
+                            steps.require_member,
+                            shard=record.shard,
+                            term=record.term,
+                            leader=leader,
+                            name=name,
+                        ),
+                    )
+                    await self._add_member(checked, name, namespace, fence=alive)
                 except (ActionFailed, grpc.aio.AioRpcError) as error:
                     failures.append(f"{name}: {error}")
                     continue
@@ -486,7 +550,12 @@ class Executor:
             raise ActionFailed(f"shard {record.shard}: could not add {'; '.join(failures)}")
 
     async def _delete(self, action: DeleteReplica) -> None:
-        await self.pods.delete_shard(self._address(action.node).internal, action.shard, action.term)
+        await self._step(
+            action.shard, partial(steps.require_outside, shard=action.shard, node=action.node)
+        )
+        await self.pods.delete_shard(
+            self._address(action.node).internal, action.shard, action.term, self._epoch
+        )
         log.info("shard %d: deleted the replica left on %s", action.shard, action.node)
         await self.observer.refresh([action.node])
 

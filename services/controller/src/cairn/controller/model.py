@@ -174,6 +174,10 @@ class ClusterStatus:
     elections: tuple[ElectionRecord, ...] = ()
     leader_moves: tuple[LeaderMove, ...] = ()
     observed_generation: int = 0
+    # The epoch (fencing token) of the controller that acts: each controller takes
+    # the next one when it takes the leadership, and every status write checks
+    # that it is still its own (see cairn.controller.fencing). 0: none taken yet.
+    controller_epoch: int = 0
 
     def shard(self, shard_id: int) -> ShardRecord | None:
         return next((record for record in self.shards if record.shard == shard_id), None)
@@ -290,6 +294,7 @@ def _strings(values: Iterable[Any]) -> list[str]:
 def status_document(status: ClusterStatus) -> Document:
     return {
         "observedGeneration": status.observed_generation,
+        "controllerEpoch": status.controller_epoch,
         "nextShardId": status.next_shard_id,
         "assignmentsVersion": status.assignments_version,
         "shards": [
@@ -380,6 +385,7 @@ def parse_status(document: Mapping[str, Any]) -> ClusterStatus:
                 for m in document.get("leaderMoves", ())
             ),
             observed_generation=int(document.get("observedGeneration", 0)),
+            controller_epoch=int(document.get("controllerEpoch", 0)),
         )
     except SpecError:
         raise

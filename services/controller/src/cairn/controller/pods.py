@@ -1,18 +1,25 @@
 """The controller's calls into storage pods (the Coordination and gRPC Health
 services on their internal port). Thin: build a request, call with a deadline,
-convert the answer. Errors are grpc.aio.AioRpcError; callers decide."""
+convert the answer. Errors are grpc.aio.AioRpcError; callers decide. One is
+converted here: a pod refusing a call that changes it because it has seen a
+newer controller epoch (STALE_CONTROLLER_EPOCH) raises ControllerFenced."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import grpc
+from google.protobuf.message import DecodeError
+from google.rpc import error_details_pb2, status_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from cairn.common.errors import StaleControllerEpoch
 from cairn.common.heartbeat import ReplicaReport, replica_report_of
 from cairn.common.keyorder import KeyOrder
+from cairn.controller.fencing import ControllerFenced
 from cairn.controller.model import NamespaceSpec
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import replication_pb2 as rpb
@@ -29,6 +36,40 @@ CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 10_000),
     ("grpc.keepalive_timeout_ms", 5_000),
 ]
+_DETAILS_KEY = "grpc-status-details-bin"
+T = TypeVar("T")
+
+
+def error_info(error: grpc.aio.AioRpcError) -> error_details_pb2.ErrorInfo:
+    """The ErrorInfo a pod's error carries (an empty one if none)."""
+    info = error_details_pb2.ErrorInfo()
+    for key, value in error.trailing_metadata() or ():
+        if key != _DETAILS_KEY or not isinstance(value, bytes):
+            continue
+        try:
+            status = status_pb2.Status.FromString(value)
+        except DecodeError:
+            return info
+        for detail in status.details:
+            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+                detail.Unpack(info)
+                return info
+    return info
+
+
+async def _changing(call: Awaitable[T]) -> T:
+    """A call that changes a pod: a stale epoch is ControllerFenced."""
+    try:
+        return await call
+    except grpc.aio.AioRpcError as error:
+        info = error_info(error)
+        if info.reason == StaleControllerEpoch.reason:
+            seen = info.metadata.get("epoch", "")
+            raise ControllerFenced(
+                f"a storage pod says: {error.details()}",
+                pod_epoch=int(seen) if seen.isdigit() else None,
+            ) from None
+        raise
 
 
 @dataclass(frozen=True)
@@ -69,51 +110,75 @@ class PodClient:
     def _coordination(self, address: str) -> rpb_grpc.CoordinationStub:
         return rpb_grpc.CoordinationStub(self._channel(address))
 
+    # Calls that change a pod carry the controller's `epoch` (its fencing token).
+
     async def new_term(
-        self, address: str, shard: int, term: int, namespace: NamespaceSpec | None
+        self, address: str, shard: int, term: int, namespace: NamespaceSpec | None, epoch: int
     ) -> tuple[int, int]:
         """Fence the replica; its durable head. With `namespace`, a missing
         replica is created; without, a pod that lacks it answers NOT_FOUND."""
-        request = rpb.NewTermRequest(shard=shard, term=term)
+        request = rpb.NewTermRequest(shard=shard, term=term, controller_epoch=epoch)
         if namespace is not None:
             request.spec.CopyFrom(spec_message(namespace))
-        answer = await self._coordination(address).NewTerm(request, timeout=self.rpc_timeout_s)
+        answer = await _changing(
+            self._coordination(address).NewTerm(request, timeout=self.rpc_timeout_s)
+        )
         return answer.head.term, answer.head.offset
 
     async def become_leader(
-        self, leader: PodAddress, shard: int, term: int, followers: Sequence[PodAddress]
+        self,
+        leader: PodAddress,
+        shard: int,
+        term: int,
+        followers: Sequence[PodAddress],
+        epoch: int,
     ) -> None:
-        await self._coordination(leader.internal).BecomeLeader(
-            rpb.BecomeLeaderRequest(
-                shard=shard,
-                term=term,
-                leader=leader.message(),
-                followers=[follower.message() for follower in followers],
-            ),
-            timeout=self.rpc_timeout_s,
+        await _changing(
+            self._coordination(leader.internal).BecomeLeader(
+                rpb.BecomeLeaderRequest(
+                    shard=shard,
+                    term=term,
+                    leader=leader.message(),
+                    followers=[follower.message() for follower in followers],
+                    controller_epoch=epoch,
+                ),
+                timeout=self.rpc_timeout_s,
+            )
         )
 
     async def add_follower(
-        self, leader_address: str, shard: int, term: int, follower: PodAddress
+        self, leader_address: str, shard: int, term: int, follower: PodAddress, epoch: int
     ) -> None:
-        await self._coordination(leader_address).AddFollower(
-            rpb.AddFollowerRequest(shard=shard, term=term, follower=follower.message()),
-            timeout=self.rpc_timeout_s,
+        await _changing(
+            self._coordination(leader_address).AddFollower(
+                rpb.AddFollowerRequest(
+                    shard=shard, term=term, follower=follower.message(), controller_epoch=epoch
+                ),
+                timeout=self.rpc_timeout_s,
+            )
         )
 
     async def remove_follower(
-        self, leader_address: str, shard: int, term: int, follower_internal: str
+        self, leader_address: str, shard: int, term: int, follower_internal: str, epoch: int
     ) -> None:
-        await self._coordination(leader_address).RemoveFollower(
-            rpb.RemoveFollowerRequest(
-                shard=shard, term=term, follower_internal_address=follower_internal
-            ),
-            timeout=self.rpc_timeout_s,
+        await _changing(
+            self._coordination(leader_address).RemoveFollower(
+                rpb.RemoveFollowerRequest(
+                    shard=shard,
+                    term=term,
+                    follower_internal_address=follower_internal,
+                    controller_epoch=epoch,
+                ),
+                timeout=self.rpc_timeout_s,
+            )
         )
 
-    async def delete_shard(self, address: str, shard: int, term: int) -> None:
-        await self._coordination(address).DeleteShard(
-            rpb.DeleteShardRequest(shard=shard, term=term), timeout=self.rpc_timeout_s
+    async def delete_shard(self, address: str, shard: int, term: int, epoch: int) -> None:
+        await _changing(
+            self._coordination(address).DeleteShard(
+                rpb.DeleteShardRequest(shard=shard, term=term, controller_epoch=epoch),
+                timeout=self.rpc_timeout_s,
+            )
         )
 
     async def status(self, address: str, timeout_s: float | None = None) -> list[ReplicaReport]:
@@ -129,11 +194,15 @@ class PodClient:
         return replica_report_of(answer.shards[0])
 
     async def push_assignments(
-        self, address: str, assignments: pb.ShardAssignments, version: int
+        self, address: str, assignments: pb.ShardAssignments, version: int, epoch: int
     ) -> None:
-        await self._coordination(address).PushAssignments(
-            rpb.PushAssignmentsRequest(assignments=assignments, version=version),
-            timeout=self.rpc_timeout_s,
+        await _changing(
+            self._coordination(address).PushAssignments(
+                rpb.PushAssignmentsRequest(
+                    assignments=assignments, version=version, controller_epoch=epoch
+                ),
+                timeout=self.rpc_timeout_s,
+            )
         )
 
     async def watch_health(self, address: str) -> AsyncIterator[bool]:

@@ -2,7 +2,11 @@
 controller's pieces are wired together and its `await`s meet.
 
 Only the holder of the leader lock acts; a controller that loses it stops at
-once (another one is taking over and will plan from the recorded status).
+once (another one is taking over and will plan from the recorded status). The
+lock alone cannot stop a controller that does not know it lost it (paused past
+its lease): taking the lock, a controller takes a new controller epoch in the
+cluster state, and stops as soon as the state or a pod shows a newer one
+(cairn.controller.fencing).
 Failed actions back off per shard, so one stuck shard never stalls the others
 or spins the loop.
 """
@@ -17,6 +21,7 @@ from dataclasses import dataclass, field
 
 from cairn.controller.actions import Action, shard_of
 from cairn.controller.executor import Executor
+from cairn.controller.fencing import ControllerFenced
 from cairn.controller.keeper import StateKeeper
 from cairn.controller.model import ClusterSpec
 from cairn.controller.observer import DetectionSettings, Observer, monotonic_ms
@@ -71,12 +76,14 @@ class Controller:
     # -- lifecycle -----------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Wait for the lock, then reconcile until cancelled or the lock is lost."""
+        """Wait for the lock, then reconcile until cancelled, the lock is lost or
+        a newer controller is seen (fenced)."""
         log.info("waiting for the controller lock")
         await self.lock.acquire()
-        log.info("controller lock held; reconciling")
         state = await self.store.create(self.initial_spec)
         self.keeper = StateKeeper(self.store, state)
+        epoch = await self.keeper.take_epoch()
+        log.info("controller lock held, epoch %d; reconciling", epoch)
         self.executor = Executor(self.keeper, self.pods, self.observer)
         self.leading.set()
         self._tasks = [
@@ -86,14 +93,17 @@ class Controller:
         ]
         loop = asyncio.create_task(self._reconcile())
         lost = asyncio.create_task(self.lock.lost.wait())
+        fenced = asyncio.create_task(self.keeper.fenced.wait())
         try:
-            done, _ = await asyncio.wait({loop, lost}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait({loop, lost, fenced}, return_when=asyncio.FIRST_COMPLETED)
             if lost in done:
                 log.error("controller lock lost: stopping")
+            if fenced in done:
+                log.error("a newer controller has taken over: stopping")
             if loop in done:
                 loop.result()
         finally:
-            tasks = [loop, lost, *self._tasks, *self._inflight.values()]
+            tasks = [loop, lost, fenced, *self._tasks, *self._inflight.values()]
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -181,6 +191,8 @@ class Controller:
             await executor.run(action)
         except asyncio.CancelledError:
             raise
+        except ControllerFenced:
+            return  # the keeper is fenced: run() stops
         except Exception as error:  # any failure: retry later, never stop the loop
             previous = self._backoff.get(key, (0, BACKOFF_MIN_MS // 2))[1]
             delay_ms = min(BACKOFF_MAX_MS, previous * 2)
@@ -202,6 +214,10 @@ class Controller:
             try:
                 async for state in self.store.changes():
                     delay_ms = BACKOFF_MIN_MS
+                    if state.status.controller_epoch != keeper.epoch:
+                        # Another controller's epoch: read again (a fresh read decides,
+                        # not a feed that may lag) and stop if fenced.
+                        await keeper.reload()
                     if state.generation != keeper.state.generation:
                         await keeper.reload()
                         log.info("spec changed (generation %d)", keeper.state.generation)

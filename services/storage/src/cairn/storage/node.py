@@ -6,6 +6,8 @@ gRPC health service (the controller watches it on the internal port). A replica 
 the controller's first NewTerm for it (which carries the shard's spec, stored in
 `shards/<id>/shard.json`) and removed by DeleteShard. After a restart every
 stored replica comes back fenced, to be given a role again by the controller.
+The highest controller epoch seen is kept in `controller-epoch` (calls of older
+controllers are refused, see cairn.storage.controller_epoch).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from cairn.common.errors import ShardNotFound
 from cairn.common.files import write_atomically
 from cairn.common.keyorder import KeyOrder
 from cairn.storage.config import NodeConfig, ShardSpec
+from cairn.storage.controller_epoch import EPOCH_FILE, ControllerEpochFence
 from cairn.storage.core.replication.replica import Member
 from cairn.storage.directory import ShardDirectory
 from cairn.storage.replication.peers import PeerChannels
@@ -67,6 +70,7 @@ class NodeServer:
         self.peers = PeerChannels()
         self.me = Member("", "")
         self.health = HealthService()
+        self.epochs = ControllerEpochFence(config.data_dir / EPOCH_FILE)
         self._servers: list[grpc.aio.Server] = []
 
     @property
@@ -123,6 +127,9 @@ class NodeServer:
         )
 
     # -- coordination.ReplicaHost ----------------------------------------------------
+
+    def admit_controller(self, epoch: int) -> None:
+        self.epochs.admit(epoch)
 
     def replica_for(self, shard_id: int, spec: ShardSpec | None) -> ShardReplica:
         """The shard's replica here, created (empty) if there is none and `spec` is

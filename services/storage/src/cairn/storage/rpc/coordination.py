@@ -1,5 +1,10 @@
 """The controller's calls into a storage pod: fencing, leadership, ensemble
-changes, status, deletion, and the shard map to serve to clients."""
+changes, status, deletion, and the shard map to serve to clients.
+
+Every call that changes the pod first passes the controller epoch fence (see
+cairn.storage.core.controller_epoch): a call from a controller older than one
+already seen is refused before anything else is looked at, and changes nothing.
+"""
 
 from __future__ import annotations
 
@@ -34,6 +39,10 @@ class ReplicaHost(Protocol):
     peers: PeerChannels
     directory: ShardDirectory
 
+    def admit_controller(self, epoch: int) -> None:
+        """Raise StaleControllerEpoch for a call of a superseded controller."""
+        ...
+
     def replica_for(self, shard_id: int, spec: ShardSpec | None) -> ShardReplica: ...
 
     async def delete_replica(self, shard_id: int) -> None: ...
@@ -63,6 +72,7 @@ class CoordinationService:
         self, request: rpb.NewTermRequest, context: grpc.aio.ServicerContext
     ) -> rpb.NewTermResponse:
         try:
+            self.host.admit_controller(request.controller_epoch)
             spec = spec_of(request.spec) if request.HasField("spec") else None
             replica = self.host.replica_for(request.shard, spec)
             head, commit_offset = await replica.new_term(request.term)
@@ -75,6 +85,7 @@ class CoordinationService:
     ) -> rpb.BecomeLeaderResponse:
         host = self.host
         try:
+            host.admit_controller(request.controller_epoch)
             replica = host.directory.replica(request.shard)
             followers = [member_of(node) for node in request.followers]
             term = request.term
@@ -99,6 +110,7 @@ class CoordinationService:
         self, request: rpb.AddFollowerRequest, context: grpc.aio.ServicerContext
     ) -> rpb.AddFollowerResponse:
         try:
+            self.host.admit_controller(request.controller_epoch)
             leader = self._leading(request.shard, request.term)
             leader.add_follower(member_of(request.follower))
         except (CairnError, ValueError) as error:
@@ -109,6 +121,7 @@ class CoordinationService:
         self, request: rpb.RemoveFollowerRequest, context: grpc.aio.ServicerContext
     ) -> rpb.RemoveFollowerResponse:
         try:
+            self.host.admit_controller(request.controller_epoch)
             leader = self._leading(request.shard, request.term)
             await leader.remove_follower(request.follower_internal_address)
         except (CairnError, ValueError) as error:
@@ -140,6 +153,7 @@ class CoordinationService:
         self, request: rpb.DeleteShardRequest, context: grpc.aio.ServicerContext
     ) -> rpb.DeleteShardResponse:
         try:
+            self.host.admit_controller(request.controller_epoch)
             self.host.directory.replica(request.shard).core.check_not_older(request.term)
             await self.host.delete_replica(request.shard)
         except CairnError as error:
@@ -150,6 +164,7 @@ class CoordinationService:
         self, request: rpb.PushAssignmentsRequest, context: grpc.aio.ServicerContext
     ) -> rpb.PushAssignmentsResponse:
         try:
+            self.host.admit_controller(request.controller_epoch)
             layouts = layouts_of(request.assignments)
             await self.host.directory.set_layouts(layouts, request.version)
         except CairnError as error:

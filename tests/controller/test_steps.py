@@ -1,0 +1,96 @@
+"""The executor's status writes as functions of the status they replace (hole 3
+of issue 38): whatever state a step is applied to, it derives what it writes
+from that state, and refuses to write over a shard that has moved on."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from cairn.common.hashing import HashRange
+from cairn.controller import steps
+from cairn.controller.actions import ActionFailed
+from cairn.controller.fencing import ControllerFenced, check_epoch, take_epoch
+from cairn.controller.model import ClusterStatus, ElectionRecord, ShardRecord, ShardState
+
+A, B, C, D = "cairn-storage-0", "cairn-storage-1", "cairn-storage-2", "cairn-storage-3"
+
+
+def status_with(record: ShardRecord, *elections: ElectionRecord) -> ClusterStatus:
+    return ClusterStatus(shards=(record,), elections=elections)
+
+
+STEADY = ShardRecord("default", 0, HashRange(0, 0xFFFFFFFF), 7, ShardState.STEADY, A, (A, B, C))
+
+
+def test_a_new_term_is_one_past_every_term_recorded_for_the_shard() -> None:
+    opened = steps.shard_record(steps.open_term(status_with(STEADY), 0), 0)
+    assert (opened.term, opened.state, opened.leader) == (8, ShardState.ELECTION, None)
+    # Applied again to the state it then replaces, it never repeats a term.
+    twice = steps.open_term(steps.open_term(status_with(STEADY), 0), 0)
+    assert steps.shard_record(twice, 0).term == 9
+    # A record whose term went back (written by an older controller) cannot
+    # make a term handed out already come round again.
+    history = ElectionRecord("default", 0, 11, B, "test", 0, 1)
+    assert steps.shard_record(steps.open_term(status_with(STEADY, history), 0), 0).term == 12
+    new = replace(STEADY, state=ShardState.NEW, leader=None)
+    assert steps.shard_record(steps.open_term(status_with(new), 0), 0).state is ShardState.NEW
+
+
+def test_an_election_step_refuses_a_shard_that_moved_on() -> None:
+    opened = steps.open_term(status_with(STEADY), 0)
+    led = steps.record_leader(opened, 0, 8, B)
+    assert steps.shard_record(led, 0).leader == B
+    with pytest.raises(ActionFailed):
+        steps.record_leader(opened, 0, 7, B)  # an older term
+    with pytest.raises(ActionFailed):
+        steps.record_leader(led, 0, 8, C)  # the term has its leader
+    steady = steps.record_steady(led, 0, 8, B, None, move_done=False)
+    assert steps.shard_record(steady, 0).state is ShardState.STEADY
+    assert steady.assignments_version == 1
+    # Confirming it again changes nothing (a removal under way stays recorded).
+    removing = steps.start_removal(steady, 0, 8, C)
+    assert steps.record_steady(removing, 0, 8, B, None, move_done=False) == removing
+    with pytest.raises(ActionFailed):
+        steps.record_steady(steps.open_term(steady, 0), 0, 8, B, None, move_done=False)
+    # A new member a leader got is recorded as a member.
+    outside = steps.record_leader(opened, 0, 8, D)
+    assert steps.shard_record(outside, 0).ensemble == (A, B, C, D)
+
+
+def test_ensemble_steps_are_computed_from_the_ensemble_they_replace() -> None:
+    status = status_with(STEADY)
+    added = steps.add_member(status, 0, 7, D)
+    assert steps.shard_record(added, 0).ensemble == (A, B, C, D)
+    assert steps.add_member(added, 0, 7, D) == added
+    removing = steps.start_removal(added, 0, 7, B)
+    record = steps.shard_record(removing, 0)
+    assert (record.ensemble, record.leaving) == ((A, C, D), (B,))
+    assert steps.start_removal(removing, 0, 7, B) == removing
+    done = steps.finish_removal(removing, 0, 7, (B,))
+    assert steps.shard_record(done, 0).leaving == ()
+    with pytest.raises(ActionFailed):
+        steps.start_removal(status, 0, 7, A)  # the leader
+    moved_on = steps.open_term(status, 0)
+    for step in (
+        lambda: steps.add_member(moved_on, 0, 7, D),
+        lambda: steps.start_removal(moved_on, 0, 7, B),
+        lambda: steps.finish_removal(moved_on, 0, 7, (B,)),
+        lambda: steps.require_member(moved_on, 0, 7, A, B),
+        lambda: steps.require_leaving(status, 0, 7, (B,)),
+        lambda: steps.require_outside(status, 0, B),
+    ):
+        with pytest.raises(ActionFailed):
+            step()
+    assert steps.require_member(status, 0, 7, A, B) == status
+    assert steps.require_outside(status, 0, D) == status
+
+
+def test_the_epoch_is_taken_by_incrementing_and_checked_for_equality() -> None:
+    status = take_epoch(take_epoch(ClusterStatus()))
+    assert status.controller_epoch == 2
+    check_epoch(status, 2)
+    for stale in (0, 1, 3):
+        with pytest.raises(ControllerFenced):
+            check_epoch(status, stale)
