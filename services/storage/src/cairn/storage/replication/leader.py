@@ -91,10 +91,15 @@ class ReplicatingLeader:
     # -- followers -------------------------------------------------------------------
 
     def follower_acknowledged(
-        self, member: str, term: int, durable_offset: int, applied_offset: int | None = None
+        self,
+        member: str,
+        term: int,
+        durable_offset: int,
+        applied_offset: int | None = None,
+        incarnation: int | None = None,
     ) -> None:
         self._commit_may_have_advanced(
-            self.core.on_ack(member, term, durable_offset, applied_offset)
+            self.core.on_ack(member, term, durable_offset, applied_offset, incarnation)
         )
 
     def _commit_may_have_advanced(self, commit_offset: int) -> None:
@@ -146,6 +151,7 @@ class ReplicatingLeader:
                     acked_offset=progress.acked_offset,
                     voting=self.core.is_voting(address),
                     state=progress.phase.value if connected else "disconnected",
+                    incarnation=progress.incarnation or 0,
                 )
             )
         return statuses

@@ -31,6 +31,7 @@ from cairn.storage.replication.wire import (
     entry_id_message,
     entry_id_of,
     history_message,
+    incarnation_of,
     log_entry_message,
     node_message,
 )
@@ -139,7 +140,10 @@ class FollowerSender:
         self.connected = True
         follower_head = entry_id_of(answer.head)
         phase = leader.core.on_truncated(
-            self.address, follower_head, shard.log.first_readable_offset
+            self.address,
+            follower_head,
+            shard.log.first_readable_offset,
+            incarnation_of(answer.incarnation),
         )
         if phase is FollowerPhase.SNAPSHOT:
             installed = await self._send_snapshot()
@@ -270,7 +274,11 @@ class FollowerSender:
                 while self._unapplied and self._unapplied[0][0] <= applied:
                     self._unapplied_bytes -= self._unapplied.popleft()[1]
                 self.leader.follower_acknowledged(
-                    self.address, answer.term, answer.durable_offset, applied
+                    self.address,
+                    answer.term,
+                    answer.durable_offset,
+                    applied,
+                    incarnation_of(answer.incarnation),
                 )
                 self._wake.set()  # the window may have opened
         finally:

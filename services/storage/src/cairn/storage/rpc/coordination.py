@@ -68,7 +68,11 @@ class CoordinationService:
             head, commit_offset = await replica.new_term(request.term)
         except CairnError as error:
             await abort(context, error)
-        return rpb.NewTermResponse(head=entry_id_message(head), commit_offset=commit_offset)
+        return rpb.NewTermResponse(
+            head=entry_id_message(head),
+            commit_offset=commit_offset,
+            incarnation=replica.incarnation,
+        )
 
     async def become_leader(
         self, request: rpb.BecomeLeaderRequest, context: grpc.aio.ServicerContext

@@ -47,6 +47,7 @@ class ReplicationService:
             head=entry_id_message(head),
             commit_offset=replica.known_commit_offset,
             first_offset=replica.log.first_offset,
+            incarnation=replica.incarnation,
         )
 
     async def replicate(
@@ -97,7 +98,10 @@ class ReplicationService:
                         await abort(context, error)
                     durable, applied = replica.durable_offset, replica.applied_offset
                     yield rpb.ReplicateResponse(
-                        durable_offset=durable, applied_offset=applied, term=stream_term
+                        durable_offset=durable,
+                        applied_offset=applied,
+                        term=stream_term,
+                        incarnation=replica.incarnation,
                     )
                     if replica.closing:
                         return  # shutting down: the leader reconnects elsewhere or later
