@@ -102,3 +102,28 @@ def test_a_returning_member_of_two_is_needed_to_commit() -> None:
     assert quorum.acknowledge("a", 1, 20) == 10
     assert quorum.acknowledge("b", 1, 10) == 10  # votes again
     assert quorum.acknowledge("b", 1, 20) == 20
+
+
+def test_a_new_leader_readmits_a_follower_whose_data_is_not_what_the_controller_recorded() -> None:
+    """At a new term every follower starts as a voter; one that answers with
+    another incarnation than the controller recorded lost what it held, and must
+    not vote (nor be reported voting) before it holds the term's first entry."""
+    leader = LeaderCore(
+        TERM,
+        A,
+        [B, C],
+        commit_offset=80,
+        term_start_offset=101,
+        max_in_flight_entries=500,
+        incarnations={B.internal_address: B_BEFORE, C.internal_address: C_ONLY},
+    )
+    leader.on_local_durable(101)
+    leader.on_truncated(B.internal_address, EntryId(-1, -1), 0, incarnation=B_AFTER)
+    assert not leader.is_voting(B.internal_address)
+    leader.on_ack(B.internal_address, TERM, 95, incarnation=B_AFTER)
+    assert not leader.is_voting(B.internal_address)  # past the commit offset, not 101
+    assert leader.commit_offset == 80
+    leader.on_truncated(C.internal_address, EntryId(2, 90), 0, incarnation=C_ONLY)
+    assert leader.on_ack(C.internal_address, TERM, 101, incarnation=C_ONLY) == 101
+    leader.on_ack(B.internal_address, TERM, 101, incarnation=B_AFTER)
+    assert leader.is_voting(B.internal_address)

@@ -74,16 +74,25 @@ class NewTermResponse(_message.Message):
     def __init__(self, head: _Optional[_Union[EntryId, _Mapping]] = ..., commit_offset: _Optional[int] = ..., incarnation: _Optional[int] = ...) -> None: ...
 
 class BecomeLeaderRequest(_message.Message):
-    __slots__ = ("shard", "term", "leader", "followers")
+    __slots__ = ("shard", "term", "leader", "followers", "follower_incarnations")
+    class FollowerIncarnationsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     SHARD_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
     FOLLOWERS_FIELD_NUMBER: _ClassVar[int]
+    FOLLOWER_INCARNATIONS_FIELD_NUMBER: _ClassVar[int]
     shard: int
     term: int
     leader: Node
     followers: _containers.RepeatedCompositeFieldContainer[Node]
-    def __init__(self, shard: _Optional[int] = ..., term: _Optional[int] = ..., leader: _Optional[_Union[Node, _Mapping]] = ..., followers: _Optional[_Iterable[_Union[Node, _Mapping]]] = ...) -> None: ...
+    follower_incarnations: _containers.ScalarMap[str, int]
+    def __init__(self, shard: _Optional[int] = ..., term: _Optional[int] = ..., leader: _Optional[_Union[Node, _Mapping]] = ..., followers: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., follower_incarnations: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class BecomeLeaderResponse(_message.Message):
     __slots__ = ("term_start",)

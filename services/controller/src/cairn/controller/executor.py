@@ -4,9 +4,15 @@ Every step is recorded in the cluster state *before* the pods are told, so a
 controller killed at any point leaves a status from which the planner resumes:
 
     election:  term+1, ELECTION  ->  NewTerm to every member  ->  leader chosen
-               (recorded)  ->  BecomeLeader  ->  STEADY (and the shard map)
-    add:       member listed  ->  NewTerm (creates its replica)  ->  AddFollower
+               (recorded, with the incarnations that answered)  ->  BecomeLeader
+               ->  STEADY (and the shard map)
+    add:       member listed  ->  NewTerm (creates its replica; a new member's
+               incarnation recorded)  ->  AddFollower
     remove:    member moved to `leaving`  ->  RemoveFollower  ->  `leaving` cleared
+
+Only members answering NewTerm with the incarnation of their data that is
+recorded (or none recorded) count in an election: one that lost its data is
+not the replica it was (see the planner's docstring).
 
 A retried election always uses a new term; an interrupted change is finished by
 FinishEnsembleChange, which only repeats idempotent calls.
@@ -47,7 +53,8 @@ from cairn.controller.model import (
 )
 from cairn.controller.observer import Observer
 from cairn.controller.placement import leader_load
-from cairn.controller.pods import PodAddress, PodClient
+from cairn.controller.planner import incarnations_to_record
+from cairn.controller.pods import Fenced, PodAddress, PodClient
 from cairn.proto import oxia_client_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -137,7 +144,10 @@ class Executor:
             record = status.shard(shard)
             if record is None:
                 raise ActionFailed(f"shard {shard} vanished from the cluster state")
-            return status.with_shard(replace(record, **changes))  # type: ignore[arg-type]
+            changed = replace(record, **changes)  # type: ignore[arg-type]
+            # Incarnations are kept for members only: one removed and added back
+            # later is a new member.
+            return status.with_shard(changed.with_incarnations({}))
 
         state = await self.keeper.update_status(change)
         return self._record_of(state, shard)
@@ -258,7 +268,15 @@ class Executor:
         state = ShardState.NEW if creating else ShardState.ELECTION
         record = await self._set_shard(action.shard, term=term, state=state, leader=None)
         voters = record.voters
-        heads = await self._fence(record, term, namespace if creating else None)
+        answers = await self._fence(record, term, namespace if creating else None)
+        # A member that lost the data it is recorded to hold answers for less
+        # than it held: its head must neither count toward the majority nor win.
+        heads = {
+            name: answer.head
+            for name, answer in answers.items()
+            if record.intact(name, answer.incarnation)
+        }
+        lost = sorted(set(answers) - set(heads))
         leaders = leader_load(self.keeper.state.status.shards)
         views = self.observer.view().nodes
         alive = {name for name in voters if name in views and views[name].alive}
@@ -267,12 +285,28 @@ class Executor:
             raise ActionFailed(
                 f"shard {record.shard}: no safe live leader for term {term}: heads {heads}, "
                 f"live members {sorted(alive)}"
+                + (f", members that lost their data {lost}" if lost else "")
             )
         ensemble = record.ensemble if leader in record.ensemble else (*record.ensemble, leader)
-        record = await self._set_shard(record.shard, leader=leader, ensemble=ensemble)
-        followers = [self._address(name) for name in ensemble if name != leader]
+        chosen = replace(record, leader=leader, ensemble=ensemble).with_incarnations(
+            {name: answers[name].incarnation for name in heads}
+        )
+        record = await self._set_shard(
+            record.shard, leader=leader, ensemble=ensemble, incarnations=chosen.incarnations
+        )
+        follower_names = [name for name in ensemble if name != leader]
+        followers = [self._address(name) for name in follower_names]
+        # The leader readmits, as learners, followers that answer it with
+        # another incarnation than recorded.
+        incarnations = {
+            self._address(name).internal: value
+            for name in follower_names
+            if (value := record.incarnation_of(name)) is not None
+        }
         try:
-            await self.pods.become_leader(self._address(leader), record.shard, term, followers)
+            await self.pods.become_leader(
+                self._address(leader), record.shard, term, followers, incarnations
+            )
         except grpc.aio.AioRpcError as error:
             raise ActionFailed(
                 f"shard {record.shard}: BecomeLeader({term}) on {leader}: {_brief(error)}"
@@ -309,8 +343,8 @@ class Executor:
 
     async def _fence(
         self, record: ShardRecord, term: int, namespace: NamespaceSpec | None
-    ) -> dict[str, tuple[int, int]]:
-        """NewTerm to every voter at once; their heads. Once a majority has
+    ) -> dict[str, Fenced]:
+        """NewTerm to every voter at once; their answers. Once a majority has
         answered, stragglers (a hung pod answers only when its RPC times out) get
         `straggler_grace_s` more, then the election goes on without them."""
         calls = {
@@ -319,7 +353,7 @@ class Executor:
             ): name
             for name in record.voters
         }
-        heads: dict[str, tuple[int, int]] = {}
+        heads: dict[str, Fenced] = {}
         pending = set(calls)
         deadline: float | None = None
         loop = asyncio.get_running_loop()
@@ -359,7 +393,8 @@ class Executor:
             record = status.shard(shard)
             if record is None:
                 raise ActionFailed(f"shard {shard} vanished from the cluster state")
-            status = status.with_shard(replace(record, state=ShardState.STEADY, leaving=()))
+            steady = replace(record, state=ShardState.STEADY, leaving=())
+            status = status.with_shard(steady.with_incarnations({}))
             status = replace(status, assignments_version=status.assignments_version + 1)
             if election is not None and action is not None and action.preferred == election.leader:
                 # A requested move is done (one that failed stays requested).
@@ -395,16 +430,32 @@ class Executor:
         address = self._address(name)
         if fence:
             try:
-                await self.pods.new_term(address.internal, record.shard, record.term, namespace)
+                fenced = await self.pods.new_term(
+                    address.internal, record.shard, record.term, namespace
+                )
             except grpc.aio.AioRpcError as error:
                 # Already following this term's leader: nothing to fence.
                 if error.code() != grpc.StatusCode.FAILED_PRECONDITION:
                     raise ActionFailed(
                         f"shard {record.shard}: NewTerm on {name}: {_brief(error)}"
                     ) from None
+            else:
+                await self._record_new_member(record.shard, name, fenced.incarnation)
         await self.pods.add_follower(
             self._leader_address(record), record.shard, record.term, address
         )
+
+    async def _record_new_member(self, shard: int, name: str, incarnation: int) -> None:
+        """A member with no recorded incarnation holds nothing the shard counts
+        on yet: what it will hold comes with this incarnation. One recorded
+        already keeps its record: if this is another incarnation, the member
+        lost that data, and its leader's report of it voting again (caught up)
+        is what may change the record (see _finish)."""
+        record = self._record(shard)
+        if incarnation and record.incarnation_of(name) is None:
+            await self._set_shard(
+                shard, incarnations=record.with_incarnations({name: incarnation}).incarnations
+            )
 
     async def _change(self, action: ChangeEnsemble) -> None:
         record = self._record(action.shard)
@@ -476,6 +527,21 @@ class Executor:
                     failures.append(f"{name}: {error}")
                     continue
                 log.info("shard %d: (re)added member %s", record.shard, name)
+        # Members the leader caught up with another incarnation of their data
+        # than recorded (re-created after a wipe) hold what they are recorded to
+        # hold again: record it, so they count in elections again.
+        caught_up = incarnations_to_record(record, report, lambda n: self._address(n).internal)
+        if caught_up:
+            latest = self._record(record.shard)
+            await self._set_shard(
+                record.shard, incarnations=latest.with_incarnations(caught_up).incarnations
+            )
+            log.info(
+                "shard %d: recorded the data of %s as caught up (incarnations %s)",
+                record.shard,
+                ", ".join(sorted(caught_up)),
+                {name: f"{value:#x}" for name, value in sorted(caught_up.items())},
+            )
         await self.observer.refresh(list(record.voters))
         if failures:
             raise ActionFailed(f"shard {record.shard}: could not add {'; '.join(failures)}")

@@ -5,7 +5,7 @@ convert the answer. Errors are grpc.aio.AioRpcError; callers decide."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -29,6 +29,15 @@ CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 10_000),
     ("grpc.keepalive_timeout_ms", 5_000),
 ]
+
+
+@dataclass(frozen=True)
+class Fenced:
+    """A replica's answer to NewTerm."""
+
+    head: tuple[int, int]
+    # The incarnation of its data (0: a pod that does not report one).
+    incarnation: int = 0
 
 
 @dataclass(frozen=True)
@@ -71,24 +80,33 @@ class PodClient:
 
     async def new_term(
         self, address: str, shard: int, term: int, namespace: NamespaceSpec | None
-    ) -> tuple[int, int]:
-        """Fence the replica; its durable head. With `namespace`, a missing
-        replica is created; without, a pod that lacks it answers NOT_FOUND."""
+    ) -> Fenced:
+        """Fence the replica; its durable head and incarnation. With `namespace`,
+        a missing replica is created; without, a pod that lacks it answers
+        NOT_FOUND."""
         request = rpb.NewTermRequest(shard=shard, term=term)
         if namespace is not None:
             request.spec.CopyFrom(spec_message(namespace))
         answer = await self._coordination(address).NewTerm(request, timeout=self.rpc_timeout_s)
-        return answer.head.term, answer.head.offset
+        return Fenced((answer.head.term, answer.head.offset), answer.incarnation)
 
     async def become_leader(
-        self, leader: PodAddress, shard: int, term: int, followers: Sequence[PodAddress]
+        self,
+        leader: PodAddress,
+        shard: int,
+        term: int,
+        followers: Sequence[PodAddress],
+        incarnations: Mapping[str, int] | None = None,
     ) -> None:
+        """`incarnations`: the recorded incarnation of followers' data, by
+        internal address."""
         await self._coordination(leader.internal).BecomeLeader(
             rpb.BecomeLeaderRequest(
                 shard=shard,
                 term=term,
                 leader=leader.message(),
                 followers=[follower.message() for follower in followers],
+                follower_incarnations=dict(incarnations or {}),
             ),
             timeout=self.rpc_timeout_s,
         )

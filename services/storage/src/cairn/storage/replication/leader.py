@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from cairn.proto import replication_pb2 as rpb
@@ -31,6 +31,7 @@ class ReplicatingLeader:
         term_start_offset: int,
         peers: PeerChannels | None,
         settings: ReplicationSettings,
+        incarnations: Mapping[str, int] | None = None,
     ) -> None:
         followers = list(followers)
         if followers and peers is None:
@@ -47,6 +48,7 @@ class ReplicatingLeader:
             shard.known_commit_offset,
             term_start_offset,
             settings.max_in_flight_entries,
+            incarnations,
         )
         self._senders: dict[str, tuple[FollowerSender, asyncio.Task[None]]] = {}
         for member in followers:

@@ -81,6 +81,11 @@ class CoordinationService:
         try:
             replica = host.directory.replica(request.shard)
             followers = [member_of(node) for node in request.followers]
+            incarnations = {
+                address: incarnation
+                for address, incarnation in request.follower_incarnations.items()
+                if incarnation
+            }
             term = request.term
 
             def make_leader(shard: ShardReplica, term_start_offset: int) -> ReplicatingLeader:
@@ -92,6 +97,7 @@ class CoordinationService:
                     term_start_offset,
                     host.peers,
                     shard.replication,
+                    incarnations,
                 )
 
             term_start = await replica.become_leader(term, host.me, make_leader)

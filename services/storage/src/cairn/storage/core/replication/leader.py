@@ -28,7 +28,7 @@ Pure: the runtime reads entries, sends, and reports back.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from cairn.common.errors import InvalidTerm
@@ -76,11 +76,21 @@ class LeaderCore:
         commit_offset: int,
         term_start_offset: int,
         max_in_flight_entries: int,
+        incarnations: Mapping[str, int] | None = None,
     ) -> None:
+        """`incarnations`: the incarnation of each follower's data as the
+        controller recorded it (by internal address); a follower that answers
+        with another one is readmitted, as if it had changed in this term."""
         self.term = term
         self.me = me
         self.max_in_flight_entries = max_in_flight_entries
-        self.followers = {member.internal_address: FollowerProgress(member) for member in followers}
+        known = incarnations or {}
+        self.followers = {
+            member.internal_address: FollowerProgress(
+                member, incarnation=known.get(member.internal_address)
+            )
+            for member in followers
+        }
         if me.internal_address in self.followers:
             raise ValueError("the leader cannot be its own follower")
         self.quorum = QuorumTracker.for_new_term(
