@@ -61,8 +61,10 @@ class FollowerProgress:
 
 class StaleIncarnation(InvalidTerm):
     """An acknowledgement from another incarnation of the follower's data than
-    the one its stream was opened with: the stream must end, and the next
-    Truncate readmits the follower."""
+    the one its last Truncate answer reported (a late one of data since lost,
+    or data that changed under its stream): it proves nothing about what the
+    follower holds now. The stream must end; the next Truncate tells which
+    data the follower has, and readmits it if that is new."""
 
     reason = "STALE_INCARNATION"
 
@@ -183,7 +185,6 @@ class LeaderCore:
             and progress.incarnation is not None
             and incarnation != progress.incarnation
         ):
-            self._readmit(progress, incarnation)
             raise StaleIncarnation(
                 f"follower {member} answered with incarnation {incarnation}, "
                 f"not {progress.incarnation}"
