@@ -30,6 +30,14 @@ class HastyEnsembleCoordinator(Coordinator):
         self._change_ensemble(leader)
 
 
+class WipedVotesCoordinator(Coordinator):
+    """Takes a member that lost its disk for the replica it was: its empty (or
+    partly rebuilt) log counts toward an election's majority."""
+
+    def intact(self, name: str, incarnation: int) -> bool:
+        return True
+
+
 def _rules(**changes: bool) -> RuntimeRules:
     return dataclasses.replace(RuntimeRules(), **changes)
 
@@ -45,4 +53,5 @@ MUTANTS: dict[str, SimConfig] = {
     "acknowledge old streams after a new term": SimConfig(
         rules=_rules(end_streams_on_new_term=False)
     ),
+    "count wiped members' votes": SimConfig(coordinator_class=WipedVotesCoordinator),
 }

@@ -2,9 +2,9 @@
 faults, all under one `random.Random(seed)`.
 
 One step, in this order: deliver the messages due now; inject faults (partitions,
-crashes, restarts, trims, a controller crash); clients send; replicas whose log
-has an unsynced tail may sync; the controller acts; every replica pumps (applies,
-streams); the checkers run. `run_seed` runs a faulty phase of `steps` steps, then
+crashes, restarts, trims, a controller crash, a lost disk); clients send; replicas
+whose log has an unsynced tail may sync; the controller acts; every replica pumps
+(applies, streams); the checkers run. `run_seed` runs a faulty phase of `steps` steps, then
 stops the faults, heals the network, restarts every member, holds a final
 election and runs until the shard converges (bounded), and checks liveness.
 """
@@ -50,6 +50,11 @@ class SimConfig:
     max_partition_steps: int = 60
     max_partitions: int = 2
     controller_crash_probability: float = 0.002
+    # A replica loses its disk (log, KV and term) and comes back empty with a new
+    # incarnation of its data; only while the other members of the ensemble keep
+    # a majority with the data they are recorded to hold (the fault model: a
+    # shard survives losing the disks of a minority of its members).
+    wipe_probability: float = 0.0
     random_election_probability: float = 0.004
     ensemble_change_probability: float = 0.006
     # Entries' timestamps advance 10 ms a step: 1 s of retention is 100 steps, so
@@ -84,7 +89,12 @@ class World:
             ensemble_change_probability=config.ensemble_change_probability,
         )
         self.coordinator = config.coordinator_class(
-            self.env, names, settings, self._new_replica, self._is_leading
+            self.env,
+            names,
+            settings,
+            self._new_replica,
+            self._is_leading,
+            incarnation_of=lambda name: self.replicas[name].data_incarnation,
         )
         self.clients = Clients(rng)
         self.checks = CheckerState()
@@ -232,6 +242,27 @@ class World:
             self._trim(rng.choice(list(self.replicas.values())))
         if rng.random() < config.controller_crash_probability:
             self.coordinator.crash()
+        if config.wipe_probability and rng.random() < config.wipe_probability:
+            self._wipe(rng.choice(list(self.replicas.values())))
+
+    def _wipe(self, victim: SimReplica) -> None:
+        """Within the fault model only: every other member of the ensemble but a
+        minority holds the data the controller recorded for it."""
+        coordinator = self.coordinator
+        ensemble = coordinator.ensemble
+        # The correct controller's judgement (a mutant's may differ).
+        intact = [
+            name
+            for name in ensemble
+            if name != victim.name
+            and Coordinator.intact(coordinator, name, self.replicas[name].data_incarnation)
+        ]
+        lost = len(ensemble) - len(intact) - (victim.name in ensemble)
+        if victim.name in ensemble and (lost > 0 or len(intact) * 2 <= len(ensemble)):
+            self.env.count("wipes skipped (a majority would lose its data)")
+            return
+        self.env.log(f"{victim.name} loses its disk", "wipes")
+        victim.wipe()
 
     def _trim(self, replica: SimReplica) -> None:
         log, applied = replica.log, replica.kv.applied_offset
@@ -278,9 +309,19 @@ def run_seed(seed: int, config: SimConfig) -> World:
 
 # Fault profiles the tests run. "steady": the defaults, with most steps making
 # progress; "churn": more crashes and power losses, slower syncs (so crashes hit
-# unsynced tails), and frequent elections and ensemble changes.
+# unsynced tails), and frequent elections and ensemble changes; "wipes": churn,
+# and now and then a replica losing its disk.
 PROFILES: dict[str, SimConfig] = {
     "steady": SimConfig(),
+    "wipes": SimConfig(
+        sync_probability=0.1,
+        crash_probability=0.01,
+        power_loss_probability=0.01,
+        restart_probability=0.1,
+        random_election_probability=0.01,
+        ensemble_change_probability=0.05,
+        wipe_probability=0.01,
+    ),
     "churn": SimConfig(
         sync_probability=0.1,
         crash_probability=0.01,
