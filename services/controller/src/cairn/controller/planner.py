@@ -101,11 +101,11 @@ def answer_problem(record: ShardRecord, observed: Observed, name: str) -> str | 
     view = observed.nodes.get(name)
     if view is None or not view.alive:
         return "unreachable"
-    if record.state is ShardState.NEW or view.replicas is None:
-        return None
+    if view.replicas is None:
+        return None  # not polled since it came back: NewTerm will tell
     report = view.replicas.get(record.shard)
     if report is None:
-        return "lost its replica"
+        return None if record.state is ShardState.NEW else "lost its replica"
     if not record.intact(name, report.incarnation):
         return (
             f"lost its data (incarnation {report.incarnation:#x}, "
