@@ -59,6 +59,7 @@ RICH_STATUS = ClusterStatus(
             ensemble=("cairn-storage-1", "cairn-storage-2"),
             leaving=("cairn-storage-0",),
             commit_offset=99,
+            incarnations=(("cairn-storage-1", 2**63 - 1), ("cairn-storage-2", 7)),
         ),
         ShardRecord("default", 1, HashRange(5, 5), 0, ShardState.NEW, None, ("cairn-storage-3",)),
         ShardRecord("a" * 63, 2, HashRange(0, 1), 3, ShardState.ELECTION, None, ()),
@@ -262,6 +263,9 @@ STATUS_CASES: list[tuple[str, Mutation, bool]] = [
     ("no leader", _shard("leader", None), True),
     ("no ensemble", lambda status: status["shards"][0].pop("ensemble"), False),
     ("unknown health", lambda status: status["nodes"][0].__setitem__("health", "dead"), False),
+    ("no incarnations", _shard("incarnations", {}), True),
+    ("zero incarnation", _shard("incarnations", {"cairn-storage-1": 0}), False),
+    ("text incarnation", _shard("incarnations", {"cairn-storage-1": "7"}), False),
 ]
 
 

@@ -31,7 +31,7 @@ from cairn.client.options import ClientOptions
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import oxia_client_pb2_grpc as pb_grpc
 from cairn.proto import replication_pb2 as rpb
-from cairn.storage.core.meta import LOG_BASE_KEY, TERM_KEY
+from cairn.storage.core.meta import INCARNATION_KEY, LOG_BASE_KEY, TERM_KEY
 from cairn.storage.kv import Column, RocksKv
 from support.driver import Driver
 from support.oxia_writer import OxiaWriter
@@ -147,14 +147,15 @@ def assert_acknowledged_present(address: str, acked: dict[str, tuple[bytes, int]
 
 
 def kv_contents(data_dir: Path) -> tuple[dict[bytes, bytes], dict[bytes, bytes]]:
-    """Both columns of the shard's KV; the term and log base are per replica."""
+    """Both columns of the shard's KV; the term, log base and incarnation are per
+    replica."""
     kv = RocksKv(data_dir / "shards" / str(SHARD) / "kv")
     try:
         records = dict(kv.scan(Column.RECORDS, b"", None))
         meta = dict(kv.scan(Column.META, b"", None))
     finally:
         kv.close()
-    for per_replica in (TERM_KEY, LOG_BASE_KEY):
+    for per_replica in (TERM_KEY, LOG_BASE_KEY, INCARNATION_KEY):
         meta.pop(per_replica, None)
     return records, meta
 

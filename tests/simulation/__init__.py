@@ -2,9 +2,10 @@
 
 The whole shard runs in one process under one `random.Random(seed)`: replicas that
 wrap the real pure replication core (`cairn.storage.core.replication`), a simulated
-WAL that loses its unsynced tail on a crash, a network that drops, delays,
-duplicates, reorders and partitions, a scripted controller, clients, and checkers
-that assert the safety invariants after every step.
+WAL that loses its unsynced tail on a crash (and everything, with the KV, when its
+disk is lost), a network that drops, delays, duplicates, reorders and partitions,
+a scripted controller, clients, and checkers that assert the safety invariants
+after every step.
 
     world.py        the driver: one step = deliver due messages, inject faults, pump
     replica.py      a storage replica: coordination and follower side

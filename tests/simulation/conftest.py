@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-# The CI set: seeds x steps for each of (3, 5 replicas) x (steady, churn).
+# The CI set: seeds x steps for each of (3, 5 replicas) x (steady, churn, wipes).
 DEFAULT_SEEDS = 25
 DEFAULT_STEPS = 2000
 

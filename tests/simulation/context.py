@@ -76,6 +76,13 @@ class Env:
     trace: deque[str] = field(default_factory=lambda: deque(maxlen=80))
     # How often each interesting thing happened: shows what a run exercised.
     counts: Counter[str] = field(default_factory=Counter)
+    # The last incarnation of replica data handed out (a counter, not the random
+    # source: drawing one must not change what a seed does otherwise).
+    last_data_incarnation: int = 0
+
+    def new_data_incarnation(self) -> int:
+        self.last_data_incarnation += 1
+        return self.last_data_incarnation
 
     @property
     def now_ms(self) -> int:

@@ -21,8 +21,16 @@ in this term. Both were found missing by this simulation:
 - without (2), e.g. waiting only for the term's first entry to commit: removing
   e from {a,b,c,d,e} where {c,d,e} committed, then adding f, lets {a,b,f} elect.
 
+Lost disks: the controller records, per member, the incarnation of the data
+it holds the shard's entries with (at an election for the members that
+answered, at an addition for the new member). A member answering NewTerm with
+another one was wiped and holds less than it did: its answer does not count.
+BecomeLeader hands the records to the leader, which readmits such a member as
+a learner; once a leader's status shows it voting again (caught up), the
+controller records its new incarnation.
+
 A crash of the controller forgets what is in flight (the election, the change);
-the cluster state (highest term, ensemble, last leader) survives.
+the cluster state (highest term, ensemble, last leader, incarnations) survives.
 """
 
 from __future__ import annotations
@@ -56,6 +64,7 @@ class Election:
     started_step: int
     ensemble: tuple[str, ...]
     answers: dict[str, EntryId] = field(default_factory=dict)
+    incarnations: dict[str, int] = field(default_factory=dict)
     chosen: str | None = None
 
 
@@ -81,15 +90,20 @@ class Coordinator:
         settings: CoordinatorSettings,
         spawn_replica: Callable[[], str],
         is_leading: Callable[[str, int], bool],
+        incarnation_of: Callable[[str], int] | None = None,
     ) -> None:
+        """`incarnation_of`: a new member's incarnation (what NewTerm creating its
+        replica would answer)."""
         self.env = env
         self.settings = settings
         self.spawn_replica = spawn_replica
         self.is_leading = is_leading
+        self.incarnation_of = incarnation_of
         # Cluster state (durable).
         self.highest_term = 0
         self.ensemble = list(ensemble)
         self.leader: tuple[int, str] | None = None
+        self.incarnations: dict[str, int] = {}
         # Volatile.
         self.incarnation = 0
         self.election: Election | None = None
@@ -164,6 +178,11 @@ class Coordinator:
         for name in self.ensemble:
             self.env.send(NAME, name, m.NewTerm(term))
 
+    def intact(self, name: str, incarnation: int) -> bool:
+        """Does `name`, answering with `incarnation`, hold the data recorded?"""
+        recorded = self.incarnations.get(name)
+        return recorded is None or incarnation == 0 or incarnation == recorded
+
     def choose_leader(self, answers: dict[str, EntryId]) -> str:
         """The member with the highest head; ties broken at random."""
         best = max(answers.values())
@@ -199,12 +218,15 @@ class Coordinator:
         if can_add and (not can_remove or self.env.rng.random() < 0.5):
             name = self.spawn_replica()
             self.ensemble.append(name)
+            if self.incarnation_of is not None:
+                self.incarnations[name] = self.incarnation_of(name)
             self.change = EnsembleChange(term, name, self.env.now)
             self.env.log(f"{NAME} adds {name}: {self.ensemble}", "members added")
             self.env.send(NAME, leader_name, m.AddFollower(term, member_of(name)))
         else:
             name = self.env.rng.choice(sorted(set(self.ensemble) - {leader_name}))
             self.ensemble.remove(name)
+            self.incarnations.pop(name, None)
             self.change = EnsembleChange(term, name, self.env.now)
             self.env.log(f"{NAME} removes {name}: {self.ensemble}", "members removed")
             self.env.send(NAME, leader_name, m.RemoveFollower(term, name))
@@ -219,7 +241,15 @@ class Coordinator:
                 return
             if src not in election.ensemble:
                 return
+            if not self.intact(src, body.incarnation):
+                self.env.log(
+                    f"{NAME}: {src} lost its data (incarnation {body.incarnation}, recorded "
+                    f"{self.incarnations.get(src)}): its answer does not count",
+                    "answers of members that lost their data",
+                )
+                return
             election.answers[src] = body.head
+            election.incarnations[src] = body.incarnation
             if len(election.answers) * 2 > len(election.ensemble):
                 self._elect(election)
         elif isinstance(body, m.BecomeLeaderResponse):
@@ -233,6 +263,8 @@ class Coordinator:
             if request is None or body.request_id != request.request_id or leader is None:
                 return
             self.status_request = None
+            if (body.term, src) == leader:
+                self._record_caught_up(body)
             if (
                 (body.term, src) == leader
                 and self.change is None
@@ -246,9 +278,27 @@ class Coordinator:
                 self.change = None
                 self.ensemble_confirmed = True
 
+    def _record_caught_up(self, status: m.StatusResponse) -> None:
+        """Members the leader counts as voters with another incarnation than
+        recorded: it caught them up with that data."""
+        for name, incarnation in status.incarnations:
+            if name in self.ensemble and self.incarnations.get(name) != incarnation:
+                self.env.log(
+                    f"{NAME} records {name}'s data as caught up (incarnation {incarnation})",
+                    "members caught up after losing their data",
+                )
+                self.incarnations[name] = incarnation
+
     def _elect(self, election: Election) -> None:
         chosen = self.choose_leader(election.answers)
         election.chosen = chosen
-        followers = tuple(member_of(name) for name in election.ensemble if name != chosen)
+        for name, incarnation in election.incarnations.items():
+            if incarnation:
+                self.incarnations.setdefault(name, incarnation)
+        names = [name for name in election.ensemble if name != chosen]
+        followers = tuple(member_of(name) for name in names)
+        incarnations = tuple(
+            (name, self.incarnations[name]) for name in names if name in self.incarnations
+        )
         self.env.log(f"{NAME} picks {chosen} for term {election.term} from {election.answers}")
-        self.env.send(NAME, chosen, m.BecomeLeader(election.term, followers))
+        self.env.send(NAME, chosen, m.BecomeLeader(election.term, followers, incarnations))

@@ -11,7 +11,7 @@ with `on_disconnected` and opens a new one.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +47,12 @@ class PendingWrite:
 
 class LeaderRuntime:
     def __init__(
-        self, replica: SimReplica, term: int, followers: Iterable[Member], term_start: EntryId
+        self,
+        replica: SimReplica,
+        term: int,
+        followers: Iterable[Member],
+        term_start: EntryId,
+        incarnations: Mapping[str, int] | None = None,
     ) -> None:
         self.replica = replica
         self.term = term
@@ -79,6 +84,7 @@ class LeaderRuntime:
             commit_offset=core.commit_offset,
             term_start_offset=term_start.offset if env.rules.term_start_rule else NO_OFFSET,
             max_in_flight_entries=env.rules.max_in_flight_entries,
+            incarnations=incarnations,
         )
         self.core.on_local_durable(log.synced_offset)
         rules = env.rules
@@ -131,7 +137,8 @@ class LeaderRuntime:
 
     def client_read(self, read: m.ClientRead) -> None:
         replica, env = self.replica, self.replica.env
-        holds = self.lease.holds(self.core.quorum.voters, env.now_ms)
+        quorum = self.core.quorum
+        holds = self.lease.holds(quorum.voters, env.now_ms, quorum.majority)
         if not self.taken_over() or (env.rules.reads_need_lease and not holds):
             env.count("reads refused (taking over or no lease)")
             return
@@ -198,7 +205,13 @@ class LeaderRuntime:
             if body.session in self.own_sessions:
                 self._session(src, body.session)
                 try:
-                    self.core.on_ack(src, body.term, body.durable_offset, body.applied_offset)
+                    self.core.on_ack(
+                        src,
+                        body.term,
+                        body.durable_offset,
+                        body.applied_offset,
+                        incarnation=body.incarnation or None,
+                    )
                 except InvalidTerm:
                     self.replica.env.count("acknowledgements of another term ignored")
                 else:
@@ -222,7 +235,14 @@ class LeaderRuntime:
         elif isinstance(body, m.GetStatus) and body.term == self.term:
             quorum = self.core.quorum
             voters = tuple((name, quorum.acked.get(name, NO_OFFSET)) for name in quorum.voters)
-            status = m.StatusResponse(self.term, body.request_id, self.core.commit_offset, voters)
+            incarnations = tuple(
+                (name, progress.incarnation)
+                for name, progress in self.core.followers.items()
+                if progress.incarnation is not None and self.core.is_voting(name)
+            )
+            status = m.StatusResponse(
+                self.term, body.request_id, self.core.commit_offset, voters, incarnations
+            )
             self.replica.env.send(self.replica.name, src, status)
 
     def _ensemble_change(self, src: str, body: m.AddFollower | m.RemoveFollower) -> None:
@@ -246,7 +266,9 @@ class LeaderRuntime:
         first_available = log.last_offset + 1 if not log.entries else log.first_offset
         # It answered our term's Truncate, so it followed us when we sent it.
         self.lease.on_echo(src, self.sessions[src].opened_step * STEP_MS)
-        phase = self.core.on_truncated(src, answer.head, first_available)
+        phase = self.core.on_truncated(
+            src, answer.head, first_available, incarnation=answer.incarnation or None
+        )
         if phase is FollowerPhase.SNAPSHOT:
             self.replica.env.count("snapshots sent")
             self._send_snapshot(src)

@@ -31,12 +31,16 @@ class NewTermResponse:
     term: int
     head: EntryId
     commit_offset: int
+    # The incarnation of the replica's data (created anew after a wipe).
+    incarnation: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class BecomeLeader:
     term: int
     followers: tuple[Member, ...]
+    # (follower, incarnation of its data the controller recorded)
+    incarnations: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +85,8 @@ class StatusResponse:
     request_id: int
     commit_offset: int
     voters: tuple[tuple[str, int], ...]
+    # (voting follower, the incarnation of its data the leader tracks)
+    incarnations: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +124,7 @@ class TruncateResponse:
     head: EntryId
     commit_offset: int
     first_offset: int
+    incarnation: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +150,7 @@ class ReplicateResponse:
     term: int
     # The latest Replicate.leader_time_ms received on the stream.
     leader_time_ms: int
+    incarnation: int = 0
 
 
 @dataclass(frozen=True, slots=True)

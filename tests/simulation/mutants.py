@@ -45,11 +45,24 @@ class WindowFromAppliedLeaderCore(LeaderCore):
         return (progress.next_offset, last) if progress.next_offset <= last else None
 
     def on_ack(
-        self, member: str, term: int, durable_offset: int, applied_offset: int | None = None
+        self,
+        member: str,
+        term: int,
+        durable_offset: int,
+        applied_offset: int | None = None,
+        incarnation: int | None = None,
     ) -> int:
         # A head without an applied offset (Truncate's answer) counted as applied.
         applied = durable_offset if applied_offset is None else applied_offset
-        return super().on_ack(member, term, durable_offset, applied)
+        return super().on_ack(member, term, durable_offset, applied, incarnation)
+
+
+class WipedVotesCoordinator(Coordinator):
+    """Takes a member that lost its disk for the replica it was: its empty (or
+    partly rebuilt) log counts toward an election's majority."""
+
+    def intact(self, name: str, incarnation: int) -> bool:
+        return True
 
 
 def _rules(**changes: bool) -> RuntimeRules:
@@ -74,4 +87,5 @@ MUTANTS: dict[str, SimConfig] = {
     "acknowledge old streams after a new term": SimConfig(
         rules=_rules(end_streams_on_new_term=False)
     ),
+    "count wiped members' votes": SimConfig(coordinator_class=WipedVotesCoordinator),
 }

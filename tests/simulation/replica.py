@@ -19,6 +19,8 @@ The rules (each one is what keeps an invariant in checkers.py true):
 - A follower acts on one stream at a time: the newest Truncate it accepted.
   Entries that do not continue its log end the stream (StreamBroken).
 - A log is trimmed only before an offset the KV has applied.
+- A wipe (a lost disk) loses the log, the KV and the term; the replica comes
+  back empty with a new incarnation of its data, which every answer reports.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class SimReplica:
         self.persisted_term = 0
         self.log = SimLog()
         self.kv = DigestKv()
+        self.data_incarnation = env.new_data_incarnation()
         # Volatile state (gone on a crash).
         self.incarnation = 0
         self.core: ReplicaCore | None = None
@@ -99,6 +102,15 @@ class SimReplica:
         self.leading = None
         self.stream = None
         self.env.net.down(self.name)
+
+    def wipe(self) -> None:
+        """The disk is lost: down, and created empty when it starts again."""
+        if self.up:
+            self.crash()
+        self.persisted_term = 0
+        self.log = SimLog()
+        self.kv = DigestKv()
+        self.data_incarnation = self.env.new_data_incarnation()
 
     def sync(self) -> None:
         core = self.live_core()
@@ -189,7 +201,9 @@ class SimReplica:
             self.log.sync()
         self.env.log(f"{self.name} fenced at {request.term}, head {core.head}")
         self.env.send(
-            self.name, src, m.NewTermResponse(request.term, core.head, core.commit_offset)
+            self.name,
+            src,
+            m.NewTermResponse(request.term, core.head, core.commit_offset, self.data_incarnation),
         )
         self._maybe_crash_after_answering("crashes after answering NewTerm")
 
@@ -200,7 +214,9 @@ class SimReplica:
         except InvalidTerm as error:
             self.env.send(self.name, src, m.Refused(request.term, "BecomeLeader", str(error)))
             return
-        self.leading = LeaderRuntime(self, request.term, request.followers, term_start)
+        self.leading = LeaderRuntime(
+            self, request.term, request.followers, term_start, dict(request.incarnations)
+        )
         self.env.log(f"{self.name} leads term {request.term} from {term_start}")
         self.env.send(self.name, src, m.BecomeLeaderResponse(request.term, term_start))
 
@@ -250,7 +266,11 @@ class SimReplica:
             self.name,
             src,
             m.TruncateResponse(
-                request.session, core.head, core.commit_offset, core.log.first_offset
+                request.session,
+                core.head,
+                core.commit_offset,
+                core.log.first_offset,
+                self.data_incarnation,
             ),
         )
         self._maybe_crash_after_answering("crashes after answering Truncate")
@@ -306,6 +326,7 @@ class SimReplica:
                 self.kv.applied_offset,
                 stream.term,
                 stream.leader_time_ms,
+                self.data_incarnation,
             ),
         )
 

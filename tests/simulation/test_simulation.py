@@ -44,6 +44,9 @@ CAUGHT_WITHIN: dict[str, tuple[int, int, str]] = {
     "send window anchored at the applied offset": (4, 3, "lagging"),
     # An old leader cut off with a reader answers from a stale state.
     "reads without the lease": (12, 3, "reading"),
+    # A wiped member re-created empty is elected and lacks a write acknowledged
+    # before.
+    "count wiped members' votes": (12, 3, "wipes"),
 }
 MUTANT_STEPS = 2000
 

@@ -2,13 +2,14 @@
 faults, all under one `random.Random(seed)`.
 
 One step, in this order: deliver the messages due now; inject faults (partitions,
-crashes, restarts, trims, a controller crash, long lags); clients send; replicas
-whose log has an unsynced tail may sync; the controller acts; every replica pumps
-(applies, streams); the checkers run. `run_seed` runs a faulty phase of `steps`
-steps, then stops the faults and heals the network. With only a majority of the
-ensemble up (a minority that was down stays down), a final election must lead to
-a new write acknowledged within `max_steps_to_commit`; then every member starts,
-the shard runs until it converges (bounded), and liveness is checked.
+crashes, restarts, trims, a controller crash, long lags, a lost disk); clients
+send; replicas whose log has an unsynced tail may sync; the controller acts;
+every replica pumps (applies, streams); the checkers run. `run_seed` runs a
+faulty phase of `steps` steps, then stops the faults and heals the network. With
+only a majority of the ensemble up (a minority that was down stays down), a
+final election must lead to a new write acknowledged within
+`max_steps_to_commit`; then every member starts, the shard runs until it
+converges (bounded), and liveness is checked.
 """
 
 from __future__ import annotations
@@ -66,6 +67,11 @@ class SimConfig:
     # take to fill, then a leader change (the leader crashes, or an election).
     long_lag_probability: float = 0.0
     long_lag_steps: tuple[int, int] = (150, 400)
+    # A replica loses its disk (log, KV and term) and comes back empty with a new
+    # incarnation of its data; only while the other members of the ensemble keep
+    # a majority with the data they are recorded to hold (the fault model: a
+    # shard survives losing the disks of a minority of its members).
+    wipe_probability: float = 0.0
     random_election_probability: float = 0.004
     ensemble_change_probability: float = 0.006
     # Entries' timestamps advance 10 ms a step: 1 s of retention is 100 steps, so
@@ -103,7 +109,12 @@ class World:
             ensemble_change_probability=config.ensemble_change_probability,
         )
         self.coordinator = config.coordinator_class(
-            self.env, names, settings, self._new_replica, self._is_leading
+            self.env,
+            names,
+            settings,
+            self._new_replica,
+            self._is_leading,
+            incarnation_of=lambda name: self.replicas[name].data_incarnation,
         )
         self.clients = Clients(rng)
         self.checks = CheckerState()
@@ -288,6 +299,8 @@ class World:
             self.coordinator.crash()
         if config.long_lag_probability > 0:
             self._long_lag()
+        if config.wipe_probability and rng.random() < config.wipe_probability:
+            self._wipe(rng.choice(list(self.replicas.values())))
 
     def _long_lag(self) -> None:
         env, rng = self.env, self.env.rng
@@ -312,6 +325,25 @@ class World:
         self.lag_ends_step = env.now + rng.randint(*self.config.long_lag_steps)
         env.net.partition(lagging, self.lag_ends_step)
         env.log(f"long lag: {sorted(lagging)} cut off until {self.lag_ends_step}", "long lags")
+
+    def _wipe(self, victim: SimReplica) -> None:
+        """Within the fault model only: every other member of the ensemble but a
+        minority holds the data the controller recorded for it."""
+        coordinator = self.coordinator
+        ensemble = coordinator.ensemble
+        # The correct controller's judgement (a mutant's may differ).
+        intact = [
+            name
+            for name in ensemble
+            if name != victim.name
+            and Coordinator.intact(coordinator, name, self.replicas[name].data_incarnation)
+        ]
+        lost = len(ensemble) - len(intact) - (victim.name in ensemble)
+        if victim.name in ensemble and (lost > 0 or len(intact) * 2 <= len(ensemble)):
+            self.env.count("wipes skipped (a majority would lose its data)")
+            return
+        self.env.log(f"{victim.name} loses its disk", "wipes")
+        victim.wipe()
 
     def _trim(self, replica: SimReplica) -> None:
         log, applied = replica.log, replica.kv.applied_offset
@@ -371,7 +403,8 @@ def run_seed(seed: int, config: SimConfig) -> World:
 
 # Fault profiles the tests run. "steady": the defaults, with most steps making
 # progress; "churn": more crashes and power losses, slower syncs (so crashes hit
-# unsynced tails), and frequent elections and ensemble changes.
+# unsynced tails), and frequent elections and ensemble changes; "wipes": churn,
+# and now and then a replica losing its disk.
 PROFILES: dict[str, SimConfig] = {
     "steady": SimConfig(),
     # Followers lagging by hundreds of entries (windows are 8, write buffers 64)
@@ -380,6 +413,15 @@ PROFILES: dict[str, SimConfig] = {
     # Reads from readers that partitions may cut off with an old leader, beside
     # writes that reach the new one.
     "reading": SimConfig(client_read_probability=0.4, partition_probability=0.02),
+    "wipes": SimConfig(
+        sync_probability=0.1,
+        crash_probability=0.01,
+        power_loss_probability=0.01,
+        restart_probability=0.1,
+        random_election_probability=0.01,
+        ensemble_change_probability=0.05,
+        wipe_probability=0.01,
+    ),
     "churn": SimConfig(
         sync_probability=0.1,
         crash_probability=0.01,

@@ -43,6 +43,17 @@ raises `ModelInvariantError` if a leader takes office without it or a follower
 would have to drop committed entries. A wipe of a voter legitimately defeats
 this (the storage assumes durable logs), so shards whose voters were wiped are
 exempt from the check (`tainted`).
+
+Incarnations: with `incarnations=True` every replica created empty draws a new
+incarnation of its data (a counter), reported as the pod reports it; leaders
+track their followers' incarnations as LeaderCore does (one answering with
+another is readmitted: its acknowledgement forgotten, a learner that still
+counts in the majority's size until it holds the commit offset and the term's
+first entry), and the executor steps record and check them as the executor
+does. Wipes then taint nothing: what the storage and the controller do about a
+lost disk is what is checked (tests must keep to the fault model: a minority of
+a shard's members wiped at a time). Off (the default), incarnations are 0 ("not
+reported") and the model behaves as before they existed.
 """
 
 from __future__ import annotations
@@ -78,7 +89,7 @@ from cairn.controller.model import (
 )
 from cairn.controller.observed import NodeView, Observed
 from cairn.controller.placement import leader_load
-from cairn.controller.planner import PlannerSettings, counted_voters, plan
+from cairn.controller.planner import PlannerSettings, counted_voters, incarnations_to_record, plan
 
 FENCED = "fenced"
 FOLLOWER = "follower"
@@ -111,6 +122,10 @@ def internal_address(name: str) -> str:
 class FollowerState:
     acked_offset: int = NO_OFFSET
     voting: bool = False
+    # The incarnation of its data the leader tracks (None: not heard yet).
+    incarnation: int | None = None
+    # Readmitted after losing its data: a learner that counts in the majority's size.
+    returning: bool = False
 
 
 @dataclass
@@ -127,6 +142,8 @@ class Replica:
     # this term's first entry.
     followers: dict[str, FollowerState] = field(default_factory=dict)
     term_start_offset: int = NO_OFFSET
+    # The incarnation of its data (0: not modelled).
+    incarnation: int = 0
 
     @property
     def head(self) -> tuple[int, int]:
@@ -148,9 +165,12 @@ class Replica:
             applied_offset=self.commit_offset,
             leader_internal_address=self.leader_address,
             followers=tuple(
-                FollowerReport(address, state.acked_offset, state.voting, "streaming")
+                FollowerReport(
+                    address, state.acked_offset, state.voting, "streaming", state.incarnation or 0
+                )
                 for address, state in sorted(self.followers.items())
             ),
+            incarnation=self.incarnation,
         )
 
 
@@ -202,12 +222,15 @@ class ModelCluster:
         now_ms: int = 0,
         instant_catch_up: bool = True,
         status: ClusterStatus | None = None,
+        incarnations: bool = False,
     ) -> None:
         self.spec = spec
         self.status = status or ClusterStatus()
         self.generation = 1
         self.now_ms = now_ms
         self.instant_catch_up = instant_catch_up
+        self.incarnations = incarnations
+        self._last_incarnation = 0
         labelled = nodes if isinstance(nodes, Mapping) else {name: {} for name in nodes}
         self.nodes: dict[str, ModelNode] = {
             name: ModelNode(name, dict(labels), alive_since_ms=now_ms, dead_since_ms=now_ms)
@@ -303,9 +326,18 @@ class ModelCluster:
         if noticed:
             self.notice([name])
 
+    def _new_incarnation(self) -> int:
+        if not self.incarnations:
+            return 0
+        self._last_incarnation += 1
+        return self._last_incarnation
+
     def wipe(self, name: str) -> None:
         """The node loses its disk (all replicas)."""
         node = self.nodes[name]
+        if self.incarnations:
+            node.replicas = {}
+            return
         for shard in node.replicas:
             record = self.status.shard(shard)
             if record is not None and name in record.voters:
@@ -345,6 +377,7 @@ class ModelCluster:
         many steps to reach."""
         assert leader in ensemble
         shard = self.status.next_shard_id
+        incarnations = {name: self._new_incarnation() for name in ensemble}
         record = ShardRecord(
             namespace,
             shard,
@@ -353,15 +386,18 @@ class ModelCluster:
             ShardState.STEADY,
             leader,
             tuple(ensemble),
-        )
+        ).with_incarnations(incarnations)
         self.status = replace(self.status.with_shard(record), next_shard_id=shard + 1)
         for name in ensemble:
             role = LEADER if name == leader else FOLLOWER
             replica = Replica(shard, namespace, term, role, (term,), 0, internal_address(leader))
+            replica.incarnation = incarnations[name]
             if name == leader:
                 replica.term_start_offset = 0
                 replica.followers = {
-                    internal_address(member): FollowerState(0, voting=True)
+                    internal_address(member): FollowerState(
+                        0, voting=True, incarnation=incarnations[member] or None
+                    )
                     for member in ensemble
                     if member != leader
                 }
@@ -447,6 +483,15 @@ class ModelCluster:
             return  # a wiped member: Truncate finds no replica until NewTerm
         if replica.term > leader.term or (replica.term == leader.term and replica.role == LEADER):
             return  # it refuses this leader
+        progress = leader.followers[address]
+        if replica.incarnation:
+            if progress.incarnation is not None and progress.incarnation != replica.incarnation:
+                # Its data was created anew: what it acknowledged is gone
+                # (LeaderCore readmits it as a returning learner).
+                progress.acked_offset = NO_OFFSET
+                progress.returning = progress.returning or progress.voting
+                progress.voting = False
+            progress.incarnation = replica.incarnation
         self._check_keeps_committed(replica, leader.log)
         if replica.log == leader.log[: len(replica.log)]:
             offset = max(offset, len(replica.log) - 1)  # it keeps what agrees
@@ -455,17 +500,26 @@ class ModelCluster:
         replica.leader_address = leader_node.internal_address
         replica.followers = {}
         replica.log = leader.log[: offset + 1]
-        progress = leader.followers[address]
         progress.acked_offset = max(progress.acked_offset, offset)
-        if not progress.voting and progress.acked_offset >= leader.commit_offset:
+        caught_up = leader.commit_offset
+        if progress.returning:
+            caught_up = max(caught_up, leader.term_start_offset)
+        if not progress.voting and progress.acked_offset >= caught_up:
             progress.voting = True
+            progress.returning = False
         self._advance_commit(leader)
 
     def _advance_commit(self, leader: Replica) -> None:
         acked = [len(leader.log) - 1] + [
             state.acked_offset for state in leader.followers.values() if state.voting
         ]
-        candidate = sorted(acked, reverse=True)[majority(len(acked)) - 1]
+        # Returning members count in the majority's size (QuorumTracker.readmit).
+        size = len(acked) + sum(1 for state in leader.followers.values() if state.returning)
+        candidate = (
+            sorted(acked, reverse=True)[majority(size) - 1]
+            if len(acked) >= majority(size)
+            else NO_OFFSET
+        )
         if candidate > leader.commit_offset and candidate >= leader.term_start_offset:
             leader.commit_offset = candidate
         committed = leader.log[: leader.commit_offset + 1]
@@ -506,7 +560,9 @@ class ModelCluster:
         if replica is None:
             if namespace is None:
                 raise ActionFailed(f"{name} has no replica of shard {shard}")
-            replica = node.replicas[shard] = Replica(shard, namespace)
+            replica = node.replicas[shard] = Replica(
+                shard, namespace, incarnation=self._new_incarnation()
+            )
         if term < replica.term or (term == replica.term and replica.role != FENCED):
             raise ActionFailed(f"{name}: NewTerm({term}) refused in term {replica.term}")
         replica.term = term
@@ -516,7 +572,14 @@ class ModelCluster:
         replica.term_start_offset = NO_OFFSET
         return replica.head
 
-    def _become_leader(self, name: str, shard: int, term: int, followers: Sequence[str]) -> None:
+    def _become_leader(
+        self,
+        name: str,
+        shard: int,
+        term: int,
+        followers: Sequence[str],
+        incarnations: Mapping[str, int] | None = None,
+    ) -> None:
         node = self._node(name)
         replica = node.replicas.get(shard)
         if replica is None or replica.term != term or replica.role != FENCED:
@@ -527,7 +590,9 @@ class ModelCluster:
         replica.followers = {}
         for member in followers:
             address = self._node_address(member)
-            replica.followers[address] = FollowerState(voting=True)
+            replica.followers[address] = FollowerState(
+                voting=True, incarnation=(incarnations or {}).get(member)
+            )
         replica.log = (*replica.log, term)
         replica.term_start_offset = len(replica.log) - 1
         self._advance_commit(replica)
@@ -596,6 +661,8 @@ class ModelCluster:
         if record is None:
             raise ActionFailed(f"shard {shard} vanished from the cluster state")
         updated = replace(record, **changes)  # type: ignore[arg-type]
+        # As the executor: incarnations are kept for members only.
+        updated = updated.with_incarnations({})
         self.status = self.status.with_shard(updated)
         return updated
 
@@ -670,11 +737,17 @@ class ModelCluster:
         record = self._set_shard(action.shard, term=term, state=state, leader=None)
         yield
         heads: dict[str, tuple[int, int]] = {}
+        answered: dict[str, int] = {}
         for name in record.voters:
             with contextlib.suppress(ActionFailed):  # down, refused or wiped: no answer
-                heads[name] = self._new_term(
+                head = self._new_term(
                     name, record.shard, term, namespace.name if creating else None
                 )
+                incarnation = self.nodes[name].replicas[record.shard].incarnation
+                # As the executor: a member that lost its recorded data does not count.
+                if record.intact(name, incarnation):
+                    heads[name] = head
+                    answered[name] = incarnation
         yield
         leaders = leader_load(self.status.shards)
         # Only members the observer believes alive may lead (a pod being
@@ -684,10 +757,16 @@ class ModelCluster:
         if leader is None:
             raise ActionFailed(f"shard {record.shard}: no majority answered NewTerm({term})")
         ensemble = record.ensemble if leader in record.ensemble else (*record.ensemble, leader)
-        record = self._set_shard(record.shard, leader=leader, ensemble=ensemble)
+        chosen = replace(record, leader=leader, ensemble=ensemble).with_incarnations(answered)
+        record = self._set_shard(
+            record.shard, leader=leader, ensemble=ensemble, incarnations=chosen.incarnations
+        )
         yield
         followers = [name for name in ensemble if name != leader]
-        self._become_leader(leader, record.shard, term, followers)
+        incarnations = {
+            name: value for name in followers if (value := record.incarnation_of(name)) is not None
+        }
+        self._become_leader(leader, record.shard, term, followers, incarnations)
         yield
         self.wall_ms += 1
         election = ElectionRecord(
@@ -701,7 +780,8 @@ class ModelCluster:
 
     def _steady(self, shard: int, election: ElectionRecord | None, action: Elect | None) -> None:
         record = self._shard_record(shard)
-        status = self.status.with_shard(replace(record, state=ShardState.STEADY, leaving=()))
+        steady = replace(record, state=ShardState.STEADY, leaving=()).with_incarnations({})
+        status = self.status.with_shard(steady)
         status = replace(status, assignments_version=status.assignments_version + 1)
         if election is not None and action is not None and action.preferred == election.leader:
             status = replace(
@@ -720,6 +800,15 @@ class ModelCluster:
         if fence:
             try:
                 self._new_term(name, record.shard, record.term, namespace)
+                # As the executor: a new member's incarnation is recorded; a
+                # recorded one changes only once its leader caught it up.
+                incarnation = self.nodes[name].replicas[record.shard].incarnation
+                latest = self._shard_record(record.shard)
+                if incarnation and latest.incarnation_of(name) is None:
+                    self._set_shard(
+                        record.shard,
+                        incarnations=latest.with_incarnations({name: incarnation}).incarnations,
+                    )
             except ActionFailed:
                 node = self._node(name)  # down: the action fails
                 replica = node.replicas.get(record.shard)
@@ -792,6 +881,13 @@ class ModelCluster:
                     yield from self._add_member(record, name, namespace.name, fence=alive)
                 except ActionFailed:
                     failed.append(name)
+        caught_up = incarnations_to_record(record, report, self._node_address)
+        if caught_up:
+            latest = self._shard_record(record.shard)
+            self._set_shard(
+                record.shard, incarnations=latest.with_incarnations(caught_up).incarnations
+            )
+            yield
         self._refresh = list(record.voters)
         if failed:
             raise ActionFailed(f"shard {record.shard}: could not add {failed}")

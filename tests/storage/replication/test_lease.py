@@ -44,3 +44,13 @@ def test_a_new_leader_waits_out_any_older_lease_under_the_drift_bound() -> None:
     assert takeover_wait_ms(1000, 0.0) == 1000
     with pytest.raises(ValueError, match="drift"):
         takeover_wait_ms(1000, 1.0)
+
+
+def test_members_readmitted_after_losing_their_data_keep_the_majority_large() -> None:
+    """The quorum counts a returning member in the majority's size, not as a
+    voter: the lease needs as many voters' echoes as a commit needs acks."""
+    lease = LeaderLease("a", duration_ms=1000)
+    lease.on_echo("b", 9_900)
+    assert lease.holds({"a", "b"}, now_ms=10_000)  # a majority of {a, b}
+    assert not lease.holds({"a", "b"}, now_ms=10_000, majority=3)  # c returning
+    assert lease.holds({"a", "b", "c"}, now_ms=10_000, majority=2)

@@ -19,6 +19,7 @@ from cairn.proto import oxia_client_pb2_grpc as pb_grpc
 from cairn.proto import replication_pb2 as rpb
 from cairn.proto import replication_pb2_grpc as rpb_grpc
 from cairn.storage.config import NodeConfig
+from cairn.storage.core.meta import LOCAL_META_KEYS
 from cairn.storage.core.replication.applied_changes import KeptChanges
 from cairn.storage.kv import Column
 from cairn.storage.node import NodeServer
@@ -34,7 +35,16 @@ def _node(address: tuple[str, str]) -> rpb.Node:
 
 
 def _kv_contents(replica: ShardReplica) -> dict[Column, list[tuple[bytes, bytes]]]:
-    return {column: list(replica.kv.scan(column, b"", None)) for column in Column}
+    """The shard's state: both columns, without what names the replica itself
+    (its incarnation)."""
+    return {
+        column: [
+            (key, value)
+            for key, value in replica.kv.scan(column, b"", None)
+            if column is not Column.META or key not in LOCAL_META_KEYS
+        ]
+        for column in Column
+    }
 
 
 def _plain_writes() -> list[pb.WriteRequest]:

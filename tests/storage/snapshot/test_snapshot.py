@@ -16,9 +16,12 @@ from cairn.proto import replication_pb2
 from cairn.storage import snapshot
 from cairn.storage.core.meta import (
     COMMIT_OFFSET_KEY,
+    INCARNATION_KEY,
     LOG_BASE_KEY,
     decode_entry_id,
+    decode_u64,
     encode_i64,
+    encode_u64,
 )
 from cairn.storage.core.replication.terms import EntryId
 from cairn.storage.kv import Column, MemoryKv, RocksKv
@@ -159,6 +162,29 @@ def test_install_into_an_empty_shard_directory(
     (records, _), (first_offset, last_offset, _) = replica_state(shard_dir)
     assert records == items(source, Column.RECORDS)
     assert (first_offset, last_offset) == (-1, LAST_INCLUDED.offset)
+
+
+def test_each_replica_keeps_its_own_incarnation_through_a_snapshot(tmp_path: Path) -> None:
+    """The incarnation names one replica's data: a snapshot never carries the
+    sender's, and the receiver's survives the install (atomically with it)."""
+    source = fill_source(tmp_path / "source", records=10, meta=3)
+    try:
+        source.write([(Column.META, INCARNATION_KEY, encode_u64(0xAAAA))])
+        sent = list(snapshot_chunks(source, header(), MAX_RECORDS, MAX_BYTES))
+    finally:
+        source.close()
+    assert all(record.key != INCARNATION_KEY for chunk in sent for record in chunk.records)
+    shard_dir = tmp_path / "follower"
+    make_follower(shard_dir)
+    installer = SnapshotInstaller(shard_dir, [(INCARNATION_KEY, encode_u64(0xBBBB))])
+    for chunk in sent:
+        installer.add(chunk)
+    assert installer.finish() == LAST_INCLUDED
+    installed = RocksKv(shard_dir / "kv")
+    try:
+        assert decode_u64(installed.get(Column.META, INCARNATION_KEY)) == 0xBBBB
+    finally:
+        installed.close()
 
 
 def test_empty_snapshot_round_trip(tmp_path: Path) -> None:

@@ -31,6 +31,8 @@ class FollowerReport:
     acked_offset: int
     voting: bool
     state: str
+    # The incarnation of the follower's data its leader tracks (0: not known).
+    incarnation: int = 0
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,8 @@ class ReplicaReport:
     # The internal address of the leader it follows or is (empty if none).
     leader_internal_address: str = ""
     followers: tuple[FollowerReport, ...] = ()
+    # The incarnation of the replica's data (0: not reported).
+    incarnation: int = 0
 
 
 @dataclass(frozen=True)
@@ -89,9 +93,11 @@ def replica_report_of(status: rpb.ShardStatus) -> ReplicaReport:
                 acked_offset=follower.acked_offset,
                 voting=follower.voting,
                 state=follower.state,
+                incarnation=follower.incarnation,
             )
             for follower in status.followers
         ),
+        incarnation=status.incarnation,
     )
 
 
@@ -121,9 +127,11 @@ def heartbeat_document(heartbeat: Heartbeat) -> dict[str, Any]:
                         "ackedOffset": f.acked_offset,
                         "voting": f.voting,
                         "state": f.state,
+                        "incarnation": f.incarnation,
                     }
                     for f in r.followers
                 ],
+                "incarnation": r.incarnation,
             }
             for r in heartbeat.replicas
         ],
@@ -164,9 +172,11 @@ def parse_heartbeat(document: Mapping[str, Any]) -> Heartbeat:
                             acked_offset=int(f["ackedOffset"]),
                             voting=bool(f["voting"]),
                             state=_text(f["state"]),
+                            incarnation=int(f.get("incarnation", 0)),
                         )
                         for f in r.get("followers", [])
                     ),
+                    incarnation=int(r.get("incarnation", 0)),
                 )
                 for r in replicas
             ),

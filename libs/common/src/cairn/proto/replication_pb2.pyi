@@ -66,26 +66,37 @@ class NewTermRequest(_message.Message):
     def __init__(self, shard: _Optional[int] = ..., term: _Optional[int] = ..., spec: _Optional[_Union[ShardSpec, _Mapping]] = ..., controller_epoch: _Optional[int] = ...) -> None: ...
 
 class NewTermResponse(_message.Message):
-    __slots__ = ("head", "commit_offset")
+    __slots__ = ("head", "commit_offset", "incarnation")
     HEAD_FIELD_NUMBER: _ClassVar[int]
     COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
     head: EntryId
     commit_offset: int
-    def __init__(self, head: _Optional[_Union[EntryId, _Mapping]] = ..., commit_offset: _Optional[int] = ...) -> None: ...
+    incarnation: int
+    def __init__(self, head: _Optional[_Union[EntryId, _Mapping]] = ..., commit_offset: _Optional[int] = ..., incarnation: _Optional[int] = ...) -> None: ...
 
 class BecomeLeaderRequest(_message.Message):
-    __slots__ = ("shard", "term", "leader", "followers", "controller_epoch")
+    __slots__ = ("shard", "term", "leader", "followers", "controller_epoch", "follower_incarnations")
+    class FollowerIncarnationsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     SHARD_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
     FOLLOWERS_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    FOLLOWER_INCARNATIONS_FIELD_NUMBER: _ClassVar[int]
     shard: int
     term: int
     leader: Node
     followers: _containers.RepeatedCompositeFieldContainer[Node]
     controller_epoch: int
-    def __init__(self, shard: _Optional[int] = ..., term: _Optional[int] = ..., leader: _Optional[_Union[Node, _Mapping]] = ..., followers: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., controller_epoch: _Optional[int] = ...) -> None: ...
+    follower_incarnations: _containers.ScalarMap[str, int]
+    def __init__(self, shard: _Optional[int] = ..., term: _Optional[int] = ..., leader: _Optional[_Union[Node, _Mapping]] = ..., followers: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., controller_epoch: _Optional[int] = ..., follower_incarnations: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class BecomeLeaderResponse(_message.Message):
     __slots__ = ("term_start",)
@@ -132,21 +143,23 @@ class GetStatusRequest(_message.Message):
     def __init__(self, shard: _Optional[int] = ...) -> None: ...
 
 class FollowerStatus(_message.Message):
-    __slots__ = ("node", "acked_offset", "voting", "state", "applied_offset")
+    __slots__ = ("node", "acked_offset", "voting", "state", "applied_offset", "incarnation")
     NODE_FIELD_NUMBER: _ClassVar[int]
     ACKED_OFFSET_FIELD_NUMBER: _ClassVar[int]
     VOTING_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     APPLIED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
     node: Node
     acked_offset: int
     voting: bool
     state: str
     applied_offset: int
-    def __init__(self, node: _Optional[_Union[Node, _Mapping]] = ..., acked_offset: _Optional[int] = ..., voting: _Optional[bool] = ..., state: _Optional[str] = ..., applied_offset: _Optional[int] = ...) -> None: ...
+    incarnation: int
+    def __init__(self, node: _Optional[_Union[Node, _Mapping]] = ..., acked_offset: _Optional[int] = ..., voting: _Optional[bool] = ..., state: _Optional[str] = ..., applied_offset: _Optional[int] = ..., incarnation: _Optional[int] = ...) -> None: ...
 
 class ShardStatus(_message.Message):
-    __slots__ = ("shard", "spec", "role", "term", "head", "commit_offset", "first_offset", "leader", "followers", "durable_offset", "applied_offset", "write_requests", "write_operations", "read_requests", "read_gets", "entries_applied_from_leader_changes")
+    __slots__ = ("shard", "spec", "role", "term", "head", "commit_offset", "first_offset", "leader", "followers", "durable_offset", "applied_offset", "write_requests", "write_operations", "read_requests", "read_gets", "entries_applied_from_leader_changes", "incarnation")
     SHARD_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -163,6 +176,7 @@ class ShardStatus(_message.Message):
     READ_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     READ_GETS_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_APPLIED_FROM_LEADER_CHANGES_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
     shard: int
     spec: ShardSpec
     role: ReplicaRole
@@ -179,7 +193,8 @@ class ShardStatus(_message.Message):
     read_requests: int
     read_gets: int
     entries_applied_from_leader_changes: int
-    def __init__(self, shard: _Optional[int] = ..., spec: _Optional[_Union[ShardSpec, _Mapping]] = ..., role: _Optional[_Union[ReplicaRole, str]] = ..., term: _Optional[int] = ..., head: _Optional[_Union[EntryId, _Mapping]] = ..., commit_offset: _Optional[int] = ..., first_offset: _Optional[int] = ..., leader: _Optional[_Union[Node, _Mapping]] = ..., followers: _Optional[_Iterable[_Union[FollowerStatus, _Mapping]]] = ..., durable_offset: _Optional[int] = ..., applied_offset: _Optional[int] = ..., write_requests: _Optional[int] = ..., write_operations: _Optional[int] = ..., read_requests: _Optional[int] = ..., read_gets: _Optional[int] = ..., entries_applied_from_leader_changes: _Optional[int] = ...) -> None: ...
+    incarnation: int
+    def __init__(self, shard: _Optional[int] = ..., spec: _Optional[_Union[ShardSpec, _Mapping]] = ..., role: _Optional[_Union[ReplicaRole, str]] = ..., term: _Optional[int] = ..., head: _Optional[_Union[EntryId, _Mapping]] = ..., commit_offset: _Optional[int] = ..., first_offset: _Optional[int] = ..., leader: _Optional[_Union[Node, _Mapping]] = ..., followers: _Optional[_Iterable[_Union[FollowerStatus, _Mapping]]] = ..., durable_offset: _Optional[int] = ..., applied_offset: _Optional[int] = ..., write_requests: _Optional[int] = ..., write_operations: _Optional[int] = ..., read_requests: _Optional[int] = ..., read_gets: _Optional[int] = ..., entries_applied_from_leader_changes: _Optional[int] = ..., incarnation: _Optional[int] = ...) -> None: ...
 
 class GetStatusResponse(_message.Message):
     __slots__ = ("shards", "node")
@@ -232,14 +247,16 @@ class TruncateRequest(_message.Message):
     def __init__(self, shard: _Optional[int] = ..., term: _Optional[int] = ..., leader: _Optional[_Union[Node, _Mapping]] = ..., leader_terms: _Optional[_Iterable[_Union[TermStart, _Mapping]]] = ..., leader_head: _Optional[_Union[EntryId, _Mapping]] = ...) -> None: ...
 
 class TruncateResponse(_message.Message):
-    __slots__ = ("head", "commit_offset", "first_offset")
+    __slots__ = ("head", "commit_offset", "first_offset", "incarnation")
     HEAD_FIELD_NUMBER: _ClassVar[int]
     COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
     head: EntryId
     commit_offset: int
     first_offset: int
-    def __init__(self, head: _Optional[_Union[EntryId, _Mapping]] = ..., commit_offset: _Optional[int] = ..., first_offset: _Optional[int] = ...) -> None: ...
+    incarnation: int
+    def __init__(self, head: _Optional[_Union[EntryId, _Mapping]] = ..., commit_offset: _Optional[int] = ..., first_offset: _Optional[int] = ..., incarnation: _Optional[int] = ...) -> None: ...
 
 class LogEntry(_message.Message):
     __slots__ = ("term", "offset", "timestamp_ms", "payload")
@@ -284,16 +301,18 @@ class AppliedChanges(_message.Message):
     def __init__(self, first_offset: _Optional[int] = ..., last_offset: _Optional[int] = ..., last_term: _Optional[int] = ..., changes: _Optional[bytes] = ...) -> None: ...
 
 class ReplicateResponse(_message.Message):
-    __slots__ = ("durable_offset", "applied_offset", "term", "leader_time_ms")
+    __slots__ = ("durable_offset", "applied_offset", "term", "leader_time_ms", "incarnation")
     DURABLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     APPLIED_OFFSET_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     LEADER_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
     durable_offset: int
     applied_offset: int
     term: int
     leader_time_ms: int
-    def __init__(self, durable_offset: _Optional[int] = ..., applied_offset: _Optional[int] = ..., term: _Optional[int] = ..., leader_time_ms: _Optional[int] = ...) -> None: ...
+    incarnation: int
+    def __init__(self, durable_offset: _Optional[int] = ..., applied_offset: _Optional[int] = ..., term: _Optional[int] = ..., leader_time_ms: _Optional[int] = ..., incarnation: _Optional[int] = ...) -> None: ...
 
 class SnapshotHeader(_message.Message):
     __slots__ = ("shard", "term", "leader", "last_included")

@@ -30,10 +30,12 @@ from cairn.controller.model import (
     ClusterSpec,
     ClusterStatus,
     LeaderMove,
+    ShardState,
     SpecError,
     node_ordinal,
     spec_document,
 )
+from cairn.controller.planner import election_blocked
 from cairn.controller.runtime import Controller
 
 MAX_HEARTBEAT_BYTES = 4 * 1024 * 1024
@@ -177,6 +179,17 @@ def create_app(controller: Controller) -> FastAPI:
                     "headOffset": report.head_offset if report else None,
                     "commitOffset": report.commit_offset if report else None,
                     "followers": followers,
+                    # Without a serving leader: why no election can be held (a
+                    # majority of members unreachable or without their data),
+                    # which an operator has to resolve when the data is lost.
+                    "electionBlocked": (
+                        election_blocked(record, observed)
+                        if report is None
+                        or report.term != record.term
+                        or report.role != "leader"
+                        or record.state is not ShardState.STEADY
+                        else None
+                    ),
                 }
             )
         return answer

@@ -4,9 +4,15 @@ Every step is recorded in the cluster state *before* the pods are told, so a
 controller killed at any point leaves a status from which the planner resumes:
 
     election:  term+1, ELECTION  ->  NewTerm to every member  ->  leader chosen
-               (recorded)  ->  BecomeLeader  ->  STEADY (and the shard map)
-    add:       member listed  ->  NewTerm (creates its replica)  ->  AddFollower
+               (recorded, with the incarnations that answered)  ->  BecomeLeader
+               ->  STEADY (and the shard map)
+    add:       member listed  ->  NewTerm (creates its replica; a new member's
+               incarnation recorded)  ->  AddFollower
     remove:    member moved to `leaving`  ->  RemoveFollower  ->  `leaving` cleared
+
+Only members answering NewTerm with the incarnation of their data that is
+recorded (or none recorded) count in an election: one that lost its data is
+not the replica it was (see the planner's docstring).
 
 A retried election always uses a new term; an interrupted change is finished by
 FinishEnsembleChange, which only repeats idempotent calls.
@@ -58,8 +64,8 @@ from cairn.controller.model import (
 )
 from cairn.controller.observer import Observer
 from cairn.controller.placement import leader_load
-from cairn.controller.planner import counted_voters
-from cairn.controller.pods import PodAddress, PodClient
+from cairn.controller.planner import counted_voters, incarnations_to_record
+from cairn.controller.pods import Fenced, PodAddress, PodClient
 from cairn.proto import oxia_client_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -277,7 +283,15 @@ class Executor:
         term = record.term
         creating = record.state is ShardState.NEW
         voters = record.voters
-        heads = await self._fence(record, term, namespace if creating else None)
+        answers = await self._fence(record, term, namespace if creating else None)
+        # A member that lost the data it is recorded to hold answers for less
+        # than it held: its head must neither count toward the majority nor win.
+        heads = {
+            name: answer.head
+            for name, answer in answers.items()
+            if record.intact(name, answer.incarnation)
+        }
+        lost = sorted(set(answers) - set(heads))
         leaders = leader_load(self.keeper.state.status.shards)
         views = self.observer.view().nodes
         alive = {name for name in voters if name in views and views[name].alive}
@@ -286,15 +300,30 @@ class Executor:
             raise ActionFailed(
                 f"shard {record.shard}: no safe live leader for term {term}: heads {heads}, "
                 f"live members {sorted(alive)}"
+                + (f", members that lost their data {lost}" if lost else "")
             )
         record = await self._step(
             record.shard,
-            partial(steps.record_leader, shard=record.shard, term=term, leader=leader),
+            partial(
+                steps.record_leader,
+                shard=record.shard,
+                term=term,
+                leader=leader,
+                incarnations={name: answers[name].incarnation for name in heads},
+            ),
         )
-        followers = [self._address(name) for name in record.ensemble if name != leader]
+        follower_names = [name for name in record.ensemble if name != leader]
+        followers = [self._address(name) for name in follower_names]
+        # The leader readmits, as learners, followers that answer it with
+        # another incarnation than recorded.
+        incarnations = {
+            self._address(name).internal: value
+            for name in follower_names
+            if (value := record.incarnation_of(name)) is not None
+        }
         try:
             await self.pods.become_leader(
-                self._address(leader), record.shard, term, followers, self._epoch
+                self._address(leader), record.shard, term, followers, self._epoch, incarnations
             )
         except grpc.aio.AioRpcError as error:
             raise ActionFailed(
@@ -332,8 +361,8 @@ class Executor:
 
     async def _fence(
         self, record: ShardRecord, term: int, namespace: NamespaceSpec | None
-    ) -> dict[str, tuple[int, int]]:
-        """NewTerm to every voter at once; their heads. Once a majority has
+    ) -> dict[str, Fenced]:
+        """NewTerm to every voter at once; their answers. Once a majority has
         answered, stragglers (a hung pod answers only when its RPC times out) get
         `straggler_grace_s` more, then the election goes on without them."""
         calls = {
@@ -344,7 +373,7 @@ class Executor:
             ): name
             for name in record.voters
         }
-        heads: dict[str, tuple[int, int]] = {}
+        heads: dict[str, Fenced] = {}
         fenced: ControllerFenced | None = None
         pending = set(calls)
         deadline: float | None = None
@@ -429,7 +458,7 @@ class Executor:
         address = self._address(name)
         if fence:
             try:
-                await self.pods.new_term(
+                fenced = await self.pods.new_term(
                     address.internal, record.shard, record.term, namespace, self._epoch
                 )
             except grpc.aio.AioRpcError as error:
@@ -438,8 +467,18 @@ class Executor:
                     raise ActionFailed(
                         f"shard {record.shard}: NewTerm on {name}: {_brief(error)}"
                     ) from None
+            else:
+                await self._record_new_member(record.shard, name, fenced.incarnation)
         await self.pods.add_follower(
             self._leader_address(record), record.shard, record.term, address, self._epoch
+        )
+
+    async def _record_new_member(self, shard: int, name: str, incarnation: int) -> None:
+        """Record the incarnation a new member's data comes with (steps.py says
+        when a recorded one is kept)."""
+        await self._step(
+            shard,
+            partial(steps.record_new_member_data, shard=shard, name=name, incarnation=incarnation),
         )
 
     async def _change(self, action: ChangeEnsemble) -> None:
@@ -545,6 +584,21 @@ class Executor:
                     failures.append(f"{name}: {error}")
                     continue
                 log.info("shard %d: (re)added member %s", record.shard, name)
+        # Members the leader caught up with another incarnation of their data
+        # than recorded (re-created after a wipe) hold what they are recorded to
+        # hold again: record it, so they count in elections again.
+        caught_up = incarnations_to_record(record, report, lambda n: self._address(n).internal)
+        if caught_up:
+            await self._step(
+                record.shard,
+                partial(steps.record_caught_up_data, shard=record.shard, caught_up=caught_up),
+            )
+            log.info(
+                "shard %d: recorded the data of %s as caught up (incarnations %s)",
+                record.shard,
+                ", ".join(sorted(caught_up)),
+                {name: f"{value:#x}" for name, value in sorted(caught_up.items())},
+            )
         await self.observer.refresh(list(record.voters))
         if failures:
             raise ActionFailed(f"shard {record.shard}: could not add {'; '.join(failures)}")

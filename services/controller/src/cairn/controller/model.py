@@ -127,6 +127,32 @@ class ShardRecord:
     leaving: tuple[str, ...] = ()
     # The commit offset last reported by the leader (informational).
     commit_offset: int = -1
+    # (member, incarnation): the incarnation of the data each member is known to
+    # hold the shard's committed entries with (see incarnation_of). A member
+    # answering with another one lost that data (a wiped disk) and does not count
+    # toward an election's majority until its leader has caught it up again.
+    incarnations: tuple[tuple[str, int], ...] = ()
+
+    def incarnation_of(self, name: str) -> int | None:
+        """The recorded incarnation of `name`'s data; None if none is recorded
+        (a member recorded before incarnations were, or one of a pod that does
+        not report them): it is taken as intact, as before."""
+        return next((value for member, value in self.incarnations if member == name), None)
+
+    def intact(self, name: str, incarnation: int) -> bool:
+        """Does `name`, answering with `incarnation` (0: not reported), hold the
+        data it is recorded to hold?"""
+        recorded = self.incarnation_of(name)
+        return recorded is None or incarnation == 0 or incarnation == recorded
+
+    def with_incarnations(self, changes: Mapping[str, int]) -> ShardRecord:
+        """Recorded incarnations updated by `changes` (0 values ignored), kept only
+        for the shard's voters."""
+        values = dict(self.incarnations)
+        values.update({name: value for name, value in changes.items() if value})
+        voters = set(self.voters)
+        kept = tuple(sorted((name, value) for name, value in values.items() if name in voters))
+        return replace(self, incarnations=kept)
 
     @property
     def voters(self) -> tuple[str, ...]:
@@ -284,6 +310,19 @@ def _labels(value: Any) -> dict[str, str]:
     return {_text(key): _text(item) for key, item in value.items()}
 
 
+def _incarnations(value: Any) -> tuple[tuple[str, int], ...]:
+    if not isinstance(value, dict):
+        raise SpecError(f"incarnations must be a mapping, got {value!r}")
+    pairs = []
+    for name, incarnation in value.items():
+        if isinstance(incarnation, bool) or not isinstance(incarnation, int):
+            raise SpecError(f"incarnation of {name!r} must be an integer, got {incarnation!r}")
+        if not 0 < incarnation < 2**63:
+            raise SpecError(f"incarnation of {name!r} out of range: {incarnation}")
+        pairs.append((_text(name), incarnation))
+    return tuple(sorted(pairs))
+
+
 def _strings(values: Iterable[Any]) -> list[str]:
     strings = list(values)
     if not all(isinstance(value, str) for value in strings):
@@ -308,6 +347,7 @@ def status_document(status: ClusterStatus) -> Document:
                 "ensemble": list(s.ensemble),
                 "leaving": list(s.leaving),
                 "commitOffset": s.commit_offset,
+                **({"incarnations": dict(s.incarnations)} if s.incarnations else {}),
             }
             for s in status.shards
         ],
@@ -353,6 +393,7 @@ def parse_status(document: Mapping[str, Any]) -> ClusterStatus:
                     ensemble=tuple(_strings(s["ensemble"])),
                     leaving=tuple(_strings(s.get("leaving", ()))),
                     commit_offset=int(s.get("commitOffset", -1)),
+                    incarnations=_incarnations(s.get("incarnations", {})),
                 )
                 for s in document.get("shards", ())
             ),

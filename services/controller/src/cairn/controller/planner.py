@@ -43,12 +43,20 @@ No plan leaves a shard without a majority: a removal is planned only once a
 majority of the ensemble holds the commit offset (so every majority of the
 members that remain includes one holding it) and a majority of those that
 remain can answer; an election only with a majority of the members answering.
+
+A member answers for the data it is recorded to hold (ShardRecord.incarnations)
+or not at all: one whose replica is gone, or came back with another incarnation
+of its data (a wiped disk, the replica created again), holds less than its
+record says, so it does not count toward an election's majority until its
+leader has caught it up (it reports it voting again, and FinishEnsembleChange
+records the new incarnation). Without a majority of intact members a shard
+waits for an operator; `election_blocked` says why.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from cairn.common.hashing import split_hash_space
@@ -90,6 +98,64 @@ FOLLOWER = "follower"
 # How an election asked for by an operator starts its reason (the balancer
 # recognises those leaders by it).
 REQUESTED_MOVE_REASON = "leader moved to"
+
+
+def answer_problem(record: ShardRecord, observed: Observed, name: str) -> str | None:
+    """Why the member cannot answer NewTerm for the data it is recorded to hold,
+    or None if it can: it must be alive and (unless the shard never had a
+    leader, when NewTerm creates replicas) neither known to have lost its
+    replica nor reporting another incarnation of its data than recorded: a
+    wiped member's empty log, or one it holds only partly again, must not vote."""
+    view = observed.nodes.get(name)
+    if view is None or not view.alive:
+        return "unreachable"
+    if view.replicas is None:
+        return None  # not polled since it came back: NewTerm will tell
+    report = view.replicas.get(record.shard)
+    if report is None:
+        return None if record.state is ShardState.NEW else "lost its replica"
+    if not record.intact(name, report.incarnation):
+        return (
+            f"lost its data (incarnation {report.incarnation:#x}, "
+            f"recorded {record.incarnation_of(name) or 0:#x}; not caught up since)"
+        )
+    return None
+
+
+def election_blocked(record: ShardRecord, observed: Observed) -> str | None:
+    """Why no election of the shard can be planned now (fewer than a majority
+    of its members can answer for their data), or None. Such a shard waits:
+    for members to come back, or for an operator when their data is lost."""
+    voters = record.voters
+    problems = {name: answer_problem(record, observed, name) for name in voters}
+    answering = sum(1 for problem in problems.values() if problem is None)
+    if answering >= majority(len(voters)):
+        return None
+    missing = "; ".join(f"{name} {problem}" for name, problem in problems.items() if problem)
+    return (
+        f"only {answering} of {len(voters)} members can answer for their data, "
+        f"{majority(len(voters))} needed: {missing}"
+    )
+
+
+def incarnations_to_record(
+    record: ShardRecord, report: ReplicaReport, address_of: Callable[[str], str | None]
+) -> dict[str, int]:
+    """Members whose leader (`report`) counts them as voters with another
+    incarnation of their data than recorded: the leader readmitted them with it
+    (a voter is one holding everything committed), so the record may follow."""
+    by_address = {follower.internal_address: follower for follower in report.followers}
+    changes = {}
+    for name in record.ensemble:
+        follower = by_address.get(address_of(name) or "")
+        if (
+            follower is not None
+            and follower.voting
+            and follower.incarnation
+            and follower.incarnation != record.incarnation_of(name)
+        ):
+            changes[name] = follower.incarnation
+    return changes
 
 
 @dataclass(frozen=True)
@@ -332,15 +398,7 @@ class _Planner:
         return Elect(record.shard, reason, preferred)
 
     def _can_answer(self, record: ShardRecord, name: str) -> bool:
-        """Can the member answer NewTerm with a head: alive, and (unless the
-        shard never had a leader, when NewTerm creates replicas) not known to
-        have lost its replica: a wiped member's empty log must not vote."""
-        view = self.observed.nodes.get(name)
-        if view is None or not view.alive:
-            return False
-        return (
-            record.state is ShardState.NEW or view.replicas is None or record.shard in view.replicas
-        )
+        return answer_problem(record, self.observed, name) is None
 
     def _unfinished_election(self, record: ShardRecord) -> Action | None:
         if record.leader is not None:
@@ -390,7 +448,10 @@ class _Planner:
             # leader cannot catch it up until NewTerm creates the replica again.
             if self._lost_replica(name, record.shard):
                 return True
-        return False
+        # A member its leader caught up with another incarnation of its data
+        # than recorded (re-created after a wipe): from now on it holds what
+        # it is recorded to hold; FinishEnsembleChange records it.
+        return bool(incarnations_to_record(record, report, self._address))
 
     def _drop_never_added(self, record: ShardRecord, report: ReplicaReport) -> Action | None:
         """A long-dead member the leader never had (its addition was cut short,

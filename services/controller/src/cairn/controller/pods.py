@@ -7,7 +7,7 @@ newer controller epoch (STALE_CONTROLLER_EPOCH) raises ControllerFenced."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -73,6 +73,15 @@ async def _changing(call: Awaitable[T]) -> T:
 
 
 @dataclass(frozen=True)
+class Fenced:
+    """A replica's answer to NewTerm."""
+
+    head: tuple[int, int]
+    # The incarnation of its data (0: a pod that does not report one).
+    incarnation: int = 0
+
+
+@dataclass(frozen=True)
 class PodAddress:
     public: str
     internal: str
@@ -114,16 +123,17 @@ class PodClient:
 
     async def new_term(
         self, address: str, shard: int, term: int, namespace: NamespaceSpec | None, epoch: int
-    ) -> tuple[int, int]:
-        """Fence the replica; its durable head. With `namespace`, a missing
-        replica is created; without, a pod that lacks it answers NOT_FOUND."""
+    ) -> Fenced:
+        """Fence the replica; its durable head and incarnation. With `namespace`,
+        a missing replica is created; without, a pod that lacks it answers
+        NOT_FOUND."""
         request = rpb.NewTermRequest(shard=shard, term=term, controller_epoch=epoch)
         if namespace is not None:
             request.spec.CopyFrom(spec_message(namespace))
         answer = await _changing(
             self._coordination(address).NewTerm(request, timeout=self.rpc_timeout_s)
         )
-        return answer.head.term, answer.head.offset
+        return Fenced((answer.head.term, answer.head.offset), answer.incarnation)
 
     async def become_leader(
         self,
@@ -132,7 +142,10 @@ class PodClient:
         term: int,
         followers: Sequence[PodAddress],
         epoch: int,
+        incarnations: Mapping[str, int] | None = None,
     ) -> None:
+        """`incarnations`: the recorded incarnation of followers' data, by
+        internal address."""
         await _changing(
             self._coordination(leader.internal).BecomeLeader(
                 rpb.BecomeLeaderRequest(
@@ -141,6 +154,7 @@ class PodClient:
                     leader=leader.message(),
                     followers=[follower.message() for follower in followers],
                     controller_epoch=epoch,
+                    follower_incarnations=dict(incarnations or {}),
                 ),
                 timeout=self.rpc_timeout_s,
             )

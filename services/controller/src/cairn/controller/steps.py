@@ -18,7 +18,7 @@ against a fresh read of the store before the executor calls a pod on it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from cairn.controller.actions import ActionFailed
@@ -72,14 +72,18 @@ def open_term(status: ClusterStatus, shard: int) -> ClusterStatus:
     return status.with_shard(replace(record, term=term, state=state, leader=None))
 
 
-def record_leader(status: ClusterStatus, shard: int, term: int, leader: str) -> ClusterStatus:
+def record_leader(
+    status: ClusterStatus, shard: int, term: int, leader: str, incarnations: Mapping[str, int]
+) -> ClusterStatus:
     """The leader chosen for `term` (made a member if it was not one), before it
-    is told."""
+    is told, with the incarnations of the data of the members that answered
+    intact (those with none recorded get theirs recorded)."""
     record = _in_term(status, shard, term)
     if record.state is ShardState.STEADY or record.leader not in (None, leader):
         raise ActionFailed(f"shard {shard}: term {term} already has leader {record.leader}")
     ensemble = record.ensemble if leader in record.ensemble else (*record.ensemble, leader)
-    return status.with_shard(replace(record, leader=leader, ensemble=ensemble))
+    chosen = replace(record, leader=leader, ensemble=ensemble).with_incarnations(incarnations)
+    return status.with_shard(chosen)
 
 
 def record_steady(
@@ -98,7 +102,10 @@ def record_steady(
         raise ActionFailed(f"shard {shard}: term {term} is led by {record.leader}, not {leader}")
     if record.state is ShardState.STEADY and election is None:
         return status  # confirmed already: a later change's `leaving` must stay
-    status = status.with_shard(replace(record, state=ShardState.STEADY, leaving=()))
+    steady = replace(record, state=ShardState.STEADY, leaving=())
+    # Incarnations are kept for voters only: one removed and added back later
+    # is a new member.
+    status = status.with_shard(steady.with_incarnations({}))
     status = replace(status, assignments_version=status.assignments_version + 1)
     if move_done:
         status = replace(
@@ -142,9 +149,32 @@ def finish_removal(
     """The leader has dropped `names`: they no longer count as voters."""
     record = _steady_in_term(status, shard, term)
     gone = set(names)
-    return status.with_shard(
-        replace(record, leaving=tuple(n for n in record.leaving if n not in gone))
-    )
+    kept = replace(record, leaving=tuple(n for n in record.leaving if n not in gone))
+    return status.with_shard(kept.with_incarnations({}))
+
+
+def record_new_member_data(
+    status: ClusterStatus, shard: int, name: str, incarnation: int
+) -> ClusterStatus:
+    """A member with no recorded incarnation holds nothing the shard counts on
+    yet: what it will hold comes with `incarnation`. One recorded already keeps
+    its record: if this is another incarnation, the member lost that data, and
+    its leader's report of it voting again (caught up) is what may change the
+    record (`record_caught_up_data`)."""
+    record = shard_record(status, shard)
+    if not incarnation or record.incarnation_of(name) is not None:
+        return status
+    return status.with_shard(record.with_incarnations({name: incarnation}))
+
+
+def record_caught_up_data(
+    status: ClusterStatus, shard: int, caught_up: Mapping[str, int]
+) -> ClusterStatus:
+    """Members their leader caught up with another incarnation of their data
+    than recorded hold what they are recorded to hold again: they count in
+    elections again."""
+    record = shard_record(status, shard)
+    return status.with_shard(record.with_incarnations(caught_up))
 
 
 def require_member(

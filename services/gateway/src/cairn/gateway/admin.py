@@ -95,6 +95,11 @@ class ShardView(_View):
     headOffset: int | None
     commitOffset: int | None
     followers: list[FollowerView]
+    electionBlocked: str | None = Field(
+        default=None,
+        description="Without a serving leader: why no election can be held (members "
+        "unreachable, or that lost their data); an operator resolves lost data",
+    )
 
 
 class NodeView(_View):

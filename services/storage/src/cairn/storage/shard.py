@@ -37,6 +37,7 @@ import contextlib
 import enum
 import itertools
 import logging
+import secrets
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -88,11 +89,14 @@ from cairn.storage.core.entry_apply import ShardRules, apply_entry
 from cairn.storage.core.fastpath import folds_only_plain_puts, has_plain_puts
 from cairn.storage.core.meta import (
     COMMIT_OFFSET_KEY,
+    INCARNATION_KEY,
     LOG_BASE_KEY,
     TERM_KEY,
     decode_entry_id,
     decode_i64,
+    decode_u64,
     encode_i64,
+    encode_u64,
 )
 from cairn.storage.core.read_cache import ReadCache
 from cairn.storage.core.replication.applied_changes import (
@@ -132,6 +136,13 @@ SESSION_CHECK_INTERVAL_S = 0.25
 WAL_RETENTION_CHECK_INTERVAL_S = 1.0
 # WAL trimming for every shard of the process, beside (never behind) their fsyncs.
 _MAINTENANCE_EXECUTOR = ThreadPoolExecutor(2, thread_name_prefix="wal-trim")
+
+
+def new_incarnation() -> int:
+    """A random identity for a replica's data: 63 bits (it fits a signed 64-bit
+    field anywhere it is copied), never 0 (which the protocol reads as "not
+    reported")."""
+    return secrets.randbits(63) or 1
 
 
 def _operation_count(kind: int, body: Message | Folded) -> int:
@@ -227,9 +238,11 @@ class ShardReplica:
         clock_ms: Callable[[], int] = wall_clock_ms,
         session_clock_ms: Callable[[], int] = monotonic_ms,
         wal_retention: WalRetention | None = None,
+        incarnation_source: Callable[[], int] = new_incarnation,
     ) -> None:
         """`wal_retention` None keeps the whole WAL. `shard_dir` (where kv/ and
-        wal/ live) is needed to install snapshots."""
+        wal/ live) is needed to install snapshots. `incarnation_source` draws the
+        incarnation of a replica whose KV has none (created empty)."""
         self.shard_id = shard_id
         self.spec = spec
         self.kv = kv
@@ -258,7 +271,7 @@ class ShardReplica:
         self.read_cache = ReadCache(
             limits.max_read_cache_entries_per_shard, limits.max_read_cache_bytes_per_shard
         )
-        self._load_state()
+        self._load_state(incarnation_source)
         self.sessions = SessionTracker()
         self._leader: LeaderRole | None = None
         # Set once a leader has applied its term's first entry.
@@ -310,9 +323,18 @@ class ShardReplica:
         self._tasks: list[asyncio.Task[None]] = []
         self._start_tasks()
 
-    def _load_state(self) -> None:
-        """Term, log history and applied offset from the KV and WAL."""
+    def _load_state(self, incarnation_source: Callable[[], int]) -> None:
+        """Term, log history, applied offset and incarnation from the KV and WAL."""
         kv, wal = self.kv, self.wal
+        incarnation = decode_u64(kv.get(Column.META, INCARNATION_KEY))
+        if incarnation is None:
+            # Storage created empty (a new replica, or one whose disk was lost):
+            # its data is a new incarnation, durable before anyone hears of it.
+            incarnation = incarnation_source()
+            kv.write([(Column.META, INCARNATION_KEY, encode_u64(incarnation))])
+            kv.sync()
+            log.info("shard %d: storage created, incarnation %#x", self.shard_id, incarnation)
+        self.incarnation = incarnation
         self.applied_offset = decode_i64(kv.get(Column.META, COMMIT_OFFSET_KEY), NO_OFFSET)
         stored_base = decode_entry_id(kv.get(Column.META, LOG_BASE_KEY))
         base = EntryId(*stored_base) if stored_base is not None else None
@@ -587,6 +609,7 @@ class ShardReplica:
             read_requests=self.read_requests,
             read_gets=self.read_gets,
             entries_applied_from_leader_changes=self.entries_applied_from_leader_changes,
+            incarnation=self.incarnation,
         )
         if core.leader is not None:
             status.leader.CopyFrom(node_message(core.leader))
@@ -734,7 +757,9 @@ class ShardReplica:
                 await self._follow(term, leader)
             # Received without the lock (it may take long): the replica keeps
             # answering fences meanwhile, and the install checks nothing changed.
-            installer = SnapshotInstaller(self.shard_dir)
+            installer = SnapshotInstaller(
+                self.shard_dir, [(INCARNATION_KEY, encode_u64(self.incarnation))]
+            )
             try:
                 async for chunk in chunks:
                     installer.add(chunk)

@@ -5,7 +5,9 @@ Sending. `snapshot_chunks` opens one plain RocksDB iterator per column when it i
 called; each iterator reads the implicit snapshot taken at its creation, so a caller
 on the event loop thread (where every KV write happens) gets the state between two
 writes. (rocksdict's explicit `Snapshot` iterators ignore the snapshot: not used.)
-Records go out column by column (RECORDS, then META), keys ascending.
+Records go out column by column (RECORDS, then META), keys ascending. META records
+that describe the sending replica itself (`meta.LOCAL_META_KEYS`: its incarnation)
+are left out; the receiver keeps its own through the install.
 
 Wire columns: `SnapshotRecord.column` is 0 for `Column.RECORDS`, 1 for `Column.META`;
 any other number is a protocol error on receive.
@@ -54,12 +56,18 @@ import json
 import shutil
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from cairn.common.files import fsync_directory, temp_path, write_atomically
 from cairn.proto import replication_pb2
-from cairn.storage.core.meta import COMMIT_OFFSET_KEY, LOG_BASE_KEY, decode_i64, encode_entry_id
+from cairn.storage.core.meta import (
+    COMMIT_OFFSET_KEY,
+    LOCAL_META_KEYS,
+    LOG_BASE_KEY,
+    decode_i64,
+    encode_entry_id,
+)
 from cairn.storage.core.replication.terms import EntryId
 from cairn.storage.kv import Change, Column, KvReader, RocksKv
 from cairn.storage.wal import Wal
@@ -110,9 +118,20 @@ def snapshot_chunks(
         )
     # KvReader.scan creates its iterator (and RocksDB its implicit snapshot) eagerly.
     scans = [
-        (number, kv.scan(column, b"", None, bulk=True)) for number, column in WIRE_COLUMNS.items()
+        (number, _shard_state(column, kv.scan(column, b"", None, bulk=True)))
+        for number, column in WIRE_COLUMNS.items()
     ]
     return _chunks(scans, header, max_chunk_records, max_chunk_bytes)
+
+
+def _shard_state(
+    column: Column, items: Iterator[tuple[bytes, bytes]]
+) -> Iterator[tuple[bytes, bytes]]:
+    """The records of the shard's state: what describes the sending replica
+    itself (its incarnation) is not the receiver's."""
+    if column is not Column.META:
+        return items
+    return ((key, value) for key, value in items if key not in LOCAL_META_KEYS)
 
 
 def _chunks(
@@ -159,7 +178,12 @@ class SnapshotInstaller:
     already deleted. `abort` drops a transfer that will not complete.
     """
 
-    def __init__(self, shard_dir: Path) -> None:
+    def __init__(self, shard_dir: Path, local_meta: Sequence[tuple[bytes, bytes]] = ()) -> None:
+        """`local_meta`: the receiving replica's own META records (LOCAL_META_KEYS),
+        written into the staged KV so the install keeps them atomically."""
+        if any(key not in LOCAL_META_KEYS for key, _ in local_meta):
+            raise ValueError(f"not local META keys: {[key for key, _ in local_meta]}")
+        self._local_meta = list(local_meta)
         self._shard_dir = shard_dir
         self._staging_dir = shard_dir / STAGING_DIR_NAME
         if (shard_dir / MARKER_FILE_NAME).exists():
@@ -200,13 +224,15 @@ class SnapshotInstaller:
             if column is None:
                 raise SnapshotError(f"unknown column {record.column}")
             key, value = record.key, record.value
-            changes.append((column, key, value))
             crc = record_checksum(crc, record.column, key, value)
+            if column is Column.META and key in LOCAL_META_KEYS:
+                continue  # the sender's own, not ours (see _shard_state)
+            changes.append((column, key, value))
         assert self._kv is not None
         if changes:
             self._kv.write(changes)
         self._crc = crc
-        self._record_count += len(changes)
+        self._record_count += len(chunk.records)
         if chunk.last:
             self._last = replication_pb2.SnapshotChunk(
                 last=True, record_count=chunk.record_count, checksum=chunk.checksum
@@ -233,6 +259,8 @@ class SnapshotInstaller:
             last_included = self._verify()
             kv = self._kv
             assert kv is not None
+            if self._local_meta:
+                kv.write([(Column.META, key, value) for key, value in self._local_meta])
             # Durable before the marker: the marker says the staged KV is complete.
             kv.sync()
             kv.close()

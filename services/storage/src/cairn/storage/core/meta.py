@@ -17,9 +17,18 @@ NOTIFICATIONS_TRIMMED_BEFORE_KEY = b"notifications_trimmed_before"
 # The (term, offset) of the entry just before the WAL's first one, set when a snapshot
 # is installed: the replica's head while its WAL holds no entry.
 LOG_BASE_KEY = b"log_base"
+# The incarnation of this replica's data: drawn when the replica's storage is
+# created empty, never copied to another replica (a snapshot leaves it out, see
+# LOCAL_META_KEYS). A replica that lost its disk is created again with another
+# one, so leader and controller can tell it from the replica it was.
+INCARNATION_KEY = b"incarnation"
+# META keys that describe this replica, not the shard's state: never sent in a
+# snapshot, and kept across the install of one.
+LOCAL_META_KEYS = frozenset({INCARNATION_KEY})
 _ID = struct.Struct(">q")  # big endian: keys of one prefix sort by id
 
 _I64 = struct.Struct("<q")
+_U64 = struct.Struct("<Q")
 _ENTRY_ID = struct.Struct("<qq")  # term, offset
 
 
@@ -31,6 +40,17 @@ def decode_i64(data: bytes | None, default: int) -> int:
     if data is None:
         return default
     value: int = _I64.unpack(data)[0]
+    return value
+
+
+def encode_u64(value: int) -> bytes:
+    return _U64.pack(value)
+
+
+def decode_u64(data: bytes | None) -> int | None:
+    if data is None:
+        return None
+    value: int = _U64.unpack(data)[0]
     return value
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from cairn.proto import replication_pb2 as rpb
@@ -33,6 +33,7 @@ class ReplicatingLeader:
         term_start_offset: int,
         peers: PeerChannels | None,
         settings: ReplicationSettings,
+        incarnations: Mapping[str, int] | None = None,
         clock_ms: Callable[[], int] = monotonic_ms,
     ) -> None:
         followers = list(followers)
@@ -50,6 +51,7 @@ class ReplicatingLeader:
             shard.known_commit_offset,
             term_start_offset,
             settings.max_in_flight_entries,
+            incarnations,
         )
         self.clock_ms = clock_ms
         self.lease = LeaderLease(me.internal_address, settings.leader_lease_ms)
@@ -102,7 +104,8 @@ class ReplicatingLeader:
     # -- the lease -------------------------------------------------------------------
 
     def lease_holds(self) -> bool:
-        return self.lease.holds(self.core.quorum.voters, self.clock_ms())
+        quorum = self.core.quorum
+        return self.lease.holds(quorum.voters, self.clock_ms(), quorum.majority)
 
     async def renew_lease(self, timeout_s: float) -> bool:
         """Ask every follower for an answer now; whether the lease holds within
@@ -128,10 +131,15 @@ class ReplicatingLeader:
     # -- followers -------------------------------------------------------------------
 
     def follower_acknowledged(
-        self, member: str, term: int, durable_offset: int, applied_offset: int | None = None
+        self,
+        member: str,
+        term: int,
+        durable_offset: int,
+        applied_offset: int | None = None,
+        incarnation: int | None = None,
     ) -> None:
         self._commit_may_have_advanced(
-            self.core.on_ack(member, term, durable_offset, applied_offset)
+            self.core.on_ack(member, term, durable_offset, applied_offset, incarnation)
         )
 
     def _commit_may_have_advanced(self, commit_offset: int) -> None:
@@ -185,6 +193,7 @@ class ReplicatingLeader:
                     applied_offset=progress.applied_offset,
                     voting=self.core.is_voting(address),
                     state=progress.phase.value if connected else "disconnected",
+                    incarnation=progress.incarnation or 0,
                 )
             )
         return statuses

@@ -34,6 +34,7 @@ from cairn.storage.replication.wire import (
     entry_id_message,
     entry_id_of,
     history_message,
+    incarnation_of,
     log_entry_message,
     node_message,
 )
@@ -153,7 +154,10 @@ class FollowerSender:
         leader.lease_echo(self.address, sent_ms)
         follower_head = entry_id_of(answer.head)
         phase = leader.core.on_truncated(
-            self.address, follower_head, shard.log.first_readable_offset
+            self.address,
+            follower_head,
+            shard.log.first_readable_offset,
+            incarnation_of(answer.incarnation),
         )
         if phase is FollowerPhase.SNAPSHOT:
             installed = await self._send_snapshot()
@@ -297,7 +301,11 @@ class FollowerSender:
                 while self._unacked and self._unacked[0][0] <= durable:
                     self._unacked_bytes -= self._unacked.popleft()[1]
                 self.leader.follower_acknowledged(
-                    self.address, answer.term, durable, answer.applied_offset
+                    self.address,
+                    answer.term,
+                    durable,
+                    answer.applied_offset,
+                    incarnation_of(answer.incarnation),
                 )
                 self.leader.lease_echo(self.address, answer.leader_time_ms)
                 self._wake.set()  # the window may have opened

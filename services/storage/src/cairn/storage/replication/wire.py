@@ -45,6 +45,11 @@ def member_of(node: rpb.Node) -> Member:
     return Member(node.public_address, node.internal_address)
 
 
+def incarnation_of(value: int) -> int | None:
+    """A replica's incarnation as sent: 0 means a pod that does not report one."""
+    return value or None
+
+
 def entry_id_message(entry_id: EntryId) -> rpb.EntryId:
     return rpb.EntryId(term=entry_id.term, offset=entry_id.offset)
 

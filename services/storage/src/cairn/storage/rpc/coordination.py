@@ -78,7 +78,11 @@ class CoordinationService:
             head, commit_offset = await replica.new_term(request.term)
         except CairnError as error:
             await abort(context, error)
-        return rpb.NewTermResponse(head=entry_id_message(head), commit_offset=commit_offset)
+        return rpb.NewTermResponse(
+            head=entry_id_message(head),
+            commit_offset=commit_offset,
+            incarnation=replica.incarnation,
+        )
 
     async def become_leader(
         self, request: rpb.BecomeLeaderRequest, context: grpc.aio.ServicerContext
@@ -88,6 +92,11 @@ class CoordinationService:
             host.admit_controller(request.controller_epoch)
             replica = host.directory.replica(request.shard)
             followers = [member_of(node) for node in request.followers]
+            incarnations = {
+                address: incarnation
+                for address, incarnation in request.follower_incarnations.items()
+                if incarnation
+            }
             term = request.term
 
             def make_leader(shard: ShardReplica, term_start_offset: int) -> ReplicatingLeader:
@@ -99,6 +108,7 @@ class CoordinationService:
                     term_start_offset,
                     host.peers,
                     shard.replication,
+                    incarnations,
                 )
 
             term_start = await replica.become_leader(term, host.me, make_leader)

@@ -47,6 +47,7 @@ class ReplicationService:
             head=entry_id_message(head),
             commit_offset=replica.known_commit_offset,
             first_offset=replica.log.first_offset,
+            incarnation=replica.incarnation,
         )
 
     async def replicate(
@@ -118,6 +119,7 @@ class ReplicationService:
                         applied_offset=applied,
                         term=stream_term,
                         leader_time_ms=leader_time_ms,
+                        incarnation=replica.incarnation,
                     )
                     if replica.closing:
                         return  # shutting down: the leader reconnects elsewhere or later

@@ -22,13 +22,20 @@ bounded run in memory and reads the rest back from its WAL to apply it). A
 follower's head after Truncate, or after a snapshot, is durable on it and
 agrees with our log, so it counts as an acknowledgement in this term.
 
+A follower's data has an identity, its *incarnation*, drawn when its replica
+was created empty and reported with every Truncate answer and acknowledgement.
+A follower that answers with another incarnation than before lost its disk and
+was created anew under the same address: what it acknowledged is gone, so the
+leader forgets its progress and readmits it as a learner (QuorumTracker.readmit)
+rather than count acknowledgements its log no longer backs.
+
 Pure: the runtime reads entries, sends, and reports back.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from cairn.common.errors import InvalidTerm
@@ -54,6 +61,19 @@ class FollowerProgress:
     # Highest offset it reported applied (for its status: applying lags
     # syncing on a follower that is behind the commit offset).
     applied_offset: int = NO_OFFSET
+    # The incarnation of its data, once it answered (None: not yet, or a pod that
+    # does not report one).
+    incarnation: int | None = None
+
+
+class StaleIncarnation(InvalidTerm):
+    """An acknowledgement from another incarnation of the follower's data than
+    the one its last Truncate answer reported (a late one of data since lost,
+    or data that changed under its stream): it proves nothing about what the
+    follower holds now. The stream must end; the next Truncate tells which
+    data the follower has, and readmits it if that is new."""
+
+    reason = "STALE_INCARNATION"
 
 
 class LeaderCore:
@@ -65,11 +85,21 @@ class LeaderCore:
         commit_offset: int,
         term_start_offset: int,
         max_in_flight_entries: int,
+        incarnations: Mapping[str, int] | None = None,
     ) -> None:
+        """`incarnations`: the incarnation of each follower's data as the
+        controller recorded it (by internal address); a follower that answers
+        with another one is readmitted, as if it had changed in this term."""
         self.term = term
         self.me = me
         self.max_in_flight_entries = max_in_flight_entries
-        self.followers = {member.internal_address: FollowerProgress(member) for member in followers}
+        known = incarnations or {}
+        self.followers = {
+            member.internal_address: FollowerProgress(
+                member, incarnation=known.get(member.internal_address)
+            )
+            for member in followers
+        }
         if me.internal_address in self.followers:
             raise ValueError("the leader cannot be its own follower")
         self.quorum = QuorumTracker.for_new_term(
@@ -95,11 +125,19 @@ class LeaderCore:
 
     # -- a follower ------------------------------------------------------------------
 
-    def on_truncated(self, member: str, head: EntryId, our_first_offset: int) -> FollowerPhase:
+    def on_truncated(
+        self,
+        member: str,
+        head: EntryId,
+        our_first_offset: int,
+        incarnation: int | None = None,
+    ) -> FollowerPhase:
         """The follower's log now agrees with ours up to `head`. Stream from there if
         our WAL still holds the next entry (`our_first_offset` is the first entry it
-        can provide), else send a snapshot."""
+        can provide), else send a snapshot. `incarnation` identifies the follower's
+        data: another one than before means it lost what it acknowledged."""
         progress = self.followers[member]
+        self._check_incarnation(progress, incarnation)
         if head.offset + 1 < our_first_offset:
             progress.phase = FollowerPhase.SNAPSHOT
             return progress.phase
@@ -130,25 +168,59 @@ class LeaderCore:
         self.followers[member].next_offset = last_offset + 1
 
     def on_ack(
-        self, member: str, term: int, durable_offset: int, applied_offset: int | None = None
+        self,
+        member: str,
+        term: int,
+        durable_offset: int,
+        applied_offset: int | None = None,
+        incarnation: int | None = None,
     ) -> int:
         """The follower holds our log durably up to `durable_offset` (and has applied
         up to `applied_offset`, if it says), as it reported in `term`; returns the
         commit offset. An answer of another term proves nothing about our entries
-        at those offsets: InvalidTerm (the stream it came on must end)."""
+        at those offsets: InvalidTerm (the stream it came on must end); nor does
+        one of another incarnation of its data: StaleIncarnation."""
         if term != self.term:
             raise InvalidTerm(f"follower {member} answered for term {term}, not {self.term}")
         progress = self.followers.get(member)
         if progress is None:
             return self.commit_offset
+        if (
+            incarnation is not None
+            and progress.incarnation is not None
+            and incarnation != progress.incarnation
+        ):
+            raise StaleIncarnation(
+                f"follower {member} answered with incarnation {incarnation}, "
+                f"not {progress.incarnation}"
+            )
         progress.acked_offset = max(progress.acked_offset, durable_offset)
         if applied_offset is not None:
             progress.applied_offset = max(progress.applied_offset, applied_offset)
         return self.quorum.acknowledge(member, self.term, durable_offset)
 
+    def _check_incarnation(self, progress: FollowerProgress, incarnation: int | None) -> None:
+        if incarnation is None:
+            return
+        if progress.incarnation is not None and incarnation != progress.incarnation:
+            self._readmit(progress, incarnation)
+        progress.incarnation = incarnation
+
+    def _readmit(self, progress: FollowerProgress, incarnation: int) -> None:
+        """The follower's data was created anew: nothing it acknowledged is held
+        any more. Not streaming until it answers Truncate again."""
+        progress.phase = FollowerPhase.CONNECTING
+        progress.next_offset = NO_OFFSET
+        progress.acked_offset = NO_OFFSET
+        progress.applied_offset = NO_OFFSET
+        progress.incarnation = incarnation
+        # The commit offset never goes back: readmitting cannot change it.
+        self.quorum.readmit(progress.member.internal_address)
+
     def on_disconnected(self, member: str) -> None:
         """The stream broke: bring the follower to our log again before streaming.
-        Its acknowledgements stay valid: it cannot lose durable entries of this term."""
+        Its acknowledgements stay valid while its data does (a follower that lost
+        it answers Truncate with another incarnation, see on_truncated)."""
         progress = self.followers.get(member)
         if progress is not None:
             progress.phase = FollowerPhase.CONNECTING

@@ -64,14 +64,22 @@ class LeaderLease:
         """A member left the ensemble (or came back as another replica)."""
         self.echoes.pop(member, None)
 
-    def expires_at_ms(self, voters: Collection[str], now_ms: int) -> int:
+    def expires_at_ms(
+        self, voters: Collection[str], now_ms: int, majority: int | None = None
+    ) -> int:
         """When the lease ends, judged by the voters the leader's quorum counts
-        (learners do not: they do not count toward commits either)."""
+        (learners do not: they do not count toward commits either), `majority`
+        of which must have echoed: by default a majority of them; the quorum's
+        own, which also counts members readmitted after losing their data, is
+        never smaller."""
+        needed = len(voters) // 2 + 1 if majority is None else majority
+        if needed > len(voters):
+            return NEVER_MS
         times = sorted(
             (now_ms if voter == self.me else self.echoes.get(voter, NEVER_MS) for voter in voters),
             reverse=True,
         )
-        return times[len(times) // 2] + self.duration_ms
+        return times[needed - 1] + self.duration_ms
 
-    def holds(self, voters: Collection[str], now_ms: int) -> bool:
-        return now_ms < self.expires_at_ms(voters, now_ms)
+    def holds(self, voters: Collection[str], now_ms: int, majority: int | None = None) -> bool:
+        return now_ms < self.expires_at_ms(voters, now_ms, majority)

@@ -11,6 +11,13 @@ Members join as learners: they receive entries but do not vote until they have
 caught up to what is already committed, so adding a member never stalls commits
 or lets an empty replica be counted toward a majority. The commit offset never
 goes back, whatever the ensemble becomes.
+
+A voter that lost its data (it came back with another incarnation, see
+LeaderCore) is *returning*: its acknowledgements are forgotten and it is a
+learner again, but it still counts in the majority's size, so losing a disk
+never lowers the number of acknowledgements a commit needs. It votes again once
+it holds the term's first entry and the commit offset: then its log holds every
+entry committed before this term (the leader's log does) and since.
 """
 
 from __future__ import annotations
@@ -29,6 +36,9 @@ class QuorumTracker:
     leader: str
     voters: set[str]
     learners: set[str] = field(default_factory=set)
+    # Learners that were voters of this ensemble and lost their data: still
+    # counted in the majority's size (a subset of `learners`).
+    returning: set[str] = field(default_factory=set)
     # Highest offset each member has acknowledged as durable in this term.
     acked: dict[str, int] = field(default_factory=dict)
     commit_offset: int = NO_OFFSET
@@ -62,7 +72,7 @@ class QuorumTracker:
 
     @property
     def majority(self) -> int:
-        return len(self.voters) // 2 + 1
+        return (len(self.voters) + len(self.returning)) // 2 + 1
 
     def acknowledge(self, member: str, term: int, offset: int) -> int:
         """Record that `member` holds entries up to `offset` durably in `term`;
@@ -73,10 +83,32 @@ class QuorumTracker:
             return self.commit_offset
         if offset > self.acked.get(member, NO_OFFSET):
             self.acked[member] = offset
-        if member in self.learners and offset >= self.commit_offset:
+        if member in self.learners and offset >= self._caught_up_at(member):
             # Caught up with what is committed: from now on it votes.
             self.learners.discard(member)
+            self.returning.discard(member)
             self.voters.add(member)
+        return self._advance()
+
+    def _caught_up_at(self, member: str) -> int:
+        """The offset a learner must hold to vote. A returning member must also
+        hold the term's first entry: while the commit offset is one inherited
+        from an earlier term, entries that term committed may lie beyond it."""
+        if member in self.returning:
+            return max(self.commit_offset, self.term_start_offset)
+        return self.commit_offset
+
+    def readmit(self, member: str) -> int:
+        """`member` lost what it acknowledged (its data was wiped and created
+        anew): forget its acknowledgements and make it a returning learner.
+        Returns the commit offset, which never goes back."""
+        if member == self.leader:
+            raise ValueError("the leader cannot be readmitted to its own ensemble")
+        if member in self.voters:
+            self.voters.discard(member)
+            self.learners.add(member)
+            self.returning.add(member)
+        self.acked.pop(member, None)
         return self._advance()
 
     def add_learner(self, member: str) -> None:
@@ -91,11 +123,14 @@ class QuorumTracker:
             raise ValueError("the leader cannot be removed from its own ensemble")
         self.voters.discard(member)
         self.learners.discard(member)
+        self.returning.discard(member)
         self.acked.pop(member, None)
         return self._advance()
 
     def _advance(self) -> int:
         votes = sorted((self.acked.get(m, NO_OFFSET) for m in self.voters), reverse=True)
+        if len(votes) < self.majority:
+            return self.commit_offset  # returning members must catch up first
         candidate = votes[self.majority - 1]
         if candidate > self.commit_offset and candidate >= self.term_start_offset:
             self.commit_offset = candidate

@@ -1,0 +1,102 @@
+"""Issue 38, hole 1: a wiped follower is re-added in place and must not keep its
+vote. The planner, the election (choose_leader through the executor's steps)
+and the leaders of the model cluster, with incarnations modelled: a wipe taints
+nothing, so the model's check that no committed entry is lost applies.
+
+RF=3: leader A, followers B and C. B has acknowledged everything (committed with
+A); C lags behind. B loses its disk and comes back empty; the ensemble change
+re-creates its replica (NewTerm) and hands it to the leader (AddFollower, a
+no-op for a member the leader tracks). A crashes before B has caught up.
+"""
+
+from __future__ import annotations
+
+from cairn.controller.actions import Action, Elect, FinishEnsembleChange
+from cairn.controller.model import ClusterSpec, NamespaceSpec
+from cairn.controller.planner import PlannerSettings, election_blocked
+from support.model_cluster import ModelCluster
+
+SETTINGS = PlannerSettings(replace_after_ms=5_000, rebalance_after_ms=3_000)
+NODES = ["pod-0", "pod-1", "pod-2"]
+
+
+def of_type(actions: list[Action], kind: type) -> list[Action]:
+    return [action for action in actions if isinstance(action, kind)]
+
+
+def wiped_follower_readded_while_the_other_lags() -> tuple[ModelCluster, str, str, str]:
+    """The state just after B's replica was re-created in place; B has not
+    caught up. Returns (model, A, B, C)."""
+    spec = ClusterSpec((NamespaceSpec("default", 1, 3),), storage_pods=3)
+    model = ModelCluster(spec, NODES, instant_catch_up=False, incarnations=True)
+    model.run_until_quiet(SETTINGS)
+    record = model.record(0)
+    a = record.leader
+    assert a is not None
+    b, c = (name for name in record.ensemble if name != a)
+    # C lags: it is cut off while A and B commit 20 more entries.
+    model.kill(c, noticed=False)
+    assert model.write(0, 20)
+    model.replicate()
+    committed = model.committed[0]
+    leader = model.replica(a, 0)
+    assert leader is not None and leader.commit_offset == len(committed) - 1
+    c_replica = model.replica(c, 0)
+    assert c_replica is not None and len(c_replica.log) < len(committed)
+    model.revive(c, restarted=False, noticed=False)
+    # B loses its disk and restarts empty.
+    model.kill(b)
+    model.wipe(b)
+    model.revive(b)
+    model.poll()
+    actions = model.plan(SETTINGS)
+    assert of_type(actions, FinishEnsembleChange) == [FinishEnsembleChange(0)]
+    assert model.apply(FinishEnsembleChange(0))
+    b_replica = model.replica(b, 0)
+    assert b_replica is not None and b_replica.log == ()
+    return model, a, b, c
+
+
+def test_a_wiped_follower_readded_in_place_keeps_no_vote_and_no_old_acknowledgement() -> None:
+    model, a, b, c = wiped_follower_readded_while_the_other_lags()
+    # A crashes before B caught up.
+    model.kill(a)
+    model.poll()
+    # Only C holds what it is recorded to hold; B's replica exists but is not
+    # the data it was recorded with: no majority of intact members, no
+    # election (it could only elect a leader without entries 21..).
+    for _ in range(5):
+        actions = model.plan(SETTINGS)
+        assert of_type(actions, Elect) == [], actions
+        model.apply_all(actions)
+        model.poll()
+        model.advance(1_000)
+    reason = election_blocked(model.record(0), model.observe())
+    assert reason is not None
+    assert reason.startswith("only 1 of 3 members can answer for their data, 2 needed")
+    assert f"{a} unreachable" in reason and f"{b} lost its data" in reason and c not in reason
+    # An election forced anyway (an older plan, a retry) elects no one: B's
+    # answer does not count, and the model saw no committed entry lost.
+    assert not model.apply(Elect(0, "forced"))
+
+
+def test_a_wiped_follower_counts_again_once_its_leader_caught_it_up() -> None:
+    model, a, b, c = wiped_follower_readded_while_the_other_lags()
+    record = model.record(0)
+    recorded_b = record.incarnation_of(b)
+    model.replicate()  # B catches up (and votes again at A)
+    model.poll()
+    assert model.plan(SETTINGS) == [FinishEnsembleChange(0)]  # record B's new data
+    model.step(SETTINGS)
+    b_replica = model.replica(b, 0)
+    assert b_replica is not None
+    assert model.record(0).incarnation_of(b) == b_replica.incarnation != recorded_b
+    assert model.plan(SETTINGS) == []
+    model.kill(a)
+    model.poll()
+    assert of_type(model.plan(SETTINGS), Elect) == [Elect(0, f"leader {a} is unreachable")]
+    model.step(SETTINGS)  # elects B or C; the model checks nothing committed is lost
+    new_leader = model.record(0).leader
+    assert new_leader in (b, c)
+    replica = model.replica(new_leader, 0)
+    assert replica is not None and replica.log[: len(model.committed[0])] == model.committed[0]
