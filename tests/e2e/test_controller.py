@@ -338,6 +338,53 @@ def test_a_pod_that_returns_wiped_is_rebuilt(harness: Callable[..., Harness]) ->
     assert h.bench.verify() > 100
 
 
+def test_a_leader_lost_before_a_wiped_follower_caught_up_loses_no_acknowledged_write(
+    harness: Callable[..., Harness],
+) -> None:
+    """Writes running; one follower hung (SIGSTOP of its pod and sidecar) so it
+    lags; the other killed, its disk wiped, restarted and re-added by the
+    controller; the leader killed as soon as that follower holds a replica again
+    (racing its catch-up); the hung follower resumed. The wiped member lost what
+    it had acknowledged, so it must not count toward the next election: the
+    shard either elects a member holding every committed entry or waits (the
+    admin API saying why) until one is back. Every acknowledged write is read
+    back at the end."""
+    h = harness(shards=1)
+    h.bench.start_probes()
+    probe = h.bench.probes[0]
+    _wait(lambda: len(probe.acked) > 50, "the probe's first writes", harness=h)
+    (shard,) = h.shards()
+    leader = shard["leader"]
+    lagging, wiped = (name for name in shard["ensemble"] if name != leader)
+    hung = h.bench.pids(lagging)
+    for pid in hung:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        acked = len(probe.acked)
+        _wait(lambda: len(probe.acked) > acked + 300, "writes committed without the hung follower")
+        old_storage, _ = h.bench.pids(wiped)
+        os.kill(old_storage, signal.SIGKILL)
+        # The launcher restarts it no sooner than half a second later.
+        shutil.rmtree(h.cluster.directory / "pods" / wiped)
+        (h.cluster.directory / "pods" / wiped).mkdir()
+
+        def wiped_holds_a_replica() -> bool:
+            with contextlib.suppress(Exception):
+                return h.bench.pids(wiped)[0] != old_storage and bool(h.pod_statuses()[wiped])
+            return False
+
+        _wait(wiped_holds_a_replica, f"{wiped} back with a replica", harness=h)
+        os.kill(h.bench.pids(leader)[0], signal.SIGKILL)
+    finally:
+        for pid in hung:
+            os.kill(pid, signal.SIGCONT)
+    _wait(lambda: h.shards()[0]["term"] > shard["term"], "an election after the leader died")
+    _wait(h.bench.settled, "the shard settled again", harness=h)
+    h.assert_one_leader_per_shard()
+    probe.stop()
+    assert h.bench.verify() == len(probe.acked) > 300
+
+
 def test_a_leader_moves_on_request_while_writes_flow(harness: Callable[..., Harness]) -> None:
     h = harness()
     h.bench.start_probes()

@@ -219,8 +219,20 @@ class World:
         env.net.faults = NetworkFaults.none()
         env.net.heal()
         ensemble = self.coordinator.ensemble
-        down = [name for name in ensemble if not self.replicas[name].up]
-        staying_down = down[: (len(ensemble) - 1) // 2]
+        # A minority that was down may stay down, as long as the members up then
+        # include a majority whose data is intact (a wiped member rebuilt but not
+        # yet recorded as caught up does not count: the shard waits for it).
+        intact = {
+            name
+            for name in ensemble
+            if Coordinator.intact(self.coordinator, name, self.replicas[name].data_incarnation)
+        }
+        staying_down: list[str] = []
+        for name in ensemble:
+            if self.replicas[name].up or len(staying_down) >= (len(ensemble) - 1) // 2:
+                continue
+            if len(intact - {*staying_down, name}) * 2 > len(ensemble):
+                staying_down.append(name)
         for name in ensemble:
             if not self.replicas[name].up and name not in staying_down:
                 self.replicas[name].start()
