@@ -41,6 +41,7 @@ from cairn.controller.model import (
     default_spec,
 )
 from cairn.controller.observed import NodeView, Observed
+from cairn.controller.pods import Fenced
 from cairn.controller.runtime import Controller, RuntimeSettings
 from cairn.controller.state.file_store import FileStateStore
 
@@ -101,7 +102,7 @@ class FakePodClient:
 
     async def new_term(
         self, address: str, shard: int, term: int, namespace: Any, *args: Any, **kwargs: Any
-    ) -> tuple[int, int]:
+    ) -> Fenced:
         replica = self._replica("NewTerm", address, term)
         if term < replica.term or (term == replica.term and replica.role != "fenced"):
             raise rpc_error(
@@ -109,7 +110,7 @@ class FakePodClient:
                 f"{replica.role} in term {replica.term}: NewTerm({term}) refused",
             )
         replica.term, replica.role = term, "fenced"
-        return replica.head
+        return Fenced(replica.head)
 
     async def become_leader(
         self, leader: Any, shard: int, term: int, followers: Sequence[Any], *args: Any, **kw: Any
