@@ -183,6 +183,7 @@ def test_leader_killed_at_random_moments_loses_no_acknowledged_write(
     nodes = cluster(3)
     driver = Driver()
     rng = random.Random(7)
+    oxia_writer: OxiaWriter | None = None
     try:
         driver.elect(SHARD, nodes)
         driver.push_map(nodes)
@@ -193,6 +194,7 @@ def test_leader_killed_at_random_moments_loses_no_acknowledged_write(
             assert (value, got.version_id()) == (b"one", version.version_id())
         kills = 5
         oxia_writer = OxiaWriter([node.address for node in nodes])
+        oxia_writer.wait_until_writing()
         with Writers(driver) as writers:
             writers.wait_for_more(200)
             for _ in range(kills):
@@ -225,6 +227,8 @@ def test_leader_killed_at_random_moments_loses_no_acknowledged_write(
             client.put("/oxia/after", b"two")
         assert_replicas_equal(driver, nodes)
     finally:
+        if oxia_writer is not None:
+            oxia_writer.stop()
         driver.close()
 
 
