@@ -116,12 +116,18 @@ class Writers:
         with self._lock:
             return len(self.acked)
 
-    def wait_for_more(self, extra: int, timeout_s: float = 30.0) -> None:
+    def wait_for_more(self, extra: int, stall_s: float = 30.0) -> None:
+        """Until `extra` more writes were acknowledged; fails if none is for `stall_s`
+        (a stall; how long they all take depends on how busy the machine is)."""
         target = self.count() + extra
-        deadline = time.monotonic() + timeout_s
-        while self.count() < target:
-            assert time.monotonic() < deadline, f"writes stalled at {self.count()}"
+        seen = self.count()
+        deadline = time.monotonic() + stall_s
+        while seen < target:
             time.sleep(0.02)
+            if self.count() > seen:
+                seen = self.count()
+                deadline = time.monotonic() + stall_s
+            assert time.monotonic() < deadline, f"writes stalled at {seen}"
 
 
 def read_all(address: str, keys: list[str]) -> dict[str, pb.GetResponse]:
