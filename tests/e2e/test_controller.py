@@ -51,17 +51,12 @@ class Harness:
 
     def oxia_writer(self) -> OxiaWriter:
         """The oxia client writing through any pod (stopped at teardown at the latest),
-        returned once its first put was acknowledged.
-
-        Writes must be flowing before a test's faults start: on a loaded machine the
-        writer process can take seconds to start and read its shard map, and a fault
-        that begins first (a pod killed while the client waits for its map) can leave
-        it without a single put for the whole test."""
+        returned once its first put was acknowledged (writes flow before faults)."""
         writer = OxiaWriter(
             [self.cluster.public_address(name) for name in sorted(self.cluster.pods)]
         )
         self._writers.append(writer)
-        _wait(lambda: bool(writer.acked()), "the oxia writer's first put", 60.0)
+        writer.wait_until_writing()
         return writer
 
     def stop_writers(self) -> None:

@@ -116,12 +116,18 @@ class Writers:
         with self._lock:
             return len(self.acked)
 
-    def wait_for_more(self, extra: int, timeout_s: float = 30.0) -> None:
+    def wait_for_more(self, extra: int, stall_s: float = 30.0) -> None:
+        """Until `extra` more writes were acknowledged; fails if none is for `stall_s`
+        (a stall; how long they all take depends on how busy the machine is)."""
         target = self.count() + extra
-        deadline = time.monotonic() + timeout_s
-        while self.count() < target:
-            assert time.monotonic() < deadline, f"writes stalled at {self.count()}"
+        seen = self.count()
+        deadline = time.monotonic() + stall_s
+        while seen < target:
             time.sleep(0.02)
+            if self.count() > seen:
+                seen = self.count()
+                deadline = time.monotonic() + stall_s
+            assert time.monotonic() < deadline, f"writes stalled at {seen}"
 
 
 def read_all(address: str, keys: list[str]) -> dict[str, pb.GetResponse]:
@@ -184,6 +190,7 @@ def test_leader_killed_at_random_moments_loses_no_acknowledged_write(
     nodes = cluster(3)
     driver = Driver()
     rng = random.Random(7)
+    oxia_writer: OxiaWriter | None = None
     try:
         driver.elect(SHARD, nodes)
         driver.push_map(nodes)
@@ -194,6 +201,7 @@ def test_leader_killed_at_random_moments_loses_no_acknowledged_write(
             assert (value, got.version_id()) == (b"one", version.version_id())
         kills = 5
         oxia_writer = OxiaWriter([node.address for node in nodes])
+        oxia_writer.wait_until_writing()
         with Writers(driver) as writers:
             writers.wait_for_more(200)
             for _ in range(kills):
@@ -226,6 +234,8 @@ def test_leader_killed_at_random_moments_loses_no_acknowledged_write(
             client.put("/oxia/after", b"two")
         assert_replicas_equal(driver, nodes)
     finally:
+        if oxia_writer is not None:
+            oxia_writer.stop()
         driver.close()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 from cairn.storage.wal import WalEntry
@@ -22,6 +23,22 @@ def records_from_start(data: bytes) -> tuple[list[WalEntry], int]:
             return records, position
         records.append(entry)
         position = position_after
+
+
+def segment_records_end(data: bytes, base_offset: int) -> int:
+    """Where a segment file's own records end (what the WAL counts as its size): the
+    run of records from the first byte with offsets counting up from ``base_offset``.
+    The file goes on past it: zero-filled room, or a reused spare's older bytes."""
+    position = 0
+    for offset in itertools.count(base_offset):
+        try:
+            entry, position_after = decode(data, position, _MAX_RECORD_BYTES)
+        except (TornRecordError, BadRecordError):
+            return position
+        if entry.offset != offset:
+            return position
+        position = position_after
+    raise AssertionError("unreachable")
 
 
 def check_spare(path: Path) -> None:

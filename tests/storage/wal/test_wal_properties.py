@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 
@@ -66,6 +67,53 @@ def test_a_flipped_bit_is_never_decoded_as_a_record(entry: WalEntry, data: st.Da
 OPTIONS = WalOptions(segment_size_bytes=1024)
 # Zero-filled room ahead of the writes (see segment.py), topped up by every sync.
 ZERO_FILLED = WalOptions(segment_size_bytes=1024, zero_fill_ahead_bytes=300)
+
+# Every draw of the machines below has bounds of its own: a choice, mapped onto the
+# files or the model in the rule's body. Bounds taken from them would make what an
+# example draws depend on more than its earlier draws (Hypothesis replays and shrinks
+# an example by its draws alone, and stops with FlakyStrategyDefinition when they differ).
+CHOICE_MAX = 2**16 - 1
+choices = st.integers(0, CHOICE_MAX)
+
+
+def pick(choice: int, low: int, high: int) -> int:
+    """The value in low..high (inclusive) a choice stands for: 0 for low, the largest
+    choice for high; each value can be picked while the span is at most CHOICE_MAX
+    (these files are a few KB)."""
+    assert low <= high
+    return low + (high - low) * choice // CHOICE_MAX
+
+
+@dataclass(frozen=True)
+class Damage:
+    """What a crash does to the unsynced bytes of a file, drawn whole whether or not a
+    machine (or the file) has a use for each part."""
+
+    how: str  # "cut", "zeros" or "hole" (the zero-filled machines)
+    hole_end: int  # a choice, for "hole"
+    previous_life: bool  # a reused file's bytes as they were before (the recycled machine)
+
+
+@dataclass(frozen=True)
+class UnsyncedFile:
+    """What a crash leaves of a file created since the last sync, drawn whole."""
+
+    emptied: bool  # else zeros
+    previous_life: bool
+
+
+damages = st.builds(
+    Damage,
+    how=st.sampled_from(["cut", "zeros", "hole"]),
+    hole_end=choices,
+    previous_life=st.booleans(),
+)
+# One for each file after a torn one (taken in turn when there are more files).
+unsynced_files = st.lists(
+    st.builds(UnsyncedFile, emptied=st.booleans(), previous_life=st.booleans()),
+    min_size=8,
+    max_size=8,
+)
 
 payloads = st.one_of(
     st.just(b""),
@@ -169,13 +217,11 @@ class WalMachine(RuleBasedStateMachine):
         self._now_durable()
 
     @precondition(lambda self: self.next_offset is not None)
-    @rule(data=st.data())
-    def truncate_after(self, data: st.DataObject) -> None:
+    @rule(everything=st.booleans(), choice=choices)
+    def truncate_after(self, everything: bool, choice: int) -> None:
         assert self.next_offset is not None
         start = self._start_offset()
-        offset = data.draw(
-            st.one_of(st.just(-1), st.integers(start - 1, self.next_offset + 2)), label="offset"
-        )
+        offset = -1 if everything else pick(choice, start - 1, self.next_offset + 2)
         self.wal.truncate_after(offset)
         effective = max(offset, start - 1)
         if effective < self.next_offset - 1:
@@ -187,10 +233,10 @@ class WalMachine(RuleBasedStateMachine):
             self._now_durable()
 
     @precondition(lambda self: self.next_offset is not None)
-    @rule(data=st.data())
-    def trim_before(self, data: st.DataObject) -> None:
+    @rule(choice=choices)
+    def trim_before(self, choice: int) -> None:
         assert self.next_offset is not None
-        self._trim(data.draw(st.integers(0, self.next_offset + 2), label="offset"))
+        self._trim(pick(choice, 0, self.next_offset + 2))
 
     def _trim(self, offset: int) -> None:
         last_before = self.wal.last_offset
@@ -228,8 +274,8 @@ class WalMachine(RuleBasedStateMachine):
         self._now_durable()
 
     @precondition(lambda self: self.next_offset is not None)
-    @rule(data=st.data())
-    def crash_losing_unsynced_tail(self, data: st.DataObject) -> None:
+    @rule(cut_choice=choices, damage=damages)
+    def crash_losing_unsynced_tail(self, cut_choice: int, damage: Damage) -> None:
         synced_before = self.wal.synced_offset
         assert synced_before >= self.durable_offset
         self.wal.close()
@@ -238,8 +284,7 @@ class WalMachine(RuleBasedStateMachine):
         durable_size = 0
         if self.durable_tail is not None and self.durable_tail[0] == last_file.name:
             durable_size = min(self.durable_tail[1], size)
-        cut = data.draw(st.integers(durable_size, size), label="cut")
-        self._lose_after(last_file, cut, data)
+        self._lose_after(last_file, pick(cut_choice, durable_size, size), damage)
         self.wal = Wal.open(self.directory, self.options)
 
         recovered = list(self.wal.read(self._start_offset()))
@@ -259,8 +304,10 @@ class WalMachine(RuleBasedStateMachine):
             )
         )
     )
-    @rule(data=st.data())
-    def crash_after_rollover_losing_a_sealed_tail(self, data: st.DataObject) -> None:
+    @rule(torn_choice=choices, cut_choice=choices, damage=damages, later=unsynced_files)
+    def crash_after_rollover_losing_a_sealed_tail(
+        self, torn_choice: int, cut_choice: int, damage: Damage, later: list[UnsyncedFile]
+    ) -> None:
         """Rollovers since the last sync: a crash leaves a sealed segment torn past what
         was durable, the segments before it whole, and the files after it named (their
         names are durable first) but without a record."""
@@ -272,12 +319,12 @@ class WalMachine(RuleBasedStateMachine):
         if self.durable_tail is not None:
             assume(self.durable_tail[0] in names)
             first_unsynced, durable_size = names.index(self.durable_tail[0]), self.durable_tail[1]
-        torn = data.draw(st.integers(first_unsynced, len(files) - 2), label="torn segment")
+        torn = pick(torn_choice, first_unsynced, len(files) - 2)
         size = files[torn].stat().st_size
         floor = min(durable_size, size) if torn == first_unsynced else 0
-        self._lose_after(files[torn], data.draw(st.integers(floor, size), label="cut"), data)
-        for later in files[torn + 1 :]:
-            self._unsynced_file_after_crash(later, data)
+        self._lose_after(files[torn], pick(cut_choice, floor, size), damage)
+        for i, later_file in enumerate(files[torn + 1 :]):
+            self._unsynced_file_after_crash(later_file, later[i % len(later)])
         self.wal = Wal.open(self.directory, self.options)
 
         recovered = list(self.wal.read(self._start_offset()))
@@ -294,24 +341,24 @@ class WalMachine(RuleBasedStateMachine):
         self._adopt_recovered()
         self._now_durable()
 
-    def _lose_after(self, segment_file: Path, cut: int, data: st.DataObject) -> None:
+    def _lose_after(self, segment_file: Path, cut: int, damage: Damage) -> None:
         """What a crash does to the unsynced bytes from `cut` on: here, they are gone."""
         os.truncate(segment_file, cut)
 
-    def _unsynced_file_after_crash(self, segment_file: Path, data: st.DataObject) -> None:
+    def _unsynced_file_after_crash(self, segment_file: Path, choice: UnsyncedFile) -> None:
         """What a crash leaves of a file created since the last sync: its name, and
         none of its records."""
-        if data.draw(st.booleans(), label=f"{segment_file.name} emptied (else zeros)"):
+        if choice.emptied:
             os.truncate(segment_file, 0)
         else:
             segment_file.write_bytes(bytes(segment_file.stat().st_size))
 
-    @rule(data=st.data())
-    def get_and_read_slices(self, data: st.DataObject) -> None:
+    @rule(first_choice=choices, last_choice=choices)
+    def get_and_read_slices(self, first_choice: int, last_choice: int) -> None:
         if not self.model:
             return
-        i = data.draw(st.integers(0, len(self.model) - 1), label="i")
-        j = data.draw(st.integers(i, len(self.model) + 2), label="j")
+        i = pick(first_choice, 0, len(self.model) - 1)
+        j = pick(last_choice, i, len(self.model) + 2)
         assert self.wal.get(self.model[i].offset) == self.model[i]
         to_offset = self.model[0].offset + j
         assert list(self.wal.read(self.model[i].offset, to_offset)) == self.model[i : j + 1]
@@ -350,13 +397,12 @@ class ZeroFilledWalMachine(WalMachine):
 
     options = ZERO_FILLED
 
-    def _lose_after(self, segment_file: Path, cut: int, data: st.DataObject) -> None:
+    def _lose_after(self, segment_file: Path, cut: int, damage: Damage) -> None:
         size = segment_file.stat().st_size
-        how = data.draw(st.sampled_from(["cut", "zeros", "hole"]), label="how")
-        if how == "cut":
+        if damage.how == "cut":
             os.truncate(segment_file, cut)
             return
-        end = size if how == "zeros" else data.draw(st.integers(cut, size), label="hole end")
+        end = size if damage.how == "zeros" else pick(damage.hole_end, cut, size)
         with open(segment_file, "r+b") as handle:
             handle.seek(cut)
             handle.write(bytes(end - cut))
@@ -388,6 +434,15 @@ class RecycledWalMachine(ZeroFilledWalMachine):
         # The bytes each spare file (by inode) held, and the last offset its name
         # gave, for crashes to bring back.
         self.previous_lives: dict[int, tuple[int, bytes]] = {}
+        # A descriptor open on each of those files, until it is gone from the folder:
+        # its inode number stays its own, so that no new file (the WAL's or another
+        # process's) can take it meanwhile and be given a previous life it never had.
+        self.held: dict[int, int] = {}
+
+    def teardown(self) -> None:
+        for descriptor in self.held.values():
+            os.close(descriptor)
+        super().teardown()
 
     @precondition(lambda self: self.next_offset is not None)
     @rule(payloads=st.lists(st.binary(min_size=200, max_size=600), min_size=2, max_size=6))
@@ -398,16 +453,15 @@ class RecycledWalMachine(ZeroFilledWalMachine):
         self._trim(self.wal.last_offset)
 
     def _previous_life(self, segment_file: Path) -> bytes | None:
-        """What the file held as a spare, if it was one before this segment: an inode
-        freed since may be a new file's (created, not reused, perhaps lower in the log
-        after a reset), which never held those bytes."""
+        """What the file held as a spare, if it was one before this segment (a spare's
+        inode is held while it exists: a file with it is the spare, renamed)."""
         last_offset, previous = self.previous_lives.get(segment_file.stat().st_ino, (-1, None))
         return previous if last_offset < int(segment_file.stem) else None
 
-    def _lose_after(self, segment_file: Path, cut: int, data: st.DataObject) -> None:
+    def _lose_after(self, segment_file: Path, cut: int, damage: Damage) -> None:
         previous = self._previous_life(segment_file)
-        if previous is None or not data.draw(st.booleans(), label="previous life back"):
-            super()._lose_after(segment_file, cut, data)
+        if previous is None or not damage.previous_life:
+            super()._lose_after(segment_file, cut, damage)
             return
         event("crash brought a previous life back in the last segment")
         with open(segment_file, "r+b") as handle:
@@ -415,10 +469,10 @@ class RecycledWalMachine(ZeroFilledWalMachine):
             handle.write(previous[cut:])
             handle.truncate(max(cut, len(previous)))
 
-    def _unsynced_file_after_crash(self, segment_file: Path, data: st.DataObject) -> None:
+    def _unsynced_file_after_crash(self, segment_file: Path, choice: UnsyncedFile) -> None:
         previous = self._previous_life(segment_file)
-        if previous is None or not data.draw(st.booleans(), label="previous life back"):
-            super()._unsynced_file_after_crash(segment_file, data)
+        if previous is None or not choice.previous_life:
+            super()._unsynced_file_after_crash(segment_file, choice)
             return
         event("crash brought a previous life back after a rollover")
         segment_file.write_bytes(previous)
@@ -429,7 +483,14 @@ class RecycledWalMachine(ZeroFilledWalMachine):
         assert len(spares) <= self.options.spare_segments
         for spare in spares:
             check_spare(spare)
-            self.previous_lives[spare.stat().st_ino] = (int(spare.stem), spare.read_bytes())
+            inode = spare.stat().st_ino
+            self.previous_lives[inode] = (int(spare.stem), spare.read_bytes())
+            if inode not in self.held:
+                self.held[inode] = os.open(spare, os.O_RDONLY)
+        present = {path.stat().st_ino for path in self.directory.iterdir()}
+        for inode in self.held.keys() - present:
+            os.close(self.held.pop(inode))
+            del self.previous_lives[inode]
 
     @invariant()
     def room_is_zeros(self) -> None:
