@@ -57,6 +57,7 @@ from cairn.common.errors import (
     WriteOutcomeUnknown,
 )
 from cairn.common.keyorder import KeyOrder
+from cairn.common.telemetry import LatencyCounter
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import replication_pb2 as rpb
 from cairn.proto import storage_internal_pb2 as internal_pb
@@ -305,6 +306,9 @@ class ShardReplica:
         self.write_operations = 0
         self.read_requests = 0
         self.read_gets = 0
+        # Metrics (metrics.py reads them): latencies in fixed buckets, plain ints.
+        self.write_latency, self.read_latency = LatencyCounter(), LatencyCounter()
+        self.wal_sync_latency, self.wal_trims = LatencyCounter(), 0
         self._tasks: list[asyncio.Task[None]] = []
         self._start_tasks()
 
@@ -1062,6 +1066,7 @@ class ShardReplica:
         is persisted, every applied entry survives power loss in it, and replay
         never needs it again. Returns the WAL's new first offset."""
         self.kv.persist()
+        self.wal_trims += 1
         return self.wal.trim_before(before_offset)
 
     # ---- notifications --------------------------------------------------------------
@@ -1113,11 +1118,13 @@ class ShardReplica:
                 await self._wake_syncer.wait()
                 self._wake_syncer.clear()
                 continue
+            started_ns = time.perf_counter_ns()
             try:
                 await loop.run_in_executor(self._sync_executor, self.wal.sync)
             except Exception as error:  # an fsync failure leaves the disk state unknown
                 self._fail(error)
                 return
+            self.wal_sync_latency.record_since(started_ns)
             self._on_durable()
 
     def _on_durable(self) -> None:
