@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from cairn.common.telemetry import LatencyCounter
 from cairn.controller.model import ClusterSpec, ClusterState, ClusterStatus
 from cairn.controller.state.store import StateConflict, StateStore, StateUnavailable
 
@@ -29,6 +31,9 @@ class StateKeeper:
         self.store = store
         self.state = state
         self._lock = asyncio.Lock()
+        # Metrics (metrics.py): durations of successful writes, and conflicts lost.
+        self.write_latency = LatencyCounter()
+        self.conflicts = 0
 
     async def reload(self) -> ClusterState:
         self.state = await self._with_retries(self.store.read)
@@ -40,12 +45,15 @@ class StateKeeper:
                 status = change(self.state.status)
                 if status == self.state.status:
                     return self.state
+                started_ns = time.perf_counter_ns()
                 try:
                     self.state = await self._with_retries(
                         functools.partial(self.store.write_status, status, self.state.version)
                     )
+                    self.write_latency.record_since(started_ns)
                     return self.state
                 except StateConflict:
+                    self.conflicts += 1
                     await self.reload()
             raise StateConflict(f"status update lost {MAX_CONFLICT_RETRIES} races in a row")
 
@@ -55,12 +63,15 @@ class StateKeeper:
                 spec = change(self.state.spec)
                 if spec == self.state.spec:
                     return self.state
+                started_ns = time.perf_counter_ns()
                 try:
                     self.state = await self._with_retries(
                         functools.partial(self.store.write_spec, spec, self.state.version)
                     )
+                    self.write_latency.record_since(started_ns)
                     return self.state
                 except StateConflict:
+                    self.conflicts += 1
                     await self.reload()
             raise StateConflict(f"spec update lost {MAX_CONFLICT_RETRIES} races in a row")
 
