@@ -15,6 +15,10 @@ two adds). Observable instruments publish the ints; `observe_histograms` publish
 latency counters as real histograms (the OTel API has no observable histogram, so
 each reader adds them to what the SDK collected, see `_with_callback_histograms`).
 
+A scrape runs the callbacks and formats the page on the endpoint's thread, holding
+the GIL meanwhile: about 15 ms of CPU for a storage pod with 3 shards (measured over
+100 scrapes), most of it the SDK's collection and prometheus_client's text.
+
 Names follow the OpenTelemetry semantic conventions where there is one
 (`rpc.server.call.duration`, `http.server.request.duration`, `process.cpu.time`...)
 and carry a `cairn.` prefix otherwise; durations are in seconds with the explicit
