@@ -64,6 +64,12 @@ def test_storage_metrics_move_with_load(
     for name in ("process_cpu_time_seconds_total", "cairn_process_event_loop_lag_seconds_count"):
         assert samples(after, name), name
 
+    with Client(server.address) as client:
+        client.put("/metrics/ephemeral", b"value", ephemeral=True)
+        with_session = scrape(address)
+    assert sum(samples(with_session, "cairn_session_created_total").values()) == 1
+    assert sum(samples(with_session, "cairn_session_active").values()) == 1
+
 
 def test_rejected_requests_are_counted_by_reason(
     standalone_factory: Callable[..., StandaloneProcess],

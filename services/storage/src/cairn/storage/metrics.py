@@ -64,6 +64,11 @@ class ShardSample:
     wal_bytes: int
     wal_segments: int
     wal_trims: int
+    sessions_created: int
+    sessions_expired: int
+    folds: int
+    folded_requests: int
+    folded_operations: int
     # follower internal address -> (lag in entries, lag in seconds)
     followers: dict[str, tuple[int, float]] = field(default_factory=dict)
     rocksdb: dict[str, int] = field(default_factory=dict)
@@ -130,6 +135,11 @@ def sample(replica: ShardReplica, now_ms: int) -> ShardSample:
         wal_bytes=wal.total_size_bytes(),
         wal_segments=wal.segment_count(),
         wal_trims=replica.wal_trims,
+        sessions_created=replica.sessions_created,
+        sessions_expired=replica.sessions_expired,
+        folds=replica.folds,
+        folded_requests=replica.folded_requests,
+        folded_operations=replica.folded_operations,
         followers=followers,
         rocksdb=_rocksdb(replica),
     )
@@ -281,6 +291,36 @@ class StorageMetrics:
                 lambda s: s.read_cache_misses,
             ),
             ("cairn.wal.trims", "{trim}", "WAL prefix trims", lambda s: s.wal_trims),
+            (
+                "cairn.session.created",
+                "{session}",
+                "sessions created (by this replica as leader)",
+                lambda s: s.sessions_created,
+            ),
+            (
+                "cairn.session.expired",
+                "{session}",
+                "sessions this replica's leader closed for want of heartbeats",
+                lambda s: s.sessions_expired,
+            ),
+            (
+                "cairn.fold.entries",
+                "{entry}",
+                "log entries made of collected write requests (folding.py; one or more each)",
+                lambda s: s.folds,
+            ),
+            (
+                "cairn.fold.requests",
+                "{request}",
+                "write requests those entries carried (requests per fold: the ratio)",
+                lambda s: s.folded_requests,
+            ),
+            (
+                "cairn.fold.operations",
+                "{operation}",
+                "puts and deletes those entries carried",
+                lambda s: s.folded_operations,
+            ),
         ]
         for name, unit, description, value in counters:
             meter.create_observable_counter(

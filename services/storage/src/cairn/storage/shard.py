@@ -309,6 +309,8 @@ class ShardReplica:
         # Metrics (metrics.py reads them): latencies in fixed buckets, plain ints.
         self.write_latency, self.read_latency = LatencyCounter(), LatencyCounter()
         self.wal_sync_latency, self.wal_trims = LatencyCounter(), 0
+        self.sessions_created = self.sessions_expired = 0
+        self.folds = self.folded_requests = self.folded_operations = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._start_tasks()
 
@@ -907,6 +909,8 @@ class ShardReplica:
         except Exception as error:  # not logged: nothing was accepted
             fold.fail(error)
             return
+        self.folds, self.folded_requests = self.folds + 1, self.folded_requests + len(fold.requests)
+        self.folded_operations += fold.operations
         logged.add_done_callback(fold.settle)
 
     def _drop_fold(self, error: BaseException) -> None:
@@ -965,6 +969,7 @@ class ShardReplica:
         future = await self._append(CREATE_SESSION, entry.SerializeToString(), entry)
         session_id: int = await future
         self.sessions.open(session_id, timeout_ms, self._session_clock_ms())
+        self.sessions_created += 1
         return session_id
 
     async def keep_alive(self, session_id: int) -> None:
@@ -1006,6 +1011,7 @@ class ShardReplica:
             for session_id in self.sessions.expired(self._session_clock_ms()):
                 if self.sessions.start_closing(session_id):
                     log.info("shard %d: session %d expired", self.shard_id, session_id)
+                    self.sessions_expired += 1
                     # Expiry waits its turn in the log like any write; a failure leaves
                     # the session for the next leader (it restarts the timeout), and
                     # never ends this loop: this replica may lead again.
