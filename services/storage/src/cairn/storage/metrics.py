@@ -69,6 +69,9 @@ class ShardSample:
     folds: int
     folded_requests: int
     folded_operations: int
+    snapshots_started: int
+    snapshots_completed: int
+    snapshot_bytes: int
     # follower internal address -> (lag in entries, lag in seconds)
     followers: dict[str, tuple[int, float]] = field(default_factory=dict)
     rocksdb: dict[str, int] = field(default_factory=dict)
@@ -140,6 +143,9 @@ def sample(replica: ShardReplica, now_ms: int) -> ShardSample:
         folds=replica.folds,
         folded_requests=replica.folded_requests,
         folded_operations=replica.folded_operations,
+        snapshots_started=replica.snapshots_started,
+        snapshots_completed=replica.snapshots_completed,
+        snapshot_bytes=replica.snapshot_bytes,
         followers=followers,
         rocksdb=_rocksdb(replica),
     )
@@ -304,6 +310,25 @@ class StorageMetrics:
                 lambda s: s.sessions_expired,
             ),
             (
+                "cairn.snapshot.received",
+                "{snapshot}",
+                "snapshots this replica began to receive from its leader",
+                lambda s: s.snapshots_started,
+            ),
+            (
+                "cairn.snapshot.installed",
+                "{snapshot}",
+                "snapshots received and installed (the rest of those begun failed or "
+                "are in progress)",
+                lambda s: s.snapshots_completed,
+            ),
+            (
+                "cairn.snapshot.received_bytes",
+                "By",
+                "snapshot chunk bytes received",
+                lambda s: s.snapshot_bytes,
+            ),
+            (
                 "cairn.fold.entries",
                 "{entry}",
                 "log entries made of collected write requests (folding.py; one or more each)",
@@ -392,6 +417,12 @@ class StorageMetrics:
             "s",
             "time to answer a read request",
             lambda: self._latencies(lambda r: r.read_latency),
+        )
+        telemetry.observe_histograms(
+            "cairn.snapshot.duration",
+            "s",
+            "from a snapshot's first chunk to its install, on the receiving replica",
+            lambda: self._latencies(lambda r: r.snapshot_latency),
         )
         telemetry.observe_histograms(
             "cairn.wal.sync.duration",

@@ -311,6 +311,8 @@ class ShardReplica:
         self.wal_sync_latency, self.wal_trims = LatencyCounter(), 0
         self.sessions_created = self.sessions_expired = 0
         self.folds = self.folded_requests = self.folded_operations = 0
+        self.snapshots_started = self.snapshots_completed = self.snapshot_bytes = 0
+        self.snapshot_latency = LatencyCounter((1.0, 5.0, 15.0, 60.0, 300.0, 1800.0))
         self._tasks: list[asyncio.Task[None]] = []
         self._start_tasks()
 
@@ -681,6 +683,8 @@ class ShardReplica:
         if self._snapshot_receiving:
             raise Unavailable(f"shard {self.shard_id} is already receiving a snapshot")
         self._snapshot_receiving = True
+        self.snapshots_started += 1
+        started_ns = time.perf_counter_ns()
         try:
             async with self._storage_lock:
                 self._check_writable()
@@ -691,6 +695,7 @@ class ShardReplica:
             try:
                 async for chunk in chunks:
                     installer.add(chunk)
+                    self.snapshot_bytes += chunk.ByteSize()
                     await asyncio.sleep(0)
             except BaseException:
                 installer.abort()
@@ -702,7 +707,10 @@ class ShardReplica:
                         f"shard {self.shard_id}: term {self.core.term} began during the "
                         f"snapshot of term {term}"
                     )
-                return await self._install(installer)
+                head = await self._install(installer)
+                self.snapshots_completed += 1
+                self.snapshot_latency.record_since(started_ns)
+                return head
         finally:
             self._snapshot_receiving = False
 
