@@ -38,6 +38,7 @@ import enum
 import itertools
 import logging
 import secrets
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
