@@ -89,3 +89,19 @@ def test_a_start_that_fails_stops_what_it_started(tmp_path: Path, taken_port: in
     assert controller.process is None  # stopped (and its log closed) by the failed start
     assert cluster.ports.pods["storage-0"].public == taken_port  # kept: not picked here
     assert cluster.pods == {}
+
+
+def test_metrics_ports_are_picked_once_and_kept(tmp_path: Path) -> None:
+    directory = tmp_path / "cluster"
+    directory.mkdir()
+    cluster = LocalCluster(directory, preferred_ports=True)
+    conventional = launcher.POD_METRICS_PORTS[0] + launcher.POD_PORT_STRIDE
+    assert cluster._pod_metrics_port("storage-1", 0) == conventional
+    port = cluster.metrics_port("storage-1", 0)  # 0: any free port
+    assert cluster.metrics_port("storage-1", 0) == port
+    saved = Ports.load(directory / "ports.json")
+    assert saved is not None and saved.metrics == {"storage-1": port}
+    # A ports.json written before metrics ports existed still loads.
+    (directory / "ports.json").write_text(json.dumps({"controller": 1, "pods": {}}))
+    older = Ports.load(directory / "ports.json")
+    assert older is not None and older.metrics == {}

@@ -40,6 +40,7 @@ class GatewayProcess(PipedProcess):
         return [
             sys.executable, "-m", "cairn.gateway",
             "--address", ",".join(self.storage), "--port", "0", "--log-level", "WARNING",
+            "--metrics-port", "0",
             *(["--controller-url", self.controller_url] if self.controller_url else []),
             *self.extra_args,
         ]  # fmt: skip

@@ -123,6 +123,7 @@ class StandaloneProcess(PipedProcess):
         return [
             sys.executable, "-m", "cairn.storage", "standalone",
             "--port", "0", "--data-dir", str(self.data_dir), "--log-level", "WARNING",
+            "--metrics-port", "0",
             *(["--shards", str(self.shards)] if self.shards is not None else []),
             *self.extra_args,
         ]  # fmt: skip
@@ -170,6 +171,7 @@ class NodeProcess(StandaloneProcess):
             sys.executable, "-m", "cairn.storage", "node",
             "--port", str(self.port), "--internal-port", str(self.internal_port),
             "--data-dir", str(self.data_dir), "--log-level", "INFO",
+            "--metrics-port", "0",
             *self.extra_args,
         ]  # fmt: skip
 

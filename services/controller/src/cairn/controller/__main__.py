@@ -21,7 +21,9 @@ from typing import Any
 
 import uvicorn
 
+from cairn.common.telemetry import METRICS_PORT_CONTROLLER, Telemetry, add_metrics_arguments
 from cairn.controller.api import create_app
+from cairn.controller.metrics import ControllerMetrics
 from cairn.controller.model import default_spec
 from cairn.controller.observer import DetectionSettings
 from cairn.controller.planner import PlannerSettings
@@ -60,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     timing.add_argument("--replace-after-ms", type=int, default=30_000)
     timing.add_argument("--rebalance-after-ms", type=int, default=10_000)
     timing.add_argument("--startup-grace-ms", type=int, default=3_000)
+    add_metrics_arguments(parser, METRICS_PORT_CONTROLLER)
     parser.add_argument("--log-level", default="INFO")
     return parser
 
@@ -117,6 +120,16 @@ async def _serve(args: argparse.Namespace) -> None:
             http.result()
         await asyncio.sleep(0.01)
     print(f"{LISTENING} http://{host}:{port}", flush=True)
+    telemetry = Telemetry(
+        "cairn-controller",
+        args.identity,
+        metrics_host=args.metrics_host,
+        metrics_port=args.metrics_port,
+    )
+    ControllerMetrics(telemetry, controller, loop)
+    metrics_address = telemetry.start()
+    if metrics_address is not None:
+        print(f"cairn-controller metrics on http://{metrics_address}/metrics", flush=True)
     pods = None
     if api is not None:
         from cairn.controller.kube_pods import PodWatcher
@@ -138,6 +151,7 @@ async def _serve(args: argparse.Namespace) -> None:
             pods.stop()
         await controller.close()
         stopped.cancel()
+        telemetry.shutdown()
 
 
 def main(argv: list[str] | None = None) -> None:

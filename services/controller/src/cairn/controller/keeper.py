@@ -22,9 +22,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from cairn.common.telemetry import LatencyCounter
 from cairn.controller.fencing import ControllerFenced, check_epoch, outrun_epoch, take_epoch
 from cairn.controller.model import ClusterSpec, ClusterState, ClusterStatus
 from cairn.controller.state.store import StateConflict, StateStore, StateUnavailable
@@ -45,6 +47,9 @@ class StateKeeper:
         # Set once a newer controller is known to have taken over.
         self.fenced = asyncio.Event()
         self._lock = asyncio.Lock()
+        # Metrics (metrics.py): durations of successful writes, and conflicts lost.
+        self.write_latency = LatencyCounter()
+        self.conflicts = 0
 
     async def take_epoch(self) -> int:
         """Take the next controller epoch (a compare-and-set on the status, like
@@ -134,12 +139,15 @@ class StateKeeper:
                 await self._reload()
                 fresh = True
                 continue
+            started_ns = time.perf_counter_ns()
             try:
                 self.state = await self._with_retries(
                     functools.partial(self.store.write_status, status, state.version)
                 )
+                self.write_latency.record_since(started_ns)
                 return self.state
             except StateConflict:
+                self.conflicts += 1
                 await self._reload()
                 fresh = True
         raise StateConflict(f"status update lost {MAX_CONFLICT_RETRIES} races in a row")
@@ -152,12 +160,15 @@ class StateKeeper:
                 spec = change(state.spec)
                 if spec == state.spec:
                     return state
+                started_ns = time.perf_counter_ns()
                 try:
                     self.state = await self._with_retries(
                         functools.partial(self.store.write_spec, spec, state.version)
                     )
+                    self.write_latency.record_since(started_ns)
                     return self.state
                 except StateConflict:
+                    self.conflicts += 1
                     await self._reload()
             raise StateConflict(f"spec update lost {MAX_CONFLICT_RETRIES} races in a row")
 

@@ -25,6 +25,8 @@ from types import FrameType
 import uvicorn
 
 from cairn.client.options import ClientOptions
+from cairn.common.telemetry import METRICS_PORT_GATEWAY, Telemetry, add_metrics_arguments
+from cairn.gateway import metrics
 from cairn.gateway.app import Lifecycle, create_app
 from cairn.gateway.settings import GatewaySettings
 
@@ -83,6 +85,7 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULTS.max_open_feeds,
         help="change feed streams served at once (more get 503)",
     )
+    add_metrics_arguments(parser, METRICS_PORT_GATEWAY)
     parser.add_argument("--log-level", default="WARNING")
     return parser
 
@@ -133,7 +136,9 @@ def _url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-async def _serve(settings: GatewaySettings, host: str, port: int, log_level: str) -> None:
+async def _serve(
+    settings: GatewaySettings, host: str, port: int, log_level: str, args: argparse.Namespace
+) -> None:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -145,7 +150,7 @@ async def _serve(settings: GatewaySettings, host: str, port: int, log_level: str
     server = _Server(
         lambda: loop.call_soon_threadsafe(lifecycle.begin_drain),
         uvicorn.Config(
-            app,
+            metrics.HttpMetrics(app),
             log_level=log_level.lower(),
             timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s),
             h11_max_incomplete_event_size=settings.max_request_head_bytes,
@@ -163,6 +168,16 @@ async def _serve(settings: GatewaySettings, host: str, port: int, log_level: str
             return
         await asyncio.sleep(0.01)
     print(f"{LISTENING} {_url(host, bound_port)}", flush=True)
+    telemetry = Telemetry(
+        "cairn-gateway",
+        _url(host, bound_port),
+        metrics_host=args.metrics_host,
+        metrics_port=args.metrics_port,
+    )
+    metrics.register(telemetry)
+    metrics_address = telemetry.start()
+    if metrics_address is not None:
+        print(f"cairn-gateway: metrics on http://{metrics_address}/metrics", flush=True)
     stopped = asyncio.create_task(stop.wait())
     try:
         await asyncio.wait({http, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -171,6 +186,7 @@ async def _serve(settings: GatewaySettings, host: str, port: int, log_level: str
         server.should_exit = True
         await http
         stopped.cancel()
+        telemetry.shutdown()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -187,7 +203,7 @@ def main(argv: list[str] | None = None) -> None:
         uvloop.install()
     except ImportError:  # pragma: no cover - uvloop is a dependency
         pass
-    asyncio.run(_serve(settings, args.host, args.port, args.log_level))
+    asyncio.run(_serve(settings, args.host, args.port, args.log_level, args))
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from starlette.types import Receive, Scope, Send
 
 from cairn.client.errors import ClientError
 from cairn.client.records import NotificationBatch
+from cairn.gateway import metrics
 from cairn.gateway.feed import FeedOverflow, FeedState, comment, encode_all, error_event
 from cairn.gateway.openapi import errors
 from cairn.gateway.params import NamespaceParam
@@ -316,6 +317,7 @@ def router(settings: GatewaySettings, pool: ClientPool, draining: asyncio.Event)
         deadline: float | None,
     ) -> AsyncIterator[str]:
         sent = 0
+        metrics.COUNTERS.sse_streams += 1
         try:
             yield f"retry: {RECONNECT_DELAY_MS}\n\n"
             backlog = list(first)
@@ -353,6 +355,7 @@ def router(settings: GatewaySettings, pool: ClientPool, draining: asyncio.Event)
             problem = Problem(Code.UNAVAILABLE, str(overflow))
             yield error_event(json.dumps(problem.document()))
         finally:
+            metrics.COUNTERS.sse_streams -= 1
             await feed.close()
 
     return api

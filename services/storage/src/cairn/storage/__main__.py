@@ -20,6 +20,7 @@ from pathlib import Path
 import uvloop
 
 from cairn.common.keyorder import KeyOrder
+from cairn.common.telemetry import METRICS_PORT_STORAGE, Telemetry, add_metrics_arguments
 from cairn.storage.config import (
     DEFAULT_NAMESPACE,
     DEFAULT_WAL_RETENTION_BYTES,
@@ -33,6 +34,7 @@ from cairn.storage.config import (
     StandaloneConfig,
 )
 from cairn.storage.core.retention import WalRetention
+from cairn.storage.metrics import StorageMetrics
 from cairn.storage.node import NodeServer
 from cairn.storage.standalone import LayoutMismatch, StandaloneServer
 
@@ -195,6 +197,7 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
             default=_DEFAULT_LIMITS.max_read_cache_bytes_per_shard,
             help="bytes of answers to exact-key gets a shard's leader keeps in memory (0: none)",
         )
+        add_metrics_arguments(command, METRICS_PORT_STORAGE)
         command.add_argument("--log-level", default="INFO")
     return parser, standalone
 
@@ -251,7 +254,23 @@ def _namespaces(
         parser.error(str(error))
 
 
-async def _run_standalone(config: StandaloneConfig) -> int:
+def _start_metrics(
+    args: argparse.Namespace, instance: str, server: StandaloneServer | NodeServer
+) -> Telemetry:
+    telemetry = Telemetry(
+        "cairn-storage",
+        instance,
+        metrics_host=args.metrics_host,
+        metrics_port=args.metrics_port,
+    )
+    StorageMetrics(telemetry, server.directory, server.client_service, asyncio.get_running_loop())
+    address = telemetry.start()
+    if address is not None:
+        print(f"cairn-storage metrics on http://{address}/metrics", flush=True)
+    return telemetry
+
+
+async def _run_standalone(config: StandaloneConfig, args: argparse.Namespace) -> int:
     # Handlers first: a SIGTERM right after "listening" must still shut down cleanly.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -265,14 +284,16 @@ async def _run_standalone(config: StandaloneConfig) -> int:
         return 2
     print(f"cairn-storage listening on {address}", flush=True)
     print(f"cairn-storage data in {config.data_dir.resolve()}", flush=True)
+    telemetry = _start_metrics(args, address, server)
     _freeze_startup_objects()
     await stop.wait()
     log.info("shutting down")
     await server.stop()
+    telemetry.shutdown()
     return 0
 
 
-async def _run_node(config: NodeConfig) -> int:
+async def _run_node(config: NodeConfig, args: argparse.Namespace) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -282,10 +303,12 @@ async def _run_node(config: NodeConfig) -> int:
     print(f"cairn-storage listening on {me.public_address}", flush=True)
     print(f"cairn-storage internal on {me.internal_address}", flush=True)
     print(f"cairn-storage data in {config.data_dir.resolve()}", flush=True)
+    telemetry = _start_metrics(args, me.internal_address, server)
     _freeze_startup_objects()
     await stop.wait()
     log.info("shutting down")
     await server.stop()
+    telemetry.shutdown()
     return 0
 
 
@@ -319,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
             limits=_limits(args),
         )
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            return runner.run(_run_node(node_config))
+            return runner.run(_run_node(node_config, args))
     namespaces = _namespaces(args, standalone)
     config = StandaloneConfig(
         data_dir=args.data_dir,
@@ -335,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     # uvloop: cheaper per-message event-loop work under grpc.aio (see BASELINES.md).
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(_run_standalone(config))
+        return runner.run(_run_standalone(config, args))
 
 
 if __name__ == "__main__":

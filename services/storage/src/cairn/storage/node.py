@@ -67,6 +67,7 @@ class NodeServer:
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
         self.directory = ShardDirectory(pushed_map=True)
+        self.client_service = ClientService(self.directory, config.limits)
         self.peers = PeerChannels()
         self.me = Member("", "")
         self.health = HealthService()
@@ -94,9 +95,7 @@ class NodeServer:
             shard_id = int(spec_path.parent.name)
             self.directory.add_replica(self._open(shard_id, _read_spec(spec_path)))
         log.info("reopened %d shard replicas (fenced)", len(self.directory.replicas()))
-        public.add_generic_rpc_handlers(
-            generic_handlers(ClientService(self.directory, config.limits))
-        )
+        public.add_generic_rpc_handlers(generic_handlers(self.client_service))
         internal.add_generic_rpc_handlers(
             [
                 coordination_handlers(CoordinationService(self)),

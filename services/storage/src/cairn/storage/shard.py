@@ -38,6 +38,7 @@ import enum
 import itertools
 import logging
 import secrets
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -57,6 +58,7 @@ from cairn.common.errors import (
     WriteOutcomeUnknown,
 )
 from cairn.common.keyorder import KeyOrder
+from cairn.common.telemetry import LatencyCounter
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import replication_pb2 as rpb
 from cairn.proto import storage_internal_pb2 as internal_pb
@@ -320,6 +322,13 @@ class ShardReplica:
         self.write_operations = 0
         self.read_requests = 0
         self.read_gets = 0
+        # Metrics (metrics.py reads them): latencies in fixed buckets, plain ints.
+        self.write_latency, self.read_latency = LatencyCounter(), LatencyCounter()
+        self.wal_sync_latency, self.wal_trims = LatencyCounter(), 0
+        self.sessions_created = self.sessions_expired = 0
+        self.folds = self.folded_requests = self.folded_operations = 0
+        self.snapshots_started = self.snapshots_completed = self.snapshot_bytes = 0
+        self.snapshot_latency = LatencyCounter((1.0, 5.0, 15.0, 60.0, 300.0, 1800.0))
         self._tasks: list[asyncio.Task[None]] = []
         self._start_tasks()
 
@@ -751,6 +760,8 @@ class ShardReplica:
         if self._snapshot_receiving:
             raise Unavailable(f"shard {self.shard_id} is already receiving a snapshot")
         self._snapshot_receiving = True
+        self.snapshots_started += 1
+        started_ns = time.perf_counter_ns()
         try:
             async with self._storage_lock:
                 self._check_writable()
@@ -763,6 +774,7 @@ class ShardReplica:
             try:
                 async for chunk in chunks:
                     installer.add(chunk)
+                    self.snapshot_bytes += chunk.ByteSize()
                     await asyncio.sleep(0)
             except BaseException:
                 installer.abort()
@@ -774,7 +786,10 @@ class ShardReplica:
                         f"shard {self.shard_id}: term {self.core.term} began during the "
                         f"snapshot of term {term}"
                     )
-                return await self._install(installer)
+                head = await self._install(installer)
+                self.snapshots_completed += 1
+                self.snapshot_latency.record_since(started_ns)
+                return head
         finally:
             self._snapshot_receiving = False
 
@@ -985,6 +1000,8 @@ class ShardReplica:
         except Exception as error:  # not logged: nothing was accepted
             fold.fail(error)
             return
+        self.folds, self.folded_requests = self.folds + 1, self.folded_requests + len(fold.requests)
+        self.folded_operations += fold.operations
         logged.add_done_callback(fold.settle)
 
     def _drop_fold(self, error: BaseException) -> None:
@@ -1044,6 +1061,7 @@ class ShardReplica:
         future = await self._append(CREATE_SESSION, entry.SerializeToString(), entry)
         session_id: int = await future
         self.sessions.open(session_id, timeout_ms, self._session_clock_ms())
+        self.sessions_created += 1
         return session_id
 
     async def keep_alive(self, session_id: int) -> None:
@@ -1085,6 +1103,7 @@ class ShardReplica:
             for session_id in self.sessions.expired(self._session_clock_ms()):
                 if self.sessions.start_closing(session_id):
                     log.info("shard %d: session %d expired", self.shard_id, session_id)
+                    self.sessions_expired += 1
                     # Expiry waits its turn in the log like any write; a failure leaves
                     # the session for the next leader (it restarts the timeout), and
                     # never ends this loop: this replica may lead again.
@@ -1145,6 +1164,7 @@ class ShardReplica:
         is persisted, every applied entry survives power loss in it, and replay
         never needs it again. Returns the WAL's new first offset."""
         self.kv.persist()
+        self.wal_trims += 1
         return self.wal.trim_before(before_offset)
 
     # ---- notifications --------------------------------------------------------------
@@ -1196,11 +1216,13 @@ class ShardReplica:
                 await self._wake_syncer.wait()
                 self._wake_syncer.clear()
                 continue
+            started_ns = time.perf_counter_ns()
             try:
                 await loop.run_in_executor(self._sync_executor, self.wal.sync)
             except Exception as error:  # an fsync failure leaves the disk state unknown
                 self._fail(error)
                 return
+            self.wal_sync_latency.record_since(started_ns)
             self._on_durable()
 
     def _on_durable(self) -> None:

@@ -230,6 +230,7 @@ class StandaloneServer:
     def __init__(self, config: StandaloneConfig) -> None:
         self.config = config
         self.directory = ShardDirectory(config.namespaces[0].name)
+        self.client_service = ClientService(self.directory, config.limits)
         self._server: grpc.aio.Server | None = None
         self.health = HealthService()
         self.address = ""
@@ -278,7 +279,7 @@ class StandaloneServer:
                 stored.key_order.value,
                 "on" if stored.notifications_enabled else "off",
             )
-        server.add_generic_rpc_handlers(generic_handlers(ClientService(self.directory, limits)))
+        server.add_generic_rpc_handlers(generic_handlers(self.client_service))
         me = Member(self.address, self.address)
         server.add_generic_rpc_handlers([StatusOnlyCoordination(self.directory, me).handler()])
         add_health_service(self.health, server)

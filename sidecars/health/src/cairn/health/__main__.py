@@ -23,6 +23,10 @@ def _announce(address: str) -> None:
     print(f"{LISTENING_PREFIX}{address}", flush=True)
 
 
+def _announce_metrics(address: str) -> None:
+    print(f"cairn-health: metrics on http://{address}/metrics", flush=True)
+
+
 async def _main(settings: Settings) -> int:
     # Handlers first: a SIGTERM right after start must still stop cleanly.
     stop = asyncio.Event()
@@ -36,7 +40,7 @@ async def _main(settings: Settings) -> int:
         settings.heartbeat_url or "nobody",
     )
     try:
-        await run(settings, stop, on_listening=_announce)
+        await run(settings, stop, on_listening=_announce, on_metrics=_announce_metrics)
     except OSError as error:
         where = f"{settings.host}:{settings.port}"
         print(f"cairn-health: cannot serve on {where}: {error}", file=sys.stderr)

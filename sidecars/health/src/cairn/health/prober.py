@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import grpc
 
+from cairn.common.telemetry import LatencyCounter
 from cairn.health.core import PodStatus, ProbeRecord, pod_status_of
 from cairn.proto import replication_pb2 as rpb
 from cairn.proto import replication_pb2_grpc as rpb_grpc
@@ -37,6 +38,10 @@ class Prober:
         self.record = ProbeRecord()
         self._clock_s = clock_s
         self._channel: grpc.aio.Channel | None = None
+        # Metrics (metrics.py): probes by result, and their durations.
+        self.probes_ok = 0
+        self.probes_failed = 0
+        self.latency = LatencyCounter()
 
     async def run(self) -> None:
         """Probe until cancelled (one probe at a time: a slow one delays the next)."""
@@ -64,16 +69,21 @@ class Prober:
 
     async def probe_once(self) -> None:
         was_ok = self.record.last_probe_ok
+        started_ns = time.perf_counter_ns()
         try:
             pod = await self._get_status()
         except asyncio.CancelledError:
             raise
         except Exception as error:
+            self.latency.record_since(started_ns)
+            self.probes_failed += 1
             message = _describe(error, self.timeout_s)
             if was_ok or self.record.last_probe_at_s is None:
                 log.warning("storage pod %s unreachable: %s", self.target, message)
             self.record = self.record.after_failure(message, self._clock_s())
             return
+        self.latency.record_since(started_ns)
+        self.probes_ok += 1
         if not was_ok:
             log.info("storage pod %s reachable", self.target)
         self.record = self.record.after_success(pod, self._clock_s())

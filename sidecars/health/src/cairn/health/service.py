@@ -14,6 +14,8 @@ from typing import Any
 import uvicorn
 
 from cairn.common.heartbeat import Heartbeat
+from cairn.common.telemetry import Telemetry
+from cairn.health import metrics
 from cairn.health.api import create_app
 from cairn.health.core import Verdict, build_heartbeat, liveness, readiness, status_document
 from cairn.health.prober import Prober
@@ -91,9 +93,11 @@ async def run(
     settings: Settings,
     stop: asyncio.Event,
     on_listening: Callable[[str], None] | None = None,
+    on_metrics: Callable[[str], None] | None = None,
 ) -> None:
     """Serve until `stop` is set. `on_listening` gets the HTTP base address once
-    requests are answered. Raises if a part of the sidecar fails on its own."""
+    requests are answered, `on_metrics` the metrics endpoint's `host:port` (when
+    there is one). Raises if a part of the sidecar fails on its own."""
     prober = Prober(
         settings.storage_internal, settings.probe_interval_ms, settings.probe_timeout_ms
     )
@@ -113,6 +117,17 @@ async def run(
     async with contextlib.AsyncExitStack() as stack:
         sock = bind(settings.host, settings.port)
         stack.callback(sock.close)
+        telemetry = Telemetry(
+            "cairn-health",
+            settings.node_name,
+            metrics_host=settings.metrics_host,
+            metrics_port=settings.metrics_port,
+        )
+        stack.callback(telemetry.shutdown)
+        metrics.register(telemetry, prober, sidecar)
+        metrics_address = telemetry.start()
+        if metrics_address is not None and on_metrics is not None:
+            on_metrics(metrics_address)
         tasks: dict[asyncio.Task[None], str] = {}
 
         def start(name: str, work: Coroutine[Any, Any, None]) -> None:

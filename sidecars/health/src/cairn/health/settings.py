@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from cairn.common.telemetry import METRICS_PORT_HEALTH, add_metrics_arguments
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8081
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -29,6 +31,10 @@ class Settings:
     liveness_failure_ms: int = 30_000
     ready_max_lag_entries: int = 1000
     log_level: str = "INFO"
+    # The Prometheus /metrics endpoint (None: none; the command line's default is
+    # METRICS_PORT_HEALTH).
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = None
 
     @property
     def heartbeat_url(self) -> str | None:
@@ -110,6 +116,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="ENTRIES",
         help="most entries a leader's voting follower may lag its commit for /readyz (1000)",
     )
+    add_metrics_arguments(parser, METRICS_PORT_HEALTH)
     parser.add_argument(
         "--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", help="(INFO)"
     )
@@ -147,4 +154,6 @@ def parse_settings(argv: Sequence[str] | None = None) -> Settings:
         liveness_failure_ms=args.liveness_failure_ms,
         ready_max_lag_entries=args.ready_max_lag,
         log_level=args.log_level,
+        metrics_host=args.metrics_host,
+        metrics_port=args.metrics_port,
     )

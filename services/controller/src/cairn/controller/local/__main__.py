@@ -82,6 +82,12 @@ def main(argv: list[str] | None = None) -> None:
         if cluster.gateway is not None:
             url = cluster.gateway_url
             lines.append(f"  gateway:         {url}  (docs: {url}/docs)")
+        metrics = cluster.metrics_addresses()
+        if metrics:
+            lines.append("  metrics:         (Prometheus, one endpoint per process)")
+            lines += [
+                f"    {name:<18} http://{address}/metrics" for name, address in metrics.items()
+            ]
         lines += [
             f"  cluster state:   {cluster.state_dir / 'cluster.json'}",
             f"  logs:            {cluster.logs_dir}",

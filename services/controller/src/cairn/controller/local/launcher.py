@@ -4,7 +4,7 @@ The embedded default: no Kubernetes, no containers.
 
 Everything lives under one directory:
 
-    <dir>/ports.json            ports chosen on the first start, reused after
+    <dir>/ports.json            ports chosen on the first start (metrics ports too), reused after
     <dir>/state/cluster.json    the cluster state (spec + status)
     <dir>/pods/storage-N/       each storage pod's data
     <dir>/logs/*.log            one log per process
@@ -32,6 +32,12 @@ from pathlib import Path
 from typing import IO
 
 from cairn.common.files import write_atomically
+from cairn.common.telemetry import (
+    METRICS_PORT_CONTROLLER,
+    METRICS_PORT_GATEWAY,
+    METRICS_PORT_HEALTH,
+    METRICS_PORT_STORAGE,
+)
 from cairn.controller.model import (
     ClusterSpec,
     ClusterStatus,
@@ -61,6 +67,9 @@ CONTROLLER_PORT = 6650
 GATEWAY_PORT = 8080
 POD_PORTS = (6648, 6649, 8081)
 POD_PORT_STRIDE = 100
+# Each process's /metrics: the components' defaults (storage 9090, controller 9091,
+# gateway 9092, sidecar 9093), a pod's and its sidecar's shifted by 100 per pod.
+POD_METRICS_PORTS = (METRICS_PORT_STORAGE, METRICS_PORT_HEALTH)
 
 
 def free_port(host: str, preferred: int = 0) -> int:
@@ -89,6 +98,9 @@ class Ports:
     pods: dict[str, PodPorts] = field(default_factory=dict)
     # None until the gateway first starts (ports.json of earlier runs has none).
     gateway: int | None = None
+    # Each process's metrics port, by process name (controller, gateway, storage-N,
+    # storage-N-health); picked when the process first starts.
+    metrics: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path) -> Ports | None:
@@ -101,6 +113,7 @@ class Ports:
             int(document["controller"]),
             {name: PodPorts(**ports) for name, ports in document["pods"].items()},
             int(gateway) if gateway is not None else None,
+            {name: int(port) for name, port in document.get("metrics", {}).items()},
         )
 
     def save(self, path: Path) -> None:
@@ -110,6 +123,8 @@ class Ports:
         }
         if self.gateway is not None:
             document["gateway"] = self.gateway
+        if self.metrics:
+            document["metrics"] = dict(sorted(self.metrics.items()))
         write_atomically(path, json.dumps(document, indent=2) + "\n")
 
 
@@ -258,6 +273,37 @@ class LocalCluster:
             self.ports.save(self.directory / "ports.json")
         return ports
 
+    def metrics_port(self, process: str, conventional: int) -> int:
+        """The process's metrics port: kept in ports.json once picked."""
+        port = self.ports.metrics.get(process)
+        if port is None:
+            port = self.ports.metrics[process] = self._pick_port(conventional)
+            self.ports.save(self.directory / "ports.json")
+        return port
+
+    def metrics_addresses(self) -> dict[str, str]:
+        """`host:port` of each running process's /metrics, by process name."""
+        running = [name for name in ("controller", "gateway") if getattr(self, name)]
+        for pod in sorted(self.pods):
+            running += [pod, f"{pod}-health"]
+        return {
+            name: f"{self.host}:{self.ports.metrics[name]}"
+            for name in running
+            if name in self.ports.metrics
+        }
+
+    def _metrics_args(self, process: str, conventional: int) -> list[str]:
+        return [
+            "--metrics-host",
+            self.host,
+            "--metrics-port",
+            str(self.metrics_port(process, conventional)),
+        ]
+
+    def _pod_metrics_port(self, name: str, index: int) -> int:
+        ordinal = int(name.rsplit("-", 1)[1]) if name.rsplit("-", 1)[-1].isdigit() else 0
+        return POD_METRICS_PORTS[index] + ordinal * POD_PORT_STRIDE
+
     def read_state(self) -> tuple[ClusterSpec, ClusterStatus] | None:
         try:
             state = FileStateStore(self.state_dir).read_now()
@@ -349,6 +395,7 @@ class LocalCluster:
                 str(self.replication_factor),
                 "--storage-pods",
                 str(self.initial_pods),
+                *self._metrics_args("controller", METRICS_PORT_CONTROLLER),
                 *self.controller_args,
             ],
             self.logs_dir / "controller.log",
@@ -381,6 +428,7 @@ class LocalCluster:
                     str(ports.internal),
                     "--data-dir",
                     str(data_dir),
+                    *self._metrics_args(name, self._pod_metrics_port(name, 0)),
                     *self.pod_args,
                 ],
                 self.logs_dir / f"{name}.log",
@@ -409,6 +457,7 @@ class LocalCluster:
                 self.host,
                 "--port",
                 str(ports.health),
+                *self._metrics_args(f"{name}-health", self._pod_metrics_port(name, 1)),
                 *self.sidecar_args,
             ],
             self.logs_dir / f"{name}-health.log",
@@ -447,6 +496,7 @@ class LocalCluster:
                     self.host,
                     "--port",
                     str(self.ports.gateway),
+                    *self._metrics_args("gateway", METRICS_PORT_GATEWAY),
                     *self.gateway_args,
                 ],
                 self.logs_dir / "gateway.log",

@@ -84,6 +84,8 @@ def node_command(data_dir: Path, extra_args: Sequence[str]) -> list[str]:
         "0",
         "--data-dir",
         str(data_dir),
+        "--metrics-port",
+        "0",
         *extra_args,
     ]
 

@@ -89,6 +89,9 @@ def server_command(data_dir: Path, shards: int, extra_args: Sequence[str]) -> li
         str(shards),
         "--data-dir",
         str(data_dir),
+        # A free port, so that runs side by side do not clash (--server-arg overrides).
+        "--metrics-port",
+        "0",
         *extra_args,
     ]
 

@@ -50,8 +50,10 @@ class ReadCache:
         "_keep_bytes",
         "_keep_entries",
         "_mirrored",
+        "lookups",
         "max_bytes",
         "max_entries",
+        "misses",
     )
 
     def __init__(self, max_entries: int, max_bytes: int) -> None:
@@ -66,6 +68,9 @@ class ReadCache:
         self._bytes = 0
         # The KV whose records it holds answers of; None while disabled.
         self._mirrored: KvReader | None = None
+        # Keys looked up here and those not held (for metrics; hits are the difference).
+        self.lookups = 0
+        self.misses = 0
 
     def enable(self, kv: KvReader) -> None:
         """Start holding answers from `kv` (a leader's term begins), empty. Bounds of
@@ -93,12 +98,14 @@ class ReadCache:
         bypasses it."""
         if reader is not self._mirrored:  # disabled (None), or another KV
             return read_answers(reader, keys)
+        self.lookups += len(keys)
         lookup = self._answers.get
         found = [lookup(key, _MISSING) for key in keys]
         if _MISSING not in found:
             return found
         missing = [index for index, answer in enumerate(found) if answer is _MISSING]
         missing_keys = [keys[index] for index in missing]
+        self.misses += len(missing_keys)
         read = read_answers(reader, missing_keys)
         for index, answer in zip(missing, read, strict=True):
             found[index] = answer

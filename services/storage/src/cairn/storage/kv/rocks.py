@@ -161,6 +161,16 @@ class RocksKv:
         # (rocksdict's stub declares fill_cache without its argument; it takes one.)
         self._bulk_read.fill_cache(False)  # type: ignore[call-arg]
 
+    def int_property(self, name: str, whole_db: bool = False) -> int | None:
+        """An integer RocksDB property (metrics), summed over the column families,
+        or of the database as a whole; None if RocksDB does not know it."""
+        if whole_db:
+            value: int | None = self._db.property_int_value(name)
+            return value
+        values = [column.property_int_value(name) for column in self._columns.values()]
+        known = [value for value in values if value is not None]
+        return sum(known) if known else None
+
     def get(self, column: Column, key: bytes) -> bytes | None:
         value: bytes | None = self._columns[column].get(key)
         return value

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -15,6 +16,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from cairn.common.errors import CairnError, InvalidRequest, NotificationsTrimmed
+from cairn.common.telemetry import LatencyCounter
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.storage.clock import wall_clock_ms
 from cairn.storage.config import Limits
@@ -56,6 +58,11 @@ class ClientService:
     def __init__(self, directory: ShardDirectory, limits: Limits) -> None:
         self.directory = directory
         self.limits = limits
+        # Metrics (metrics.py publishes them): call durations of the unary-like
+        # methods, and the streams open per shard id.
+        self.call_latency = {"Write": LatencyCounter(), "Read": LatencyCounter()}
+        self.notification_subscribers: dict[int, int] = {}
+        self.sequence_subscribers: dict[int, int] = {}
 
     # ---- shard map ------------------------------------------------------------------
 
@@ -81,7 +88,9 @@ class ClientService:
 
     # ---- writes ---------------------------------------------------------------------
 
-    async def _submit_one(self, raw: bytes, header_shard: int | None) -> asyncio.Future[bytes]:
+    async def _submit_one(
+        self, raw: bytes, header_shard: int | None
+    ) -> tuple[ShardReplica, asyncio.Future[bytes]]:
         request: pb.WriteRequest = _parse(pb.WriteRequest, raw)
         if request.HasField("shard"):
             shard_id = request.shard
@@ -92,15 +101,20 @@ class ClientService:
         shard = self.directory.leader_shard(shard_id)
         plain_puts = has_plain_puts(raw)
         validate_write(request, self.limits, len(raw), plain_puts)
-        return await shard.submit(raw, request, plain_puts)
+        return shard, await shard.submit(raw, request, plain_puts)
 
     async def write(self, raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
         """Raw bytes in and out: the request goes to the WAL as received, and the
         response comes hand-encoded from the apply step."""
+        started_ns = time.perf_counter_ns()
         try:
-            return await (await self._submit_one(raw, None))
+            shard, future = await self._submit_one(raw, None)
+            response = await future
         except CairnError as error:
             await abort(context, error)
+        shard.write_latency.record_since(started_ns)
+        self.call_latency["Write"].record_since(started_ns)
+        return response
 
     async def write_stream(
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
@@ -118,8 +132,9 @@ class ClientService:
                 await abort(context, error)
         # Requests are pipelined: up to a bound of them are in flight, and the
         # responses go back in request order.
-        in_flight: asyncio.Queue[asyncio.Future[bytes] | None] = asyncio.Queue(
-            self.limits.max_inflight_per_write_stream
+        # (shard, start time, future) per request; the shard None for a refused one.
+        in_flight: asyncio.Queue[tuple[ShardReplica | None, int, asyncio.Future[bytes]] | None] = (
+            asyncio.Queue(self.limits.max_inflight_per_write_stream)
         )
 
         loop = asyncio.get_running_loop()
@@ -127,22 +142,27 @@ class ClientService:
         async def read_requests() -> None:
             try:
                 async for raw in requests:
+                    started_ns = time.perf_counter_ns()
+                    shard: ShardReplica | None
                     try:
-                        future = await self._submit_one(raw, header_shard)
+                        shard, future = await self._submit_one(raw, header_shard)
                     except CairnError as error:
-                        future = loop.create_future()
+                        shard, future = None, loop.create_future()
                         future.set_exception(error)
-                    await in_flight.put(future)
+                    await in_flight.put((shard, started_ns, future))
             finally:
                 await in_flight.put(None)
 
         reader = asyncio.create_task(read_requests())
         try:
-            while (future := await in_flight.get()) is not None:
+            while (taken := await in_flight.get()) is not None:
+                shard, started_ns, future = taken
                 try:
                     response = await future
                 except CairnError as error:
                     await abort(context, error)
+                if shard is not None:
+                    shard.write_latency.record_since(started_ns)
                 yield response
             await reader  # surfaces a failure to read the request stream
         finally:
@@ -150,7 +170,7 @@ class ClientService:
             while not in_flight.empty():
                 pending = in_flight.get_nowait()
                 if pending is not None:
-                    pending.cancel()
+                    pending[2].cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader
 
@@ -159,6 +179,7 @@ class ClientService:
     async def read(
         self, request: pb.ReadRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[bytes]:
+        started_ns = time.perf_counter_ns()
         try:
             shard = await self.directory.serving_shard(self._shard_of(request, context))
             validate_read(request, self.limits)
@@ -177,6 +198,8 @@ class ClientService:
                 yield chunk
         except CairnError as error:
             await abort(context, error)
+        shard.read_latency.record_since(started_ns)
+        self.call_latency["Read"].record_since(started_ns)
 
     async def list(
         self, request: pb.ListRequest, context: grpc.aio.ServicerContext
@@ -240,6 +263,13 @@ class ClientService:
     async def get_notifications(
         self, request: pb.NotificationsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[bytes]:
+        async with _counted(self.notification_subscribers, request.shard):
+            async for batch in self._notifications(request, context):
+                yield batch
+
+    async def _notifications(
+        self, request: pb.NotificationsRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[bytes]:
         """Serialized NotificationBatches, read from the shard's durable store at the
         subscriber's own pace: no per-subscriber buffer, so a slow subscriber costs no
         memory (gRPC flow control pauses this generator); one that falls behind the
@@ -284,6 +314,13 @@ class ClientService:
     # ---- sequence updates -----------------------------------------------------------
 
     async def get_sequence_updates(
+        self, request: pb.GetSequenceUpdatesRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.GetSequenceUpdatesResponse]:
+        async with _counted(self.sequence_subscribers, request.shard):
+            async for update in self._sequence_updates(request, context):
+                yield update
+
+    async def _sequence_updates(
         self, request: pb.GetSequenceUpdatesRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.GetSequenceUpdatesResponse]:
         """The highest sequence key of `request.key` at once (if there is one), then
@@ -372,6 +409,20 @@ class ClientService:
             return int(header)
         except ValueError:
             raise InvalidRequest(f"invalid {SHARD_ID_HEADER} header {header!r}") from None
+
+
+@contextlib.asynccontextmanager
+async def _counted(counts: dict[int, int], shard_id: int) -> AsyncIterator[None]:
+    """One more open stream on `shard_id` while the block runs."""
+    counts[shard_id] = counts.get(shard_id, 0) + 1
+    try:
+        yield
+    finally:
+        left = counts[shard_id] - 1
+        if left:
+            counts[shard_id] = left
+        else:
+            del counts[shard_id]
 
 
 def _unary(

@@ -11,6 +11,10 @@ from grpc_status import rpc_status
 
 from cairn.common.errors import ERROR_DOMAIN, CairnError
 
+# Requests refused, by error reason, since the process started (metrics.py publishes
+# them). The reasons are the error tree's: a small fixed set.
+REJECTED_BY_REASON: dict[str, int] = {}
+
 
 def to_status(error: CairnError) -> grpc.Status:
     info = error_details_pb2.ErrorInfo(
@@ -23,6 +27,7 @@ def to_status(error: CairnError) -> grpc.Status:
 
 
 async def abort(context: grpc.aio.ServicerContext, error: CairnError) -> NoReturn:
+    REJECTED_BY_REASON[error.reason] = REJECTED_BY_REASON.get(error.reason, 0) + 1
     status = to_status(error)
     await context.abort(status.code, status.details, status.trailing_metadata)
     raise AssertionError("context.abort returned")  # pragma: no cover
