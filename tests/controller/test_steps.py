@@ -40,12 +40,13 @@ def test_a_new_term_is_one_past_every_term_recorded_for_the_shard() -> None:
 
 def test_an_election_step_refuses_a_shard_that_moved_on() -> None:
     opened = steps.open_term(status_with(STEADY), 0)
-    led = steps.record_leader(opened, 0, 8, B)
+    led = steps.record_leader(opened, 0, 8, B, incarnations={B: 7})
     assert steps.shard_record(led, 0).leader == B
+    assert steps.shard_record(led, 0).incarnation_of(B) == 7
     with pytest.raises(ActionFailed):
-        steps.record_leader(opened, 0, 7, B)  # an older term
+        steps.record_leader(opened, 0, 7, B, incarnations={})  # an older term
     with pytest.raises(ActionFailed):
-        steps.record_leader(led, 0, 8, C)  # the term has its leader
+        steps.record_leader(led, 0, 8, C, incarnations={})  # the term has its leader
     steady = steps.record_steady(led, 0, 8, B, None, move_done=False)
     assert steps.shard_record(steady, 0).state is ShardState.STEADY
     assert steady.assignments_version == 1
@@ -55,7 +56,7 @@ def test_an_election_step_refuses_a_shard_that_moved_on() -> None:
     with pytest.raises(ActionFailed):
         steps.record_steady(steps.open_term(steady, 0), 0, 8, B, None, move_done=False)
     # A new member a leader got is recorded as a member.
-    outside = steps.record_leader(opened, 0, 8, D)
+    outside = steps.record_leader(opened, 0, 8, D, incarnations={})
     assert steps.shard_record(outside, 0).ensemble == (A, B, C, D)
 
 
