@@ -63,6 +63,9 @@ class SimReplica:
         self.log = SimLog()
         self.kv = DigestKv()
         self.data_incarnation = env.new_data_incarnation()
+        # Its disk was lost and no replica of the shard is on it until the
+        # controller creates one (World._start).
+        self.wiped = False
         # Volatile state (gone on a crash).
         self.incarnation = 0
         self.core: ReplicaCore | None = None
@@ -111,6 +114,7 @@ class SimReplica:
         self.log = SimLog()
         self.kv = DigestKv()
         self.data_incarnation = self.env.new_data_incarnation()
+        self.wiped = True
 
     def sync(self) -> None:
         core = self.live_core()
