@@ -63,9 +63,13 @@ class SimReplica:
         self.log = SimLog()
         self.kv = DigestKv()
         self.data_incarnation = env.new_data_incarnation()
-        # Its disk was lost and no replica of the shard is on it until the
-        # controller creates one (World._start).
-        self.wiped = False
+        # Its disk was lost: no replica of the shard is on it until the
+        # controller's NewTerm creates one (a real pod answers everything else
+        # with "no such shard"). Until then it takes no leader's Truncate or
+        # entries, nor BecomeLeader: it would take them in whatever term it came
+        # back with, for a stale leader, or lead a term it answered before the
+        # wipe with an empty log.
+        self.absent = False
         # Volatile state (gone on a crash).
         self.incarnation = 0
         self.core: ReplicaCore | None = None
@@ -114,7 +118,7 @@ class SimReplica:
         self.log = SimLog()
         self.kv = DigestKv()
         self.data_incarnation = self.env.new_data_incarnation()
-        self.wiped = True
+        self.absent = True
 
     def sync(self) -> None:
         core = self.live_core()
@@ -170,6 +174,11 @@ class SimReplica:
 
     def receive(self, envelope: Envelope) -> None:
         body, src = envelope.body, envelope.src
+        if self.absent:
+            if not isinstance(body, m.NewTerm):
+                self.env.count("messages to a wiped replica not yet created")
+                return
+            self.absent = False
         if isinstance(body, m.NewTerm):
             self._new_term(src, body)
         elif isinstance(body, m.BecomeLeader):

@@ -235,11 +235,11 @@ class World:
                 staying_down.append(name)
         for name in ensemble:
             if not self.replicas[name].up and name not in staying_down:
-                self._start(self.replicas[name])
+                self.replicas[name].start()
         self.coordinator.start_election("final")
         self._commit_a_new_write(staying_down)
         for name in staying_down:
-            self._start(self.replicas[name])
+            self.replicas[name].start()
         for _ in range(self.config.max_quiet_steps):
             self.step()
             if converged(self):
@@ -303,7 +303,7 @@ class World:
                 victim.crash()
         for replica in self.replicas.values():
             if not replica.up and rng.random() < config.restart_probability:
-                self._start(replica)
+                replica.start()
                 env.log(f"{replica.name} restarts at term {replica.persisted_term}", "restarts")
         if rng.random() < config.trim_probability:
             self._trim(rng.choice(list(self.replicas.values())))
@@ -337,17 +337,6 @@ class World:
         self.lag_ends_step = env.now + rng.randint(*self.config.long_lag_steps)
         env.net.partition(lagging, self.lag_ends_step)
         env.log(f"long lag: {sorted(lagging)} cut off until {self.lag_ends_step}", "long lags")
-
-    def _start(self, replica: SimReplica) -> None:
-        if replica.wiped:
-            # Its disk holds no replica of the shard: nothing can replicate to it
-            # until the controller creates one, with NewTerm at the controller's
-            # current term (the executor's ensemble change), which fences every
-            # older leader there. A replica that came back empty at term 0 would
-            # take a stale leader's entries and acknowledge them in its old term.
-            replica.persisted_term = self.coordinator.highest_term
-            replica.wiped = False
-        replica.start()
 
     def _wipe(self, victim: SimReplica) -> None:
         """Within the fault model only: every other member of the ensemble but a
