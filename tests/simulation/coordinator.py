@@ -96,6 +96,9 @@ class Coordinator:
         replica would answer)."""
         self.env = env
         self.settings = settings
+        # Whether a member's pod is up without the shard's replica (World sets it).
+        self.lacks_replica: Callable[[str], bool] = lambda name: False
+        self.next_recreate_step = 0
         self.spawn_replica = spawn_replica
         self.is_leading = is_leading
         self.incarnation_of = incarnation_of
@@ -152,6 +155,7 @@ class Coordinator:
             if env.now >= self.next_election_step:
                 self.start_election("no leader" if leader is None else f"{leader[1]} is gone")
             return
+        self._recreate_lost_replicas(leader[0])
         if not faults:
             return
         if env.rng.random() < settings.random_election_probability:
@@ -165,6 +169,19 @@ class Coordinator:
         request = self.status_request
         if request is not None and env.now - request.sent_step > settings.change_timeout_steps:
             self.status_request = None
+
+    def _recreate_lost_replicas(self, term: int) -> None:
+        """A member whose pod lost the shard's replica (a wiped disk) gets one
+        again: NewTerm at the leader's term creates it, and the leader, which
+        keeps trying it, then catches it up (the executor re-adds such a member
+        the same way)."""
+        if self.env.now < self.next_recreate_step:
+            return
+        for name in self.ensemble:
+            if self.lacks_replica(name):
+                self.env.log(f"{NAME} re-creates {name}'s replica at term {term}")
+                self.env.send(NAME, name, m.NewTerm(term))
+                self.next_recreate_step = self.env.now + self.settings.change_timeout_steps
 
     def start_election(self, why: str) -> None:
         self.highest_term += 1

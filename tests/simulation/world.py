@@ -116,6 +116,9 @@ class World:
             self._is_leading,
             incarnation_of=lambda name: self.replicas[name].data_incarnation,
         )
+        self.coordinator.lacks_replica = lambda name: (
+            self.replicas[name].up and self.replicas[name].absent
+        )
         self.clients = Clients(rng)
         self.checks = CheckerState()
         self.faults = True
@@ -365,24 +368,23 @@ class World:
         self.env.log(f"{replica.name} trims its log before {offset}", "trims")
         replica.trim(offset)
 
-    def _client_write(self) -> None:
+    def _client_target(self, leader_share: float) -> str:
+        """Where a client sends: mostly to the leader the controller names, else
+        to any replica (a client's shard map can be stale)."""
         leader = self.coordinator.leader
         rng = self.env.rng
-        if leader is not None and rng.random() < 0.95:
-            target = leader[1]
-        else:
-            target = rng.choice(list(self.replicas))
+        if leader is not None and rng.random() < leader_share:
+            return leader[1]
+        return rng.choice(list(self.replicas))
+
+    def _client_write(self) -> None:
+        target = self._client_target(0.95)
         request_id, request = self.clients.next_request()
         self.env.send(CLIENT, target, m.ClientWrite(request_id, request.SerializeToString()))
 
     def _client_read(self) -> None:
-        rng = self.env.rng
-        leader = self.coordinator.leader
-        if leader is not None and rng.random() < 0.9:
-            target = leader[1]
-        else:
-            target = rng.choice(list(self.replicas))
-        reader = rng.choice(READERS)
+        target = self._client_target(0.9)
+        reader = self.env.rng.choice(READERS)
         self.reads_sent += 1
         self.env.send(reader, target, m.ClientRead(self.reads_sent, reader, self.env.now))
 
