@@ -220,7 +220,8 @@ async def _controller_side(tmp_path: Path) -> None:
     pods = PodClient(rpc_timeout_s=5)
     namespace = NamespaceSpec("default", shards=1, replication_factor=1)
     try:
-        assert await pods.new_term(me.internal_address, SHARD, 3, namespace, NEW_EPOCH) == (-1, -1)
+        fenced = await pods.new_term(me.internal_address, SHARD, 3, namespace, NEW_EPOCH)
+        assert fenced.head == (-1, -1)
         assert node.epochs.highest == NEW_EPOCH
         with pytest.raises(ControllerFenced) as fenced:
             await pods.new_term(me.internal_address, SHARD, 4, None, OLD_EPOCH)
