@@ -14,6 +14,7 @@ converges (bounded), and liveness is checked.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -419,6 +420,14 @@ def run_seed(seed: int, config: SimConfig) -> World:
 # progress; "churn": more crashes and power losses, slower syncs (so crashes hit
 # unsynced tails), and frequent elections and ensemble changes; "wipes": churn,
 # and now and then a replica losing its disk.
+CHURN = SimConfig(
+    sync_probability=0.1,
+    crash_probability=0.01,
+    power_loss_probability=0.01,
+    restart_probability=0.1,
+    random_election_probability=0.01,
+    ensemble_change_probability=0.05,
+)
 PROFILES: dict[str, SimConfig] = {
     "steady": SimConfig(),
     # Followers lagging by hundreds of entries (windows are 8, write buffers 64)
@@ -427,21 +436,7 @@ PROFILES: dict[str, SimConfig] = {
     # Reads from readers that partitions may cut off with an old leader, beside
     # writes that reach the new one.
     "reading": SimConfig(client_read_probability=0.4, partition_probability=0.02),
-    "wipes": SimConfig(
-        sync_probability=0.1,
-        crash_probability=0.01,
-        power_loss_probability=0.01,
-        restart_probability=0.1,
-        random_election_probability=0.01,
-        ensemble_change_probability=0.05,
-        wipe_probability=0.01,
-    ),
-    "churn": SimConfig(
-        sync_probability=0.1,
-        crash_probability=0.01,
-        power_loss_probability=0.01,
-        restart_probability=0.1,
-        random_election_probability=0.01,
-        ensemble_change_probability=0.05,
-    ),
+    "churn": CHURN,
+    # Churn, and disks lost (within the fault model: a minority at a time).
+    "wipes": dataclasses.replace(CHURN, wipe_probability=0.01),
 }
