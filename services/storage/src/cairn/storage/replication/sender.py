@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from cairn.common.errors import InvalidTerm
 from cairn.proto import replication_pb2 as rpb
 from cairn.proto import replication_pb2_grpc as rpb_grpc
 from cairn.storage.core.replication.applied_changes import commit_for_followers
@@ -54,11 +55,14 @@ class StreamEnded(Exception):
 
 
 # How a session ends in the normal course of things: the follower unreachable,
-# restarted or refusing our term, the stream closed or finished under a write
-# (InvalidStateError), or our WAL no longer holding what the follower needs
-# (ValueError/OSError: trimmed meanwhile; the next session decides again).
+# restarted or refusing our term, an answer of another term or of another
+# incarnation of its data (InvalidTerm, StaleIncarnation: the next Truncate tells
+# what it holds), the stream closed or finished under a write (InvalidStateError),
+# or our WAL no longer holding what the follower needs (ValueError/OSError:
+# trimmed meanwhile; the next session decides again).
 _SESSION_ENDINGS = (
     grpc.aio.AioRpcError,
+    InvalidTerm,
     StreamEnded,
     asyncio.InvalidStateError,
     ValueError,
