@@ -341,6 +341,32 @@ def test_watch_prints_notifications_until_interrupted(
     stderr.join()
 
 
+def test_watch_with_a_prefix_prints_only_matching_changes(
+    server: StandaloneProcess, run: Cli, children: list[subprocess.Popen[str]]
+) -> None:
+    watcher = _cairn(server.address, "watch", "--json", "--prefix", "/wp/in/", "--no-versions")
+    children.append(watcher)
+    stdout, stderr = LineReader(watcher.stdout), LineReader(watcher.stderr)
+    stderr.wait_for(lambda lines: sum("watching after offset" in line for line in lines) == 2)
+    run.ok("put", "/wp/out/1", "a")
+    run.ok("put", "/wp/in/1", "a")
+    run.ok("put", "/wp/out/2", "b")
+    run.ok("delete", "/wp/in/1")
+    stdout.wait_for(lambda lines: len(lines) >= 2)
+    # The last write matches nothing: the feed says it passed it.
+    stderr.wait_for(lambda lines: any("passed offset" in line for line in lines))
+    events = [json.loads(line) for line in stdout.lines]
+    assert [(e["type"], e["key"]) for e in events] == [
+        ("created", "/wp/in/1"),
+        ("deleted", "/wp/in/1"),
+    ]
+    assert all(e.get("version_id") is None for e in events)
+    watcher.send_signal(signal.SIGINT)
+    assert watcher.wait(timeout=SUBPROCESS_TIMEOUT_S) == 0
+    stdout.join()
+    stderr.join()
+
+
 def test_ephemeral_put_holds_the_record_until_interrupted(
     server: StandaloneProcess, run: Cli, children: list[subprocess.Popen[str]]
 ) -> None:

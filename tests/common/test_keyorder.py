@@ -65,3 +65,27 @@ def test_children_range_holds_exactly_the_children() -> None:
 def test_natural_order_is_bytewise() -> None:
     order = KeyOrder.NATURAL
     assert sorted(["b", "a/z", "a", "/"], key=order.encode) == ["/", "a", "a/z", "b"]
+
+
+def _in_ranges(encoded: bytes, ranges: tuple[tuple[bytes, bytes | None], ...]) -> bool:
+    return any(start <= encoded and (end is None or encoded < end) for start, end in ranges)
+
+
+@pytest.mark.parametrize("order", list(KeyOrder))
+@given(prefix=keys, key=keys)
+def test_prefix_ranges_hold_exactly_the_keys_with_the_prefix(
+    order: KeyOrder, prefix: str, key: str
+) -> None:
+    ranges = order.prefix_ranges(prefix)
+    assert _in_ranges(order.encode(key), ranges) == key.startswith(prefix)
+    assert _in_ranges(order.encode(prefix + key), ranges)
+
+
+def test_prefix_ranges_of_a_directory() -> None:
+    order = KeyOrder.HIERARCHICAL
+    ranges = order.prefix_ranges("/a/")
+    inside = ["/a/", "/a/b", "/a/b/c", "/a//x"]
+    outside = ["/a", "/ab", "/b/a/", "a/", "/"]
+    assert all(_in_ranges(order.encode(k), ranges) for k in inside)
+    assert not any(_in_ranges(order.encode(k), ranges) for k in outside)
+    assert KeyOrder.NATURAL.prefix_ranges("") == ((b"", None),)

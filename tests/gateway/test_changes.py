@@ -151,3 +151,50 @@ def test_feed_errors(g1: httpx.Client) -> None:
     problem(g1.get("/v1/namespaces/quiet/changes"), 400, "invalid-argument")
     for params in ({"max_events": 0}, {"max_duration_ms": -1}):
         problem(g1.get(CHANGES, params=params), 400, "invalid-argument")
+
+
+def test_a_prefix_filtered_feed_carries_only_matching_changes_and_resumes(
+    g1: httpx.Client, g2: httpx.Client, prefix: str
+) -> None:
+    watched = f"{prefix}in/"
+    params = {"prefix": watched}
+    inside = [f"{watched}{i}" for i in range(6)]
+    with g1.stream("GET", CHANGES, params=params) as response:
+        assert response.status_code == 200
+        stream = sse(response)
+        initial_events(stream, shards=3)
+        for i, key in enumerate(inside):
+            g1.put(f"/v1/namespaces/default/keys/{key}", content=b"v")
+            g1.put(f"/v1/namespaces/default/keys/{prefix}out/{i}", content=b"v")
+        events = read_until_keys(stream, prefix, set(inside))
+        # Only changes outside the prefix now: the feed still moves on, by events
+        # without changes that carry the position past them.
+        for i in range(3):
+            g1.put(f"/v1/namespaces/default/keys/{prefix}out/later{i}", content=b"v")
+        passed = stream.events_until(lambda event: event.json()["changes"] == [])
+    every_key = [c["key"] for e in events + passed for c in e.json()["changes"]]
+    assert sorted(every_key) == inside
+    # Resumed on the other gateway after the last event, with the same filter:
+    # only what came later and matches, once.
+    later = [f"{watched}later{i}" for i in range(3)]
+    for key in later:
+        g1.put(f"/v1/namespaces/default/keys/{key}", content=b"v")
+        g1.put(f"/v1/namespaces/default/keys/{prefix}out/{key[-6:]}", content=b"v")
+    resume = {"Last-Event-ID": passed[-1].id or ""}
+    with g2.stream("GET", CHANGES, params=params, headers=resume) as response:
+        resumed = read_until_keys(sse(response), prefix, set(later))
+    assert sorted(c["key"] for e in resumed for c in e.json()["changes"]) == later
+    # Without versions on request.
+    with g1.stream(
+        "GET", CHANGES, params={**params, "versions": "false"}, headers=resume
+    ) as response:
+        bare = read_until_keys(sse(response), prefix, set(later))
+    changes = [c for e in bare for c in e.json()["changes"]]
+    assert changes and all("versionId" not in c for c in changes)
+
+
+def test_too_many_prefixes_are_a_clear_error(g1: httpx.Client) -> None:
+    params = [("prefix", f"/p{i}") for i in range(65)]
+    response = g1.get(CHANGES, params=params)
+    assert response.status_code == 400
+    assert "at most 64 key prefixes" in response.json()["detail"]

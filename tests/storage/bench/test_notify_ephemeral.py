@@ -174,7 +174,7 @@ def test_notify_row_and_summary() -> None:
         window_batches=46_000,
         lag_from_send=lag,
     )
-    result = NotifyResult(stats, 1, 4, 0, None, 0.01, 0.002, True)
+    result = NotifyResult(stats, 1, 4, 0, None, 9_200_000, 0.01, 0.002, True)
     delivery = notify_row(result, phase_result())
     assert delivery.name == "notify 4 subs x 1 shard"
     assert (delivery.ops_per_s, delivery.requests_per_s) == (2_300_000, 23_000)
@@ -183,6 +183,7 @@ def test_notify_row_and_summary() -> None:
     line = format_row_line(delivery)
     assert line.startswith("notify 4 subs x 1 shard: notifications/s=2300000 batches/s=23000.0")
     assert "delivered_pct=100.0" in line and "caught_up=True" in line
+    assert "bytes_per_s=4600000" in line
     writer = Row("notify put stream b=100", 57_600, 576, 1, 2, 3, 4, 0)
     assert format_notify_summary([writer, delivery]) == [
         "notify: 4 subscribers x 1 shard: 2.3M notifications/s delivered (100% of expected), "

@@ -219,6 +219,20 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
         metavar="SHARD=OFFSET",
         help="resume a shard after this offset (repeatable); other shards start now",
     )
+    watch.add_argument(
+        "--prefix",
+        dest="prefixes",
+        action="append",
+        default=[],
+        metavar="PREFIX",
+        help="only changes of keys with this prefix (repeatable), filtered by the server",
+    )
+    watch.add_argument(
+        "--no-versions",
+        dest="include_stat",
+        action="store_false",
+        help="leave out each change's version id",
+    )
     watch.set_defaults(handler=_watch)
 
     sequence = command("sequence-updates", "print the highest sequence key under KEY as it changes")
@@ -382,12 +396,20 @@ async def _watch(client: AsyncClient, args: argparse.Namespace, output: Output) 
             start_offsets[int(shard)] = int(offset)
         except ValueError:
             raise UsageError(f"--from must look like SHARD=OFFSET, got {shard}={offset}") from None
-    iterator = client.notifications(start_offsets)
+    iterator = client.notifications(
+        start_offsets, key_prefixes=args.prefixes, include_stat=args.include_stat
+    )
+    started: set[int] = set()
     try:
         async for batch in iterator:
             if not batch.notifications:
-                # A shard's feed starts here: where to resume from with --from.
-                output.note(f"shard {batch.shard}: watching after offset {batch.offset}")
+                # Where to resume from with --from: a shard's feed starts here, or
+                # (filtered) went past entries with no matching change.
+                if batch.shard in started:
+                    output.note(f"shard {batch.shard}: passed offset {batch.offset}")
+                else:
+                    output.note(f"shard {batch.shard}: watching after offset {batch.offset}")
+                    started.add(batch.shard)
             for item in batch.notifications:
                 if output.as_json:
                     output.json(notification_document(batch, item))

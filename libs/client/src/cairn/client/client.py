@@ -584,11 +584,24 @@ class AsyncClient:
     # ---- feeds ----------------------------------------------------------------------
 
     def notifications(
-        self, start_offsets: Mapping[int, int] | None = None
+        self,
+        start_offsets: Mapping[int, int] | None = None,
+        *,
+        key_prefixes: Sequence[str] = (),
+        include_stat: bool = True,
     ) -> AsyncGenerator[NotificationBatch]:
-        """Every change of the namespace, one batch per committed entry and shard."""
+        """Every change of the namespace, one batch per committed entry and shard.
+
+        With `key_prefixes`, only changes of keys with one of them (and range
+        deletions that can cover such a key), filtered by the storage pods: an
+        entry with no such change is not sent, and now and then a batch with no
+        notifications tells the offset a shard's stream has reached, so that
+        resuming from the last offset seen skips what was filtered out.
+        `include_stat=False` leaves out the version ids."""
         self._check_open()
-        return self._scans.notifications(dict(start_offsets or {}))
+        return self._scans.notifications(
+            dict(start_offsets or {}), tuple(key_prefixes), include_stat
+        )
 
     def sequence_updates(self, key: str, *, partition_key: str) -> AsyncGenerator[str]:
         """The highest sequence key under `key`: at once if one exists, then each new one."""

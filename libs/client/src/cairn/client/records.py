@@ -138,7 +138,9 @@ class NotificationBatch:
 
     The first batch of each shard's subscription (without a start offset) is empty
     and says where that shard's feed starts; `offset` is the position to resume
-    after (pass `{shard: offset}` as `start_offsets`)."""
+    after (pass `{shard: offset}` as `start_offsets`). A subscription filtered by key
+    prefixes also gets empty batches now and then: the offset its shard's stream
+    reached past entries with no matching change."""
 
     shard: int
     offset: int

@@ -221,13 +221,22 @@ class Scans:
     # ---- feeds ----------------------------------------------------------------------
 
     async def notifications(
-        self, start_offsets: dict[int, int]
+        self, start_offsets: dict[int, int], key_prefixes: tuple[str, ...], include_stat: bool
     ) -> AsyncGenerator[NotificationBatch]:
         queue: asyncio.Queue[NotificationBatch | BaseException] = asyncio.Queue(
             MAX_QUEUED_NOTIFICATION_BATCHES
         )
         tasks = [
-            asyncio.create_task(self._follow_notifications(shard, start_offsets.get(shard), queue))
+            asyncio.create_task(
+                self._follow_notifications(
+                    shard,
+                    pb.NotificationsRequest(
+                        shard=shard, key_prefixes=key_prefixes, include_stat=include_stat
+                    ),
+                    start_offsets.get(shard),
+                    queue,
+                )
+            )
             for shard in self._follower.map.shard_ids()
         ]
         try:
@@ -246,6 +255,7 @@ class Scans:
     async def _follow_notifications(
         self,
         shard: int,
+        subscription: pb.NotificationsRequest,
         offset: int | None,
         queue: asyncio.Queue[NotificationBatch | BaseException],
     ) -> None:
@@ -258,7 +268,8 @@ class Scans:
                 if stubs is None:
                     retry = Retry(connection_status(f"shard {shard} has no leader yet"))
                 else:
-                    request = pb.NotificationsRequest(shard=shard)
+                    request = pb.NotificationsRequest()
+                    request.CopyFrom(subscription)
                     if offset is not None:
                         request.start_offset_exclusive = offset
                     try:

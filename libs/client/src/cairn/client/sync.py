@@ -201,9 +201,17 @@ class Client:
         )
 
     def notifications(
-        self, start_offsets: Mapping[int, int] | None = None
+        self,
+        start_offsets: Mapping[int, int] | None = None,
+        *,
+        key_prefixes: Sequence[str] = (),
+        include_stat: bool = True,
     ) -> Iterator[NotificationBatch]:
-        return self._iterate(self._async.notifications(start_offsets))
+        return self._iterate(
+            self._async.notifications(
+                start_offsets, key_prefixes=key_prefixes, include_stat=include_stat
+            )
+        )
 
     def sequence_updates(self, key: str, *, partition_key: str) -> Iterator[str]:
         return self._iterate(self._async.sequence_updates(key, partition_key=partition_key))

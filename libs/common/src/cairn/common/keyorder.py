@@ -50,6 +50,27 @@ class KeyOrder(enum.Enum):
             return encoded.decode("utf-8")
         return decode_hierarchical(encoded).decode("utf-8")
 
+    def prefix_ranges(self, prefix: str) -> tuple[tuple[bytes, bytes | None], ...]:
+        """Encoded ranges [start, end) (end None: unbounded) that hold exactly the
+        keys starting with `prefix`. In natural order they are one range. In
+        hierarchical order they are two: the keys whose last segment starts with
+        the prefix's last part, and the keys with more segments whose segment at
+        that depth starts with it (between the two sort other keys, of other
+        depths)."""
+        raw = prefix.encode("utf-8")
+        if self is KeyOrder.NATURAL:
+            return ((raw, _after_all_with_prefix(raw)),)
+        last = raw[raw.rfind(_SLASH) + 1 :]
+        # The encoding of the segments before the last one: what precedes the
+        # leaf marker and the last segment in the prefix's own encoding.
+        inner = encode_hierarchical(raw)[: -(len(_LEAF) + len(last))]
+        leaves = inner + _LEAF + last
+        deeper = inner + _INNER + last.replace(_NUL, _ESCAPED_NUL)
+        return (
+            (leaves, _after_all_with_prefix(leaves)),
+            (deeper, _after_all_with_prefix(deeper)),
+        )
+
     def compare(self, a: str, b: str) -> int:
         if self is KeyOrder.NATURAL:
             ab, bb = a.encode("utf-8"), b.encode("utf-8")
@@ -69,6 +90,15 @@ def encode_hierarchical(raw: bytes) -> bytes:
     return b"".join(
         (_INNER, inner.replace(_SLASH, _SEPARATOR), _TERMINATOR, _LEAF, raw[last_slash + 1 :])
     )
+
+
+def _after_all_with_prefix(prefix: bytes) -> bytes | None:
+    """The smallest byte string above every one that starts with `prefix`; None
+    when there is none (the prefix is empty or all 0xFF)."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes((stripped[-1] + 1,))
 
 
 def _encode_natural_key(key: str) -> bytes:

@@ -360,12 +360,16 @@ class CloseSessionResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class NotificationsRequest(_message.Message):
-    __slots__ = ("shard", "start_offset_exclusive")
+    __slots__ = ("shard", "start_offset_exclusive", "key_prefixes", "include_stat")
     SHARD_FIELD_NUMBER: _ClassVar[int]
     START_OFFSET_EXCLUSIVE_FIELD_NUMBER: _ClassVar[int]
+    KEY_PREFIXES_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_STAT_FIELD_NUMBER: _ClassVar[int]
     shard: int
     start_offset_exclusive: int
-    def __init__(self, shard: _Optional[int] = ..., start_offset_exclusive: _Optional[int] = ...) -> None: ...
+    key_prefixes: _containers.RepeatedScalarFieldContainer[str]
+    include_stat: bool
+    def __init__(self, shard: _Optional[int] = ..., start_offset_exclusive: _Optional[int] = ..., key_prefixes: _Optional[_Iterable[str]] = ..., include_stat: _Optional[bool] = ...) -> None: ...
 
 class NotificationBatch(_message.Message):
     __slots__ = ("shard", "offset", "timestamp", "notifications")

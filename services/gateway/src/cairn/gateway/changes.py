@@ -194,7 +194,9 @@ def router(settings: GatewaySettings, pool: ClientPool, draining: asyncio.Event)
         nonlocal open_feeds
         open_feeds -= 1
 
-    async def open_feed(namespace: str, token: str | None) -> _Feed:
+    async def open_feed(
+        namespace: str, token: str | None, prefixes: list[str], include_stat: bool
+    ) -> _Feed:
         nonlocal open_feeds
         if open_feeds >= settings.max_open_feeds:
             raise Problem(
@@ -218,7 +220,9 @@ def router(settings: GatewaySettings, pool: ClientPool, draining: asyncio.Event)
                     f"the event id names shards {sorted(unknown)} the namespace does not have",
                 )
             state = FeedState(namespace, shards, resumed, settings.max_feed_pending_batches)
-            batches = client.notifications(start_offsets=resumed or None)
+            batches = client.notifications(
+                start_offsets=resumed or None, key_prefixes=prefixes, include_stat=include_stat
+            )
         except TokenError as error:
             await lease.aclose()
             raise Problem(Code.INVALID_ARGUMENT, f"event id: {error}") from None
@@ -275,9 +279,21 @@ def router(settings: GatewaySettings, pool: ClientPool, draining: asyncio.Event)
             int | None,
             Query(ge=0, le=MAX_DURATION_MS, description="End the stream after this long"),
         ] = None,
+        prefix: Annotated[
+            list[str] | None,
+            Query(
+                description="Only changes of keys with this prefix (repeatable; a range "
+                "deletion that can cover such a key counts). Events with no change then "
+                "still come now and then, to carry the resume position past what was "
+                "filtered out.",
+            ),
+        ] = None,
+        versions: Annotated[
+            bool, Query(description="Whether each change carries its version id")
+        ] = True,
     ) -> StreamingResponse:
         started = time.monotonic()
-        feed = await open_feed(namespace, last_event_id or since)
+        feed = await open_feed(namespace, last_event_id or since, prefix or [], versions)
         # Wait briefly for the first batch, so that a resume point the storage
         # no longer has answers 410 rather than a 200 ending at once.
         first: list[NotificationBatch] = []

@@ -67,6 +67,11 @@ class Limits:
     max_notification_batches_trimmed_per_entry: int = 1000
     # Stored notification batches read per step of a GetNotifications stream.
     max_notification_batches_per_read: int = 256
+    # A filtered subscription (notification_filter.py): its key prefixes (each at
+    # most max_key_bytes), and how often at most it is told the offset reached past
+    # entries it was not sent.
+    max_prefixes_per_subscription: int = 64
+    notification_progress_interval_ms: int = 1000
     # Version headers kept in memory per shard (about 150 bytes each).
     max_cached_headers_per_shard: int = 200_000
     # Answers to exact-key gets a leader keeps in memory per shard (read_cache.py),

@@ -347,6 +347,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="notify: subscribers, each with one GetNotifications stream per shard",
     )
     load.add_argument(
+        "--watch-prefix",
+        metavar="TEMPLATE",
+        help="notify: subscriber i watches only keys with the prefix TEMPLATE.format(i=i), "
+        "filtered on the server (keys are /bench/%%010d: '/bench/00000{i:02d}' gives each "
+        "of 100 subscribers 1%% of --keys 100000); then only bytes and batches are counted",
+    )
+    load.add_argument(
         "--sessions",
         type=_positive(int, MAX_SESSIONS_PER_SHARD),
         default=4,
@@ -542,7 +549,11 @@ async def _notify_rows(args: argparse.Namespace, target: Target, phase: PhaseSpe
     """The writer's row and the subscribers' row of one notify phase (one process)."""
     (spec,) = phase.loads
     probe = NotifyProbe(
-        target.shards, args.subscribers, phase.drain_s, _notify_stream_timeout_s(phase)
+        target.shards,
+        args.subscribers,
+        phase.drain_s,
+        _notify_stream_timeout_s(phase),
+        args.watch_prefix,
     )
     result = await execute_phase(phase, target, 1, observer=probe.observe, companion=probe)
     rows = [

@@ -58,6 +58,7 @@ class NotifyResult:
     streams: int
     stream_errors: int
     first_error: str | None
+    window_bytes: int  # serialized batches received in the window, all streams
     subscribe_s: float  # opening every stream up to its first batch
     drain_s: float  # from the writer's end to every stream caught up (or the bound)
     caught_up: bool
@@ -67,6 +68,9 @@ class NotifyResult:
 
     def batches_per_s(self, window_s: float) -> float:
         return self.stats.window_batches / window_s if window_s > 0 else 0.0
+
+    def bytes_per_s(self, window_s: float) -> float:
+        return self.window_bytes / window_s if window_s > 0 else 0.0
 
 
 class NotifyProbe:
@@ -78,7 +82,12 @@ class NotifyProbe:
         subscribers: int,
         drain_s: float,
         stream_timeout_s: float,
+        watch_prefix: str | None = None,
     ) -> None:
+        """`watch_prefix`: subscriber i asks only for keys with the prefix
+        `watch_prefix.format(i=i)` (filtered on the server); its batches then hold
+        fewer changes than the writes made, so only their bytes and count are
+        measured, not their delivery."""
         if not 1 <= subscribers <= MAX_SUBSCRIBERS:
             raise ValueError(f"subscribers must be in [1, {MAX_SUBSCRIBERS}]")
         if subscribers * len(shards) > MAX_STREAMS:
@@ -101,6 +110,10 @@ class NotifyProbe:
         self._subscribe_s = 0.0
         self._drain_took_s = 0.0
         self._caught_up = False
+        self._watch_prefix = watch_prefix
+        self._window: Window | None = None
+        self._window_bytes = 0
+        self._unmatched = DeliveryStats(subscribers)
 
     # ---- Companion ------------------------------------------------------------------
 
@@ -116,7 +129,10 @@ class NotifyProbe:
         for stream in self._streams:
             channel = self._channels[stream.subscriber].get(leaders[stream.shard_id])
             method = channel.unary_stream(METHOD_NOTIFICATIONS)
-            raw = request(shard=stream.shard_id).SerializeToString()
+            subscription = request(shard=stream.shard_id)
+            if self._watch_prefix is not None:
+                subscription.key_prefixes.append(self._watch_prefix.format(i=stream.subscriber))
+            raw = subscription.SerializeToString()
             stream.call = method(raw, timeout=self._stream_timeout_s)
             stream.task = asyncio.create_task(self._read(stream))
         deadline_s = started_s + timeout_s
@@ -129,7 +145,9 @@ class NotifyProbe:
         self._subscribe_s = time.monotonic() - started_s
 
     def begin(self, window: Window) -> None:
-        self._ledger = DeliveryLedger(self._subscribers, window.measure_start_s, window.end_s)
+        self._window = window
+        if self._watch_prefix is None:
+            self._ledger = DeliveryLedger(self._subscribers, window.measure_start_s, window.end_s)
 
     async def finish(self) -> None:
         """Give the streams at most drain_s to reach the last offset written, then stop."""
@@ -196,6 +214,12 @@ class NotifyProbe:
                 if not stream.subscribed:
                     stream.subscribed = True  # the empty batch at the commit offset
                     continue
+                window = self._window
+                if window is not None and window.measure_start_s <= received_s < window.end_s:
+                    self._window_bytes += len(raw)
+                    if self._ledger is None:  # filtered: counted here, not matched
+                        self._unmatched.window_batches += 1
+                        self._unmatched.window_entries += len(batch.notifications)
                 ledger = self._ledger
                 if ledger is not None:
                     ledger.received(shard_id, batch.offset, len(batch.notifications), received_s)
@@ -234,13 +258,14 @@ class NotifyProbe:
 
     def result(self) -> NotifyResult:
         ledger = self._ledger
-        stats = ledger.stats if ledger is not None else DeliveryStats(self._subscribers)
+        stats = ledger.stats if ledger is not None else self._unmatched
         return NotifyResult(
             stats=stats,
             shards=len(self._shards),
             streams=len(self._streams),
             stream_errors=self._stream_errors,
             first_error=self._first_error,
+            window_bytes=self._window_bytes,
             subscribe_s=self._subscribe_s,
             drain_s=self._drain_took_s,
             caught_up=self._caught_up,

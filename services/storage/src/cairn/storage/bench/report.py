@@ -32,6 +32,7 @@ _SHOWN_EXTRAS = frozenset(
         "target_ops_per_s",
         "unsent_requests",
         "delivered_pct",
+        "bytes_per_s",
         "before_answer_pct",
         "caught_up",
         "dropped",
@@ -176,6 +177,7 @@ def notify_row(result: NotifyResult, phase: PhaseResult) -> Row:
         ("caught_up", result.caught_up),
         ("dropped", stats.dropped_writes + stats.dropped_batches),
         ("subscribe_ms", round(result.subscribe_s * 1000.0, 1)),
+        ("bytes_per_s", round(result.bytes_per_s(phase.window_s))),
         ("client_cores", round(phase.client_cpu_s / phase.window_s, 3)),
     ]
     if phase.server_cpu_s is not None:

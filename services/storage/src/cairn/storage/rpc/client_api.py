@@ -22,6 +22,7 @@ from cairn.storage.clock import wall_clock_ms
 from cairn.storage.config import Limits
 from cairn.storage.core import reads
 from cairn.storage.core.fastpath import has_plain_puts
+from cairn.storage.core.notification_filter import change_filter
 from cairn.storage.core.notifications import stored_batches, trimmed_before
 from cairn.storage.core.sequences import SequenceSearchTooLong, highest_sequence_key
 from cairn.storage.core.validation import (
@@ -273,13 +274,26 @@ class ClientService:
         """Serialized NotificationBatches, read from the shard's durable store at the
         subscriber's own pace: no per-subscriber buffer, so a slow subscriber costs no
         memory (gRPC flow control pauses this generator); one that falls behind the
-        retention is told so and can resubscribe."""
+        retention is told so and can resubscribe.
+
+        A filtered subscriber (key prefixes, no version ids: notification_filter.py)
+        is sent only the entries with a change it wants. So that it can resume past
+        the entries it was not sent, it gets the offset reached in a batch with no
+        notifications once it is caught up, at most once per
+        `notification_progress_interval_ms`; a resume from an older offset is still
+        exact, it only reads those entries again."""
         try:
             shard = await self.directory.serving_shard(request.shard)
             if not shard.notifications_enabled:
                 raise InvalidRequest(
                     f"notifications are disabled for namespace {shard.namespace!r}"
                 )
+            wanted = change_filter(
+                request,
+                shard.key_order,
+                self.limits.max_prefixes_per_subscription,
+                self.limits.max_key_bytes,
+            )
         except CairnError as error:
             await abort(context, error)
         if request.HasField("start_offset_exclusive"):
@@ -287,10 +301,13 @@ class ClientService:
         else:
             # A new subscriber learns where "now" is at once.
             position = shard.commit_offset
-            yield pb.NotificationBatch(
-                shard=shard.shard_id, offset=position, timestamp=wall_clock_ms()
-            ).SerializeToString()
+            yield self._progress(shard, position)
         limit = self.limits.max_notification_batches_per_read
+        progress_interval_s = self.limits.notification_progress_interval_ms / 1000
+        loop = asyncio.get_running_loop()
+        last_sent_s = loop.time()
+        # Whether entries were passed over since the last batch sent.
+        passed_over = False
         while True:
             if position + 1 < trimmed_before(shard.kv):
                 await abort(
@@ -304,12 +321,35 @@ class ClientService:
             seen_commit = shard.commit_offset
             batches = stored_batches(shard.kv, position, limit)
             for offset, batch in batches:
-                yield batch
                 position = offset
-            if len(batches) < limit:
-                if shard.closing:
-                    return
+                selected = wanted.select(batch)
+                passed_over = selected is None
+                if selected is not None:
+                    yield selected
+                    last_sent_s = loop.time()
+            if len(batches) == limit:
+                continue
+            if shard.closing:
+                return
+            if not passed_over:
                 await shard.wait_for_commit_after(seen_commit)
+                continue
+            due_in_s = last_sent_s + progress_interval_s - loop.time()
+            if due_in_s <= 0:
+                yield self._progress(shard, position)
+                last_sent_s = loop.time()
+                passed_over = False
+                continue
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(due_in_s):
+                    await shard.wait_for_commit_after(seen_commit)
+
+    @staticmethod
+    def _progress(shard: ShardReplica, offset: int) -> bytes:
+        """A batch with no notifications: the stream has reached `offset`."""
+        return pb.NotificationBatch(
+            shard=shard.shard_id, offset=offset, timestamp=wall_clock_ms()
+        ).SerializeToString()
 
     # ---- sequence updates -----------------------------------------------------------
 
