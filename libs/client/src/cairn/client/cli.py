@@ -53,6 +53,7 @@ from cairn.client.cli_status import status_command
 from cairn.client.client import AsyncClient
 from cairn.client.options import ClientOptions
 from cairn.client.records import Comparison
+from cairn.common.hashing import KeyHash
 
 DEFAULT_ADDRESS = "127.0.0.1:6648"
 DEFAULT_NAMESPACE = "default"
@@ -113,6 +114,13 @@ def _add_global_options(parser: argparse.ArgumentParser, env: Mapping[str, str],
         type=float,
         default=default(DEFAULT_TIMEOUT_S),
         help=f"deadline of each call, retries included (default {DEFAULT_TIMEOUT_S:g})",
+    )
+    parser.add_argument(
+        "--key-hash",
+        choices=[h.value for h in KeyHash],
+        default=default(env.get("CAIRN_KEY_HASH", KeyHash.XXH3.value)),
+        help="how keys map to shards ($CAIRN_KEY_HASH, default xxh3, as the shard map says; "
+        "xxh64 reaches data written by the oxia 0.2.1 Python client)",
     )
     parser.add_argument(
         "--json", action="store_true", default=default(False), help="machine-readable output"
@@ -442,7 +450,11 @@ _OPEN_ENDED = {"watch", "sequence-updates"}
 
 
 def client_options(args: argparse.Namespace) -> ClientOptions:
-    return ClientOptions(request_timeout_s=args.timeout_s, connect_timeout_s=args.timeout_s)
+    return ClientOptions(
+        request_timeout_s=args.timeout_s,
+        connect_timeout_s=args.timeout_s,
+        key_hash=KeyHash(args.key_hash),
+    )
 
 
 async def _run_data_command(handler: Handler, args: argparse.Namespace, output: Output) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from cairn.client import errors
@@ -37,6 +38,7 @@ from cairn.client.routing import ShardMap
 from cairn.client.scans import Scans
 from cairn.client.sessions import SessionManager
 from cairn.client.writes import DELETE, DELETE_RANGE, PUT, ShardWriter, WriteOp
+from cairn.common.hashing import KeyHash
 from cairn.proto import oxia_client_pb2 as pb
 
 _OK = pb.OK
@@ -96,6 +98,7 @@ class AsyncClient:
             options.retry_initial_backoff_s,
             options.retry_max_backoff_s,
             self._map_changed,
+            options.key_hash,
         )
         self._sessions = SessionManager(
             lambda shard: self.create_session(shard),
@@ -127,10 +130,12 @@ class AsyncClient:
             raise
         return client
 
-    async def for_namespace(self, namespace: str) -> AsyncClient:
-        """A client of another namespace sharing this one's connections; closed with it."""
+    async def for_namespace(self, namespace: str, key_hash: KeyHash | None = None) -> AsyncClient:
+        """A client of another namespace sharing this one's connections; closed with it.
+        `key_hash`: how it routes keys, if not as this client does."""
         self._check_open()
-        child = AsyncClient(self._pool, self._seeds, namespace, self.options, owns_pool=False)
+        options = self.options if key_hash is None else replace(self.options, key_hash=key_hash)
+        child = AsyncClient(self._pool, self._seeds, namespace, options, owns_pool=False)
         await child._follower.start(self.options.connect_timeout_s)
         child._parent = self
         self._children.append(child)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+from cairn.common.hashing import KeyHash
+
 MiB = 1024 * 1024
 
 
@@ -46,6 +48,11 @@ class ClientOptions:
 
     # gRPC message size bound, both ways (the server's limit is larger).
     max_message_bytes: int = 64 * MiB
+
+    # How keys are hashed onto shards: XXH3, as the shard map says and Oxia's Go and
+    # Java clients do; XXH64 only to reach data the `oxia` 0.2.1 Python client wrote
+    # (it hashes that way whatever the map says).
+    key_hash: KeyHash = KeyHash.XXH3
 
     def __post_init__(self) -> None:
         if self.request_timeout_s <= 0 or self.connect_timeout_s <= 0:

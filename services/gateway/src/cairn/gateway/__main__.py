@@ -25,6 +25,7 @@ from types import FrameType
 import uvicorn
 
 from cairn.client.options import ClientOptions
+from cairn.common.hashing import KeyHash
 from cairn.common.telemetry import METRICS_PORT_GATEWAY, Telemetry, add_metrics_arguments
 from cairn.gateway import metrics
 from cairn.gateway.app import Lifecycle, create_app
@@ -85,9 +86,35 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULTS.max_open_feeds,
         help="change feed streams served at once (more get 503)",
     )
+    parser.add_argument(
+        "--key-hash",
+        dest="key_hashes",
+        action="append",
+        default=[],
+        metavar="NAMESPACE=xxh64",
+        help="route a namespace's keys as the oxia 0.2.1 Python client does (xxh64) to reach "
+        "the data it wrote; default xxh3, as the shard map says (repeatable)",
+    )
     add_metrics_arguments(parser, METRICS_PORT_GATEWAY)
     parser.add_argument("--log-level", default="WARNING")
     return parser
+
+
+def _key_hashes(values: list[str]) -> dict[str, KeyHash]:
+    hashes = {}
+    for value in values:
+        namespace, sep, name = value.partition("=")
+        try:
+            if not sep or not namespace:
+                raise ValueError
+            hashes[namespace] = KeyHash(name)
+        except ValueError:
+            choices = ", ".join(h.value for h in KeyHash)
+            raise SystemExit(
+                f"cairn-gateway: --key-hash takes NAMESPACE=HASH with HASH one of {choices}, "
+                f"not {value!r}"
+            ) from None
+    return hashes
 
 
 def _token(token_file: Path | None) -> str | None:
@@ -112,6 +139,7 @@ def settings_from(args: argparse.Namespace) -> GatewaySettings:
                 connect_timeout_s=args.connect_timeout_s,
                 client_identity=CLIENT_IDENTITY,
             ),
+            key_hashes=_key_hashes(args.key_hashes),
             feed_keepalive_interval_s=args.feed_keepalive_s,
             max_open_feeds=args.max_open_feeds,
         )

@@ -156,6 +156,7 @@ class PodSample:
     shards: list[ShardSample]
     notification_subscribers: dict[int, int]
     sequence_subscribers: dict[int, int]
+    misrouted_writes: dict[int, int]
     rejected: dict[str, int]
     shard_labels: dict[int, dict[str, Any]]
 
@@ -188,6 +189,7 @@ class StorageMetrics:
             shards=shards,
             notification_subscribers=dict(self.service.notification_subscribers),
             sequence_subscribers=dict(self.service.sequence_subscribers),
+            misrouted_writes=dict(self.service.misrouted_writes),
             rejected=dict(REJECTED_BY_REASON),
             shard_labels={s.labels["shard"]: s.labels for s in shards},
         )
@@ -401,6 +403,13 @@ class StorageMetrics:
             description="open GetSequenceUpdates streams",
         )
         meter.create_observable_counter(
+            "cairn.requests.misrouted",
+            [self._subscribers(lambda pod: pod.misrouted_writes)],
+            unit="{request}",
+            description="write requests whose first key the shard map's XXH3 routes to "
+            "another shard (a client hashing keys another way)",
+        )
+        meter.create_observable_counter(
             "cairn.requests.rejected",
             [self._rejected],
             unit="{request}",
@@ -491,6 +500,8 @@ class StorageMetrics:
         return callback
 
     def _subscribers(self, counts: Callable[[PodSample], dict[int, int]]) -> Callable[..., Any]:
+        """Per shard counts the service keeps by shard id, labelled as the shard."""
+
         def callback(_: CallbackOptions) -> Iterable[Observation]:
             pod = self._snapshot.get()
             return [
