@@ -76,6 +76,31 @@ def test_a_gateway_put_is_one_trace_through_client_and_storage(
         spans = [
             span for span in collector.wait_for(complete, timeout_s=30) if span.trace_id == trace_id
         ]
+
+        # A GET: the Read call that carries it is traced too (gets are batched per
+        # call; the first traced caller is the call's parent).
+        read_trace = secrets.token_hex(16)
+        with gateway.client() as http:
+            answer = http.get(
+                "/v1/namespaces/default/keys/traced/key",
+                headers={"traceparent": f"00-{read_trace}-{secrets.token_hex(8)}-01"},
+            )
+        assert answer.status_code == 200, answer.text
+        read_names = {
+            ("cairn-gateway", "cairn.client.get"),
+            ("cairn-gateway", "io.oxia.proto.v1.OxiaClient/Read"),
+            ("cairn-storage", "io.oxia.proto.v1.OxiaClient/Read"),
+        }
+        read_spans = [
+            span
+            for span in collector.wait_for(
+                lambda found: (
+                    read_names <= {(s.service, s.name) for s in found if s.trace_id == read_trace}
+                ),
+                timeout_s=30,
+            )
+            if span.trace_id == read_trace
+        ]
     finally:
         gateway.stop()
         storage.kill()
@@ -100,6 +125,12 @@ def test_a_gateway_put_is_one_trace_through_client_and_storage(
     commit = _one(spans, "cairn-storage", "cairn.shard.commit")
     assert append.parent_span_id == served.span_id == commit.parent_span_id
     assert commit.attributes["cairn.shard"] == 0
+
+    get = _one(read_spans, "cairn-gateway", "cairn.client.get")
+    read_call = _one(read_spans, "cairn-gateway", "io.oxia.proto.v1.OxiaClient/Read")
+    read_served = _one(read_spans, "cairn-storage", "io.oxia.proto.v1.OxiaClient/Read")
+    assert read_call.parent_span_id == get.span_id
+    assert read_served.parent_span_id == read_call.span_id
 
     # The access log (shown at the gateway's default WARNING level) is JSON and
     # names the trace it was written in.

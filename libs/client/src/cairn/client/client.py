@@ -18,6 +18,8 @@ import contextlib
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any
 
+from opentelemetry.context import Context
+
 from cairn.client import errors
 from cairn.client.assignments import ShardMapFollower
 from cairn.client.attempts import Attempts
@@ -489,9 +491,22 @@ class AsyncClient:
     async def _send_read(
         self, shard: int, message: pb.GetRequest, attempts: Attempts
     ) -> pb.GetResponse:
+        if tracing.ENABLED:
+            with tracing.tracer().start_as_current_span(
+                "cairn.client.get", attributes={"cairn.shard": shard}
+            ):
+                return await self._read_attempts(
+                    shard, message, attempts, tracing.current_context()
+                )
+        return await self._read_attempts(shard, message, attempts, None)
+
+    async def _read_attempts(
+        self, shard: int, message: pb.GetRequest, attempts: Attempts, trace: Context | None
+    ) -> pb.GetResponse:
         while True:
             self._check_open()
             op = ReadOp(message, self._loop)
+            op.trace = trace
             reader = self._readers.get(shard) or self._reader(shard)
             if not reader.try_submit(op):
                 try:

@@ -31,5 +31,5 @@ def new_server(limits: Limits) -> grpc.aio.Server:
         ],
         maximum_concurrent_rpcs=limits.max_concurrent_rpcs,
         # A span per RPC when tracing is on; no interceptor at all when it is off.
-        interceptors=tracing.server_interceptors(),
+        interceptors=tracing.server_interceptors() or None,
     )
