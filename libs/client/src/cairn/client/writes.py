@@ -26,10 +26,10 @@ from typing import Any
 import grpc
 import grpc.aio
 from opentelemetry.context import Context
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, StatusCode
 
 from cairn.client import errors
-from cairn.client.channels import NAMESPACE_HEADER, SHARD_ID_HEADER, ChannelPool
+from cairn.client.channels import NAMESPACE_HEADER, SERVICE, SHARD_ID_HEADER, ChannelPool
 from cairn.client.failures import Retry, classify, connection_status, server_status, settle
 from cairn.common import tracing
 from cairn.proto import oxia_client_pb2 as pb
@@ -240,39 +240,49 @@ class ShardWriter:
         the trace context (a WriteStream has metadata once, for all its requests),
         under a CLIENT span. Writes keep their order: it waits for the stream's
         unanswered requests first, and the writer sends nothing else meanwhile."""
-        while stream.inflight and not stream.broken:
-            self._wake.clear()
-            await self._wake.wait()
         ops = batch.ops()
-        method = "io.oxia.proto.v1.OxiaClient/Write"
         outcomes: list[tuple[WriteOp, Any]]
-        with tracing.tracer().start_as_current_span(
-            method,
-            context=ops[0].trace,
-            kind=SpanKind.CLIENT,
-            attributes={
-                "rpc.system": "grpc",
-                "rpc.service": "io.oxia.proto.v1.OxiaClient",
-                "rpc.method": "Write",
-                "server.address": stream.address,
-                "cairn.shard": self.shard,
-            },
-        ) as span:
-            try:
-                async with asyncio.timeout(self._answer_timeout_s):
-                    response = await self._pool.stubs(stream.address).write(
-                        batch.request(self.shard), metadata=tracing.metadata_for(span)
-                    )
-                outcomes = self._resolve(batch, response)
-            except grpc.aio.AioRpcError as error:
-                span.set_attribute("rpc.grpc.status_code", error.code().value[0])
-                outcome = classify(server_status(error), sent=True)
-                outcomes = [(op, outcome) for op in ops]
-            except TimeoutError:
-                outcome = Retry(connection_status("no answer in time"), ambiguous=True)
-                outcomes = [(op, outcome) for op in ops]
-            except RuntimeError as error:  # the pool is closed
-                outcomes = [(op, errors.ClientClosed(str(error))) for op in ops]
+        try:
+            while stream.inflight and not stream.broken:
+                self._wake.clear()
+                await self._wake.wait()
+            with tracing.tracer().start_as_current_span(
+                f"{SERVICE}/Write",
+                context=ops[0].trace,
+                kind=SpanKind.CLIENT,
+                attributes={
+                    "rpc.system": "grpc",
+                    "rpc.service": SERVICE,
+                    "rpc.method": "Write",
+                    "server.address": stream.address,
+                    "cairn.shard": self.shard,
+                },
+            ) as span:
+                try:
+                    async with asyncio.timeout(self._answer_timeout_s):
+                        response = await self._pool.stubs(stream.address).write(
+                            batch.request(self.shard), metadata=tracing.metadata_for(span)
+                        )
+                    outcomes = self._resolve(batch, response)
+                except grpc.aio.AioRpcError as error:
+                    span.set_status(StatusCode.ERROR, error.code().name)
+                    outcome = classify(server_status(error), sent=True)
+                    outcomes = [(op, outcome) for op in ops]
+                except TimeoutError:
+                    span.set_status(StatusCode.ERROR, "no answer in time")
+                    outcome = Retry(connection_status("no answer in time"), ambiguous=True)
+                    outcomes = [(op, outcome) for op in ops]
+        except asyncio.CancelledError:  # the writer is closing
+            for op in ops:
+                settle(op.future, errors.ClientClosed("the client is closed"))
+            raise
+        except RuntimeError as error:  # the pool is closed
+            outcomes = [(op, errors.ClientClosed(str(error))) for op in ops]
+        except Exception:
+            # Never let the writer die: every later write of the shard would hang.
+            log.exception("shard %d: unexpected failure sending a traced write", self.shard)
+            unsent = Retry(connection_status("the write could not be sent"), ambiguous=True)
+            outcomes = [(op, unsent) for op in ops]
         for op, outcome in outcomes:
             settle(op.future, outcome)
         self._wake.set()
