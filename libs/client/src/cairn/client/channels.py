@@ -71,6 +71,8 @@ class Stubs:
             channel, "unary_stream", "GetShardAssignments", pb.ShardAssignments
         )
         self.write_stream = _method(channel, "stream_stream", "WriteStream", pb.WriteResponse)
+        # Traced writes only (writes.py): a unary call's metadata carries the trace context.
+        self.write = _method(channel, "unary_unary", "Write", pb.WriteResponse)
         self.read = _method(channel, "unary_stream", "Read", pb.ReadResponse)
         self.list = _method(channel, "unary_stream", "List", pb.ListResponse)
         self.range_scan = _method(channel, "unary_stream", "RangeScan", pb.RangeScanResponse)

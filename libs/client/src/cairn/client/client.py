@@ -19,6 +19,8 @@ from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from opentelemetry.context import Context
+
 from cairn.client import errors
 from cairn.client.assignments import ShardMapFollower
 from cairn.client.attempts import Attempts
@@ -38,6 +40,7 @@ from cairn.client.routing import ShardMap
 from cairn.client.scans import Scans
 from cairn.client.sessions import SessionManager
 from cairn.client.writes import DELETE, DELETE_RANGE, PUT, ShardWriter, WriteOp
+from cairn.common import tracing
 from cairn.common.hashing import KeyHash
 from cairn.proto import oxia_client_pb2 as pb
 
@@ -48,6 +51,12 @@ _SESSION_DOES_NOT_EXIST = pb.SESSION_DOES_NOT_EXIST
 # The pipelined requests one WriteStream may have unanswered on the server
 # (Limits.max_inflight_per_write_stream): the bound when batching is off.
 _UNBATCHED_MAX_INFLIGHT = 256
+# The client's span of one write (all its attempts), by kind, when tracing is on.
+_WRITE_SPANS = {
+    PUT: "cairn.client.put",
+    DELETE: "cairn.client.delete",
+    DELETE_RANGE: "cairn.client.delete_range",
+}
 
 
 def _addresses(address: str | Sequence[str]) -> list[str]:
@@ -243,6 +252,18 @@ class AsyncClient:
         proves whether it applied)."""
         loop = self._loop
         op = WriteOp(kind, message, size_bytes, loop)
+        if tracing.ENABLED:
+            with tracing.tracer().start_as_current_span(
+                _WRITE_SPANS[kind], attributes={"cairn.shard": shard}
+            ):
+                op.trace = tracing.current_context()
+                return await self._write_attempts(shard, op, attempts, idempotent)
+        return await self._write_attempts(shard, op, attempts, idempotent)
+
+    async def _write_attempts(
+        self, shard: int, op: WriteOp, attempts: Attempts, idempotent: bool
+    ) -> tuple[Any, bool]:
+        loop = self._loop
         ambiguous_before = False
         while True:
             self._check_open()
@@ -475,9 +496,22 @@ class AsyncClient:
     async def _send_read(
         self, shard: int, message: pb.GetRequest, attempts: Attempts
     ) -> pb.GetResponse:
+        if tracing.ENABLED:
+            with tracing.tracer().start_as_current_span(
+                "cairn.client.get", attributes={"cairn.shard": shard}
+            ):
+                return await self._read_attempts(
+                    shard, message, attempts, tracing.current_context()
+                )
+        return await self._read_attempts(shard, message, attempts, None)
+
+    async def _read_attempts(
+        self, shard: int, message: pb.GetRequest, attempts: Attempts, trace: Context | None
+    ) -> pb.GetResponse:
         while True:
             self._check_open()
             op = ReadOp(message, self._loop)
+            op.trace = trace
             reader = self._readers.get(shard) or self._reader(shard)
             if not reader.try_submit(op):
                 try:

@@ -15,12 +15,12 @@ import logging
 import os
 import signal
 import socket
-import sys
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 
+from cairn.common.logs import add_log_arguments, setup_logging
 from cairn.common.telemetry import METRICS_PORT_CONTROLLER, Telemetry, add_metrics_arguments
 from cairn.controller.api import create_app
 from cairn.controller.metrics import ControllerMetrics
@@ -64,6 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     timing.add_argument("--startup-grace-ms", type=int, default=3_000)
     add_metrics_arguments(parser, METRICS_PORT_CONTROLLER)
     parser.add_argument("--log-level", default="INFO")
+    add_log_arguments(parser)
     return parser
 
 
@@ -108,7 +109,8 @@ async def _serve(args: argparse.Namespace) -> None:
     sock.bind((args.host, args.port))
     host, port = sock.getsockname()[:2]
     server = uvicorn.Server(
-        uvicorn.Config(create_app(controller), log_level="warning", lifespan="off")
+        # log_config None: uvicorn's loggers write through setup_logging's handler.
+        uvicorn.Config(create_app(controller), log_level="warning", lifespan="off", log_config=None)
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -156,11 +158,7 @@ async def _serve(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    setup_logging("cairn-controller", args.log_level, args.log_format, node=args.identity)
     try:
         import uvloop
 

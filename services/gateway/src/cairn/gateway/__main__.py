@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import math
 import os
 import signal
 import socket
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -25,7 +23,9 @@ from types import FrameType
 import uvicorn
 
 from cairn.client.options import ClientOptions
+from cairn.common import tracing
 from cairn.common.hashing import KeyHash
+from cairn.common.logs import add_log_arguments, node_name, setup_logging
 from cairn.common.telemetry import METRICS_PORT_GATEWAY, Telemetry, add_metrics_arguments
 from cairn.gateway import metrics
 from cairn.gateway.app import Lifecycle, create_app
@@ -96,7 +96,10 @@ def _parser() -> argparse.ArgumentParser:
         "the data it wrote; default xxh3, as the shard map says (repeatable)",
     )
     add_metrics_arguments(parser, METRICS_PORT_GATEWAY)
-    parser.add_argument("--log-level", default="WARNING")
+    parser.add_argument(
+        "--log-level", default="WARNING", help="(WARNING; the access log shows at INFO anyway)"
+    )
+    add_log_arguments(parser)
     return parser
 
 
@@ -179,7 +182,10 @@ async def _serve(
         lambda: loop.call_soon_threadsafe(lifecycle.begin_drain),
         uvicorn.Config(
             metrics.HttpMetrics(app),
-            log_level=log_level.lower(),
+            # Logging is set up by setup_logging: uvicorn's loggers write through the
+            # process's one handler (and format), and its access log shows at INFO.
+            log_config=None,
+            log_level=None,
             timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s),
             h11_max_incomplete_event_size=settings.max_request_head_bytes,
             # The gateway's own answer for every error: no server banner.
@@ -215,15 +221,17 @@ async def _serve(
         await http
         stopped.cancel()
         telemetry.shutdown()
+        tracing.shutdown()
 
 
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    node = node_name()
+    setup_logging("cairn-gateway", args.log_level, args.log_format, node=node, access_log=True)
+    # With tracing on, FastAPI's own telemetry (it follows the global tracer provider
+    # this sets) makes each request's SERVER span from its traceparent header; the
+    # client library's spans are its children.
+    tracing.configure("cairn-gateway", node)
     settings = settings_from(args)
     try:
         import uvloop

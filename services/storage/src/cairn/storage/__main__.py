@@ -19,7 +19,9 @@ from pathlib import Path
 
 import uvloop
 
+from cairn.common import tracing
 from cairn.common.keyorder import KeyOrder
+from cairn.common.logs import add_log_arguments, node_name, setup_logging
 from cairn.common.telemetry import METRICS_PORT_STORAGE, Telemetry, add_metrics_arguments
 from cairn.storage.config import (
     DEFAULT_NAMESPACE,
@@ -199,6 +201,7 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         )
         add_metrics_arguments(command, METRICS_PORT_STORAGE)
         command.add_argument("--log-level", default="INFO")
+        add_log_arguments(command)
     return parser, standalone
 
 
@@ -290,6 +293,7 @@ async def _run_standalone(config: StandaloneConfig, args: argparse.Namespace) ->
     log.info("shutting down")
     await server.stop()
     telemetry.shutdown()
+    tracing.shutdown()
     return 0
 
 
@@ -309,6 +313,7 @@ async def _run_node(config: NodeConfig, args: argparse.Namespace) -> int:
     log.info("shutting down")
     await server.stop()
     telemetry.shutdown()
+    tracing.shutdown()
     return 0
 
 
@@ -324,9 +329,10 @@ def _freeze_startup_objects() -> None:
 def main(argv: list[str] | None = None) -> int:
     parser, standalone = _parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    node = node_name()
+    setup_logging("cairn-storage", args.log_level, args.log_format, node=node)
+    # Before the servers exist: they take the tracing interceptor only if it is on.
+    tracing.configure("cairn-storage", node)
     if args.command == "node":
         node_config = NodeConfig(
             data_dir=args.data_dir,

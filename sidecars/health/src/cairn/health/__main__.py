@@ -12,6 +12,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from cairn.common.logs import setup_logging
 from cairn.health.service import LISTENING_PREFIX, run
 from cairn.health.settings import Settings, parse_settings
 
@@ -51,10 +52,7 @@ async def _main(settings: Settings) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_settings(argv)
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    setup_logging("cairn-health", settings.log_level, settings.log_format, node=settings.node_name)
     # httpx logs every request at INFO: a line per heartbeat. The pusher logs what
     # matters (failures, recovery).
     for noisy in ("httpx", "httpcore"):

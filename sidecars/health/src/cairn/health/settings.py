@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from cairn.common.logs import add_log_arguments
 from cairn.common.telemetry import METRICS_PORT_HEALTH, add_metrics_arguments
 
 DEFAULT_HOST = "127.0.0.1"
@@ -31,6 +32,7 @@ class Settings:
     liveness_failure_ms: int = 30_000
     ready_max_lag_entries: int = 1000
     log_level: str = "INFO"
+    log_format: str = "text"
     # The Prometheus /metrics endpoint (None: none; the command line's default is
     # METRICS_PORT_HEALTH).
     metrics_host: str = "127.0.0.1"
@@ -120,6 +122,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", help="(INFO)"
     )
+    add_log_arguments(parser)
     return parser
 
 
@@ -154,6 +157,7 @@ def parse_settings(argv: Sequence[str] | None = None) -> Settings:
         liveness_failure_ms=args.liveness_failure_ms,
         ready_max_lag_entries=args.ready_max_lag,
         log_level=args.log_level,
+        log_format=args.log_format,
         metrics_host=args.metrics_host,
         metrics_port=args.metrics_port,
     )

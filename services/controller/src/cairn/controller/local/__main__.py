@@ -10,12 +10,12 @@ data (the ports chosen on the first run are kept in <dir>/ports.json).
 from __future__ import annotations
 
 import argparse
-import logging
 import signal
 import sys
 from pathlib import Path
 from types import FrameType
 
+from cairn.common.logs import add_log_arguments, setup_logging
 from cairn.controller.local.launcher import LocalCluster
 
 
@@ -47,22 +47,29 @@ def main(argv: list[str] | None = None) -> None:
         "several clusters on one machine, and tests)",
     )
     parser.add_argument("--log-level", default="INFO")
+    add_log_arguments(parser)
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s"
+    setup_logging(
+        "cairn-local",
+        args.log_level,
+        args.log_format,
+        text_format="%(asctime)s %(levelname)s %(message)s",
     )
+    # Every process of the cluster logs in the launcher's format (an explicit
+    # --*-arg --log-format, coming later, wins).
+    chosen = ["--log-format", args.log_format] if args.log_format != "text" else []
     cluster = LocalCluster(
         args.dir,
         pods=args.pods,
         shards=args.shards,
         replication_factor=args.replication_factor,
         host=args.host,
-        controller_args=args.controller_arg,
-        pod_args=args.pod_arg,
-        sidecar_args=args.sidecar_arg,
+        controller_args=[*chosen, *args.controller_arg],
+        pod_args=[*chosen, *args.pod_arg],
+        sidecar_args=[*chosen, *args.sidecar_arg],
         preferred_ports=not args.free_ports,
         gateway=not args.no_gateway,
-        gateway_args=args.gateway_arg,
+        gateway_args=[*chosen, *args.gateway_arg],
     )
 
     def on_signal(signum: int, _: FrameType | None) -> None:

@@ -148,7 +148,8 @@ class Child:
             self.command,
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            # POD_NAME: the process's name in its log lines and traces (logs.node_name).
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "POD_NAME": self.name},
             start_new_session=True,  # Ctrl-C reaches the launcher, which stops us in order
         )
         self.started_at = time.monotonic()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grpc
 
+from cairn.common import tracing
 from cairn.storage.config import Limits
 
 # The most frequent keep-alive ping a client may send (the Cairn client pings every
@@ -29,4 +30,6 @@ def new_server(limits: Limits) -> grpc.aio.Server:
             ("grpc.http2.min_ping_interval_without_data_ms", CLIENT_PING_MIN_INTERVAL_MS),
         ],
         maximum_concurrent_rpcs=limits.max_concurrent_rpcs,
+        # A span per RPC when tracing is on; no interceptor at all when it is off.
+        interceptors=tracing.server_interceptors() or None,
     )

@@ -17,6 +17,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
+from cairn.common import tracing
 from cairn.common.errors import CairnError, InvalidRequest, NotificationsTrimmed
 from cairn.common.telemetry import LatencyCounter
 from cairn.proto import oxia_client_pb2 as pb
@@ -139,10 +140,34 @@ class ClientService:
     async def write(self, raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
         """Raw bytes in and out: the request goes to the WAL as received, and the
         response comes hand-encoded from the apply step."""
+        if tracing.ENABLED:
+            return await self._write_traced(raw, context)
         started_ns = time.perf_counter_ns()
         try:
             shard, future = await self._submit_one(raw, None, context.peer())
             response = await future
+        except CairnError as error:
+            await abort(context, error)
+        shard.write_latency.record_since(started_ns)
+        self.call_latency["Write"].record_since(started_ns)
+        return response
+
+    async def _write_traced(self, raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        """`write` with the leader's two steps as spans (one per request, never per
+        operation): append (validate, then log the entry or join the fold) and
+        commit (fsync, a quorum of the ensemble durable, apply)."""
+        tracer = tracing.tracer()
+        started_ns = time.perf_counter_ns()
+        try:
+            with tracer.start_as_current_span("cairn.shard.append") as span:
+                shard, future = await self._submit_one(raw, None, context.peer())
+                attributes: dict[str, str | int] = {
+                    "cairn.shard": shard.shard_id,
+                    "cairn.namespace": shard.namespace,
+                }
+                span.set_attributes(attributes)
+            with tracer.start_as_current_span("cairn.shard.commit", attributes=attributes):
+                response = await future
         except CairnError as error:
             await abort(context, error)
         shard.write_latency.record_since(started_ns)
