@@ -20,6 +20,7 @@ from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Observation
 
+from cairn.common.errors import CairnError
 from cairn.common.telemetry import LatencyCounter, LoopSnapshot, Telemetry
 from cairn.proto import replication_pb2 as rpb
 from cairn.storage.directory import ShardDirectory
@@ -40,6 +41,18 @@ ROCKSDB_PROPERTIES = {
 }
 # Of the database as a whole: its block cache.
 ROCKSDB_BLOCK_CACHE = "rocksdb.block-cache-usage"
+
+
+def _reasons(error: type[CairnError]) -> set[str]:
+    found = {error.reason}
+    for subclass in error.__subclasses__():
+        found |= _reasons(subclass)
+    return found
+
+
+# Every reason of the error tree at 0, so that each has a series before its first
+# rejection (rate() and alerts see the first one too).
+_NO_REJECTIONS = dict.fromkeys(sorted(_reasons(CairnError)), 0)
 
 
 @dataclass
@@ -202,7 +215,7 @@ class StorageMetrics:
             shards=shards,
             notification_subscribers=dict(self.service.notification_subscribers),
             sequence_subscribers=dict(self.service.sequence_subscribers),
-            rejected=dict(REJECTED_BY_REASON),
+            rejected={**_NO_REJECTIONS, **REJECTED_BY_REASON},
             shard_labels={s.labels["shard"]: s.labels for s in shards},
         )
 
@@ -573,10 +586,12 @@ class StorageMetrics:
     def _subscribers(self, counts: Callable[[PodSample], dict[int, int]]) -> Callable[..., Any]:
         def callback(_: CallbackOptions) -> Iterable[Observation]:
             pod = self._snapshot.get()
+            # Every hosted shard, 0 when no stream is open: a series that appears
+            # only with the first subscriber reads as "no data" on a dashboard.
+            open_streams = counts(pod)
             return [
-                Observation(count, pod.shard_labels[shard_id])
-                for shard_id, count in counts(pod).items()
-                if shard_id in pod.shard_labels
+                Observation(open_streams.get(shard_id, 0), labels)
+                for shard_id, labels in pod.shard_labels.items()
             ]
 
         return callback
