@@ -131,6 +131,7 @@ def finite(result: list[dict[str, Any]]) -> bool:
 def test_dashboards_and_alerts_hold_against_a_real_prometheus(
     cluster: LocalClusterProcess, tmp_path: Path
 ) -> None:
+    promtool()  # installs Debian's prometheus (server and promtool) when it may
     started = time.time()
     addresses = metrics_addresses(cluster.log_text())
     assert len(addresses) == 8, cluster.log_text()
@@ -222,7 +223,6 @@ def test_dashboards_and_alerts_hold_against_a_real_prometheus(
         assert not only_nan, f"panels with no finite value over the run: {only_nan}"
 
         # promtool accepts every endpoint's page.
-        promtool()
         for name, address in addresses.items():
             try:
                 check_metrics(scrape(address))
