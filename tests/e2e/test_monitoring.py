@@ -38,8 +38,10 @@ from support.promtool import check_metrics, promtool, scrape
 
 pytestmark = pytest.mark.e2e
 
-SCRAPE_INTERVAL = "500ms"
-RATE_WINDOW = "5s"  # $__rate_interval: ten scrapes
+# Short, for a short test; not shorter: a scrape that takes longer than this
+# (a loaded machine) fails, and the pod reads as down.
+SCRAPE_INTERVAL = "1s"
+RATE_WINDOW = "10s"  # $__rate_interval: ten scrapes
 LEADERLESS_FOR = "1s"
 METRICS_LINE = re.compile(r"^    (\S+)\s+http://(\S+:\d+)/metrics\s*$")
 # Panels of events this run does not cause: their series exist (checked like all
@@ -108,7 +110,9 @@ def cluster(tmp_path: Path) -> Iterator[LocalClusterProcess]:
     try:
         yield cluster
     finally:
-        cluster.stop()
+        # A loaded machine (others' tests too) can take over 30 s to stop seven
+        # processes; SIGKILL of the launcher would leave them running.
+        cluster.stop(timeout_s=120)
 
 
 def check_names(prometheus_names: dict[str, set[str]], found: Names, where: str) -> None:
@@ -149,12 +153,19 @@ def test_dashboards_and_alerts_hold_against_a_real_prometheus(
     try:
         wait_for(prometheus.targets_up, 30, "every process scraped")
         leaderless = 'ALERTS{alertname="CairnShardWithoutLeader", alertstate="firing"}'
+        with httpx.Client(base_url=cluster.banner.gateway_url, timeout=10.0) as http:
+            wait_for(lambda: http.get("/readyz").status_code == 200, 60, "gateway ready")
         with Load(cluster.banner.gateway_url) as load:
-            wait_for(
-                lambda: (prometheus.value("sum(cairn_shard_write_operations_total)") or 0) > 50,
-                60,
-                "writes counted",
-            )
+            try:
+                wait_for(
+                    lambda: (prometheus.value("sum(cairn_shard_write_operations_total)") or 0) > 50,
+                    60,
+                    "writes counted",
+                )
+            except TimeoutError:
+                raise AssertionError(
+                    f"load ok {load.ok} failed {load.failed}; up: {prometheus.query('up')}"
+                ) from None
             assert not prometheus.query(leaderless)
             # A pod leading shards dies (SIGKILL; the launcher restarts it) while
             # another is hung (SIGSTOP): its shards have no majority to elect a new
@@ -222,7 +233,8 @@ def test_dashboards_and_alerts_hold_against_a_real_prometheus(
         assert checked_panels >= 50
         assert not only_nan, f"panels with no finite value over the run: {only_nan}"
 
-        # promtool accepts every endpoint's page.
+        # promtool accepts every endpoint's page (the killed pod's too, once back).
+        wait_for(prometheus.targets_up, 60, "every process scraped again")
         for name, address in addresses.items():
             try:
                 check_metrics(scrape(address))
