@@ -266,7 +266,13 @@ def _start_metrics(
         metrics_host=args.metrics_host,
         metrics_port=args.metrics_port,
     )
-    StorageMetrics(telemetry, server.directory, server.client_service, asyncio.get_running_loop())
+    StorageMetrics(
+        telemetry,
+        server.directory,
+        server.client_service,
+        asyncio.get_running_loop(),
+        server.config.data_dir,
+    )
     address = telemetry.start()
     if address is not None:
         print(f"cairn-storage metrics on http://{address}/metrics", flush=True)

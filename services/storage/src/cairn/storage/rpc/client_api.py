@@ -65,9 +65,17 @@ class ClientService:
     def __init__(self, directory: ShardDirectory, limits: Limits) -> None:
         self.directory = directory
         self.limits = limits
-        # Metrics (metrics.py publishes them): call durations of the unary-like
-        # methods, and the streams open per shard id.
-        self.call_latency = {"Write": LatencyCounter(), "Read": LatencyCounter()}
+        # Metrics (metrics.py publishes them): call durations of the calls that end
+        # (unary, and the bounded server streams: a read's chunks, a list's, a scan's),
+        # each request's duration on a WriteStream (the call itself lives as long as
+        # its client), and the streams open per shard id.
+        self.call_latency = {
+            "Write": LatencyCounter(),
+            "Read": LatencyCounter(),
+            "List": LatencyCounter(),
+            "RangeScan": LatencyCounter(),
+        }
+        self.stream_request_latency = {"WriteStream": LatencyCounter()}
         self.notification_subscribers: dict[int, int] = {}
         self.sequence_subscribers: dict[int, int] = {}
         # Write requests whose first key XXH3 routes to another shard, per shard id
@@ -212,6 +220,7 @@ class ClientService:
             finally:
                 await in_flight.put(None)
 
+        stream_latency = self.stream_request_latency["WriteStream"]
         reader = asyncio.create_task(read_requests())
         try:
             while (taken := await in_flight.get()) is not None:
@@ -222,6 +231,7 @@ class ClientService:
                     await abort(context, error)
                 if shard is not None:
                     shard.write_latency.record_since(started_ns)
+                    stream_latency.record_since(started_ns)
                 yield response
             await reader  # surfaces a failure to read the request stream
         finally:
@@ -263,6 +273,7 @@ class ClientService:
     async def list(
         self, request: pb.ListRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.ListResponse]:
+        started_ns = time.perf_counter_ns()
         try:
             shard, index = await self._range_target(request, context)
         except CairnError as error:
@@ -284,10 +295,12 @@ class ClientService:
                 keys, size = [], 0
         if keys:
             yield pb.ListResponse(keys=keys)
+        self.call_latency["List"].record_since(started_ns)
 
     async def range_scan(
         self, request: pb.RangeScanRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.RangeScanResponse]:
+        started_ns = time.perf_counter_ns()
         try:
             shard, index = await self._range_target(request, context)
         except CairnError as error:
@@ -316,6 +329,7 @@ class ClientService:
                 chunk, size = pb.RangeScanResponse(), 0
         if chunk.records:
             yield chunk
+        self.call_latency["RangeScan"].record_since(started_ns)
 
     # ---- notifications --------------------------------------------------------------
 
