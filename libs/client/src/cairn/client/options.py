@@ -5,6 +5,8 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+from cairn.common.tls import TlsFiles
+
 MiB = 1024 * 1024
 
 
@@ -46,6 +48,11 @@ class ClientOptions:
 
     # gRPC message size bound, both ways (the server's limit is larger).
     max_message_bytes: int = 64 * MiB
+
+    # TLS to the servers: the CA to check them by (None: the system's roots) and
+    # optionally a client certificate (`TlsFiles.in_directory` for a directory in
+    # cert-manager's layout). None: plaintext. Files are re-read when they change.
+    tls: TlsFiles | None = None
 
     def __post_init__(self) -> None:
         if self.request_timeout_s <= 0 or self.connect_timeout_s <= 0:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from cairn.client.options import ClientOptions
 
@@ -43,6 +44,12 @@ class GatewaySettings:
     # is a sibling of it sharing its connections.
     root_namespace: str = "default"
     client_options: ClientOptions = field(default_factory=ClientOptions)
+    # The gateway's certificate directory (cert-manager layout; it names
+    # `gateway/<name>`): presented to the controller, and its CA checks the
+    # controller's certificate. The HTTPS listener and the storage clients
+    # (`client_options.tls`) are set up from the same directory by __main__.
+    # None: plaintext to the controller.
+    tls_dir: Path | None = None
 
     # Request bodies. A value is the storage pods' limit (4 MiB); a JSON body
     # (sessions, admin actions) is small.

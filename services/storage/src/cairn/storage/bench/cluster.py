@@ -86,6 +86,8 @@ def node_command(data_dir: Path, extra_args: Sequence[str]) -> list[str]:
         str(data_dir),
         "--metrics-port",
         "0",
+        # Plaintext unless the caller gives a certificate directory.
+        *([] if "--tls-dir" in extra_args else ["--insecure"]),
         *extra_args,
     ]
 
