@@ -362,8 +362,8 @@ def test_settings_without_controller_send_no_heartbeats() -> None:
 def test_bad_settings_are_refused(
     extra: tuple[str, ...], capsys: pytest.CaptureFixture[str]
 ) -> None:
+    security = () if "--insecure" in extra else ("--insecure",)
     with pytest.raises(SystemExit) as exit_info:
-        security = () if "--insecure" in extra else ("--insecure",)
         parse_settings(["--node-name", "s", "--storage-internal", "h:1", *security, *extra])
     assert exit_info.value.code == 2
     capsys.readouterr()
