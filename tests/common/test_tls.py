@@ -214,6 +214,8 @@ async def _uvicorn_serves_the_verified_peer_and_a_rotated_certificate(
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started:
+            if task.done():
+                task.result()  # it failed to start: say why
             await asyncio.sleep(0.01)
         client_tls = LiveSSLContext(TlsSource.from_directory(client_dir), server=False)
         async with httpx.AsyncClient(verify=client_tls.context) as http:
@@ -261,6 +263,8 @@ async def _a_certificate_of_another_ca_fails_the_handshake(
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started:
+            if task.done():
+                task.result()  # it failed to start: say why
             await asyncio.sleep(0.01)
         client = LiveSSLContext(TlsSource.from_directory(foreign), server=False)
         async with httpx.AsyncClient(verify=client.context) as http:
