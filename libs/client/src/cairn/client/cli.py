@@ -38,6 +38,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 from cairn.client import errors
@@ -54,6 +55,7 @@ from cairn.client.client import AsyncClient
 from cairn.client.options import ClientOptions
 from cairn.client.records import Comparison
 from cairn.common.hashing import KeyHash
+from cairn.common.tls import TlsConfigError, TlsFiles
 
 DEFAULT_ADDRESS = "127.0.0.1:6648"
 DEFAULT_NAMESPACE = "default"
@@ -125,6 +127,25 @@ def _add_global_options(parser: argparse.ArgumentParser, env: Mapping[str, str],
     parser.add_argument(
         "--json", action="store_true", default=default(False), help="machine-readable output"
     )
+    parser.add_argument(
+        "--tls-dir",
+        type=Path,
+        default=default(env.get("CAIRN_TLS_DIR")),
+        metavar="DIR",
+        help="TLS with a cert-manager style directory: ca.crt, and tls.crt/tls.key if a "
+        "client certificate is wanted ($CAIRN_TLS_DIR; cairn-local prints one)",
+    )
+    parser.add_argument(
+        "--tls-ca",
+        type=Path,
+        default=default(None),
+        metavar="PATH",
+        help="TLS, checking the server by this CA file (instead of --tls-dir)",
+    )
+    parser.add_argument("--tls-cert", type=Path, default=default(None), metavar="PATH",
+                        help="client certificate (with --tls-key)")  # fmt: skip
+    parser.add_argument("--tls-key", type=Path, default=default(None), metavar="PATH",
+                        help="client certificate's key (with --tls-cert)")  # fmt: skip
 
 
 def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
@@ -449,11 +470,29 @@ async def _close_iterator(iterator: Any) -> None:
 _OPEN_ENDED = {"watch", "sequence-updates"}
 
 
+def tls_files(args: argparse.Namespace) -> TlsFiles | None:
+    """The TLS files the options name; None: plaintext. Usage errors exit with 2."""
+    single = (args.tls_ca, args.tls_cert, args.tls_key)
+    if args.tls_dir is not None:
+        if any(path is not None for path in single):
+            raise SystemExit(
+                "cairn: --tls-dir and --tls-ca/--tls-cert/--tls-key exclude each other"
+            )
+        return TlsFiles.in_directory(args.tls_dir)
+    if all(path is None for path in single):
+        return None
+    try:
+        return TlsFiles(args.tls_cert, args.tls_key, args.tls_ca)
+    except TlsConfigError as error:
+        raise SystemExit(f"cairn: {error}") from None
+
+
 def client_options(args: argparse.Namespace) -> ClientOptions:
     return ClientOptions(
         request_timeout_s=args.timeout_s,
         connect_timeout_s=args.timeout_s,
         key_hash=KeyHash(args.key_hash),
+        tls=tls_files(args),
     )
 
 

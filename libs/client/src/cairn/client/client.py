@@ -130,7 +130,7 @@ class AsyncClient:
         """Connect to any server(s) of the cluster ("host:port", comma-separated or a
         list) and wait for the namespace's shard map."""
         options = options or ClientOptions()
-        pool = ChannelPool(options.max_message_bytes)
+        pool = ChannelPool(options.max_message_bytes, options.tls)
         client = cls(pool, _addresses(address), namespace, options, owns_pool=True)
         try:
             await client._follower.start(options.connect_timeout_s)

@@ -6,6 +6,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from cairn.common.hashing import KeyHash
+from cairn.common.tls import TlsFiles
 
 MiB = 1024 * 1024
 
@@ -53,6 +54,11 @@ class ClientOptions:
     # Java clients do; XXH64 only to reach data the `oxia` 0.2.1 Python client wrote
     # (it hashes that way whatever the map says).
     key_hash: KeyHash = KeyHash.XXH3
+
+    # TLS to the servers: the CA to check them by (None: the system's roots) and
+    # optionally a client certificate (`TlsFiles.in_directory` for a directory in
+    # cert-manager's layout). None: plaintext. Files are re-read when they change.
+    tls: TlsFiles | None = None
 
     def __post_init__(self) -> None:
         if self.request_timeout_s <= 0 or self.connect_timeout_s <= 0:

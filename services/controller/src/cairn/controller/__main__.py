@@ -4,7 +4,12 @@
     cairn-controller --state kubernetes --cluster cairn    (CairnCluster resource)
 
 Serves the admin API and the heartbeat endpoint on --port (default 6650); prints
-`cairn-controller listening on http://HOST:PORT` once it does.
+`cairn-controller listening on http(s)://HOST:PORT` once it does.
+
+Transport security is chosen explicitly: `--tls-dir DIR` (cert-manager layout)
+serves HTTPS (client certificates verified when presented; heartbeats need the
+sending pod's sidecar certificate) and calls the pods' internal ports over
+mutual TLS; `--insecure` is plaintext everywhere.
 """
 
 from __future__ import annotations
@@ -21,7 +26,14 @@ from typing import Any
 import uvicorn
 
 from cairn.common.logs import add_log_arguments, setup_logging
-from cairn.common.telemetry import METRICS_PORT_CONTROLLER, Telemetry, add_metrics_arguments
+from cairn.common.telemetry import (
+    METRICS_PORT_CONTROLLER,
+    Telemetry,
+    add_metrics_arguments,
+    metrics_tls_dir,
+)
+from cairn.common.tls import server_ssl_context
+from cairn.common.tls_asgi import uvicorn_tls_options
 from cairn.controller.api import create_app
 from cairn.controller.metrics import ControllerMetrics
 from cairn.controller.model import default_spec
@@ -62,6 +74,16 @@ def _parser() -> argparse.ArgumentParser:
     timing.add_argument("--replace-after-ms", type=int, default=30_000)
     timing.add_argument("--rebalance-after-ms", type=int, default=10_000)
     timing.add_argument("--startup-grace-ms", type=int, default=3_000)
+    security = parser.add_mutually_exclusive_group(required=True)
+    security.add_argument(
+        "--tls-dir",
+        type=Path,
+        default=None,
+        help="certificate directory (tls.crt, tls.key, ca.crt; reloaded when they change)",
+    )
+    security.add_argument(
+        "--insecure", action="store_true", help="plaintext HTTP and pod calls (development only)"
+    )
     add_metrics_arguments(parser, METRICS_PORT_CONTROLLER)
     parser.add_argument("--log-level", default="INFO")
     add_log_arguments(parser)
@@ -101,6 +123,7 @@ async def _serve(args: argparse.Namespace) -> None:
             replace_after_ms=args.replace_after_ms, rebalance_after_ms=args.rebalance_after_ms
         ),
         startup_grace_ms=args.startup_grace_ms,
+        tls_dir=args.tls_dir,
     )
     spec = default_spec(args.shards, args.replication_factor, args.storage_pods)
     controller = Controller(store, lock, spec, settings)
@@ -108,9 +131,16 @@ async def _serve(args: argparse.Namespace) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((args.host, args.port))
     host, port = sock.getsockname()[:2]
+    ssl_context = server_ssl_context(args.tls_dir, require_client_cert=False)
     server = uvicorn.Server(
-        # log_config None: uvicorn's loggers write through setup_logging's handler.
-        uvicorn.Config(create_app(controller), log_level="warning", lifespan="off", log_config=None)
+        uvicorn.Config(
+            create_app(controller, require_identity=ssl_context is not None),
+            log_level="warning",
+            lifespan="off",
+            # log_config None: uvicorn's loggers write through setup_logging's handler.
+            log_config=None,
+            **uvicorn_tls_options(ssl_context),
+        )
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -121,17 +151,23 @@ async def _serve(args: argparse.Namespace) -> None:
         if http.done():
             http.result()
         await asyncio.sleep(0.01)
-    print(f"{LISTENING} http://{host}:{port}", flush=True)
+    scheme = "https" if ssl_context is not None else "http"
+    print(f"{LISTENING} {scheme}://{host}:{port}", flush=True)
+    reload_tls = asyncio.create_task(ssl_context.keep_fresh()) if ssl_context is not None else None
     telemetry = Telemetry(
         "cairn-controller",
         args.identity,
         metrics_host=args.metrics_host,
         metrics_port=args.metrics_port,
+        metrics_tls_dir=metrics_tls_dir(args),
     )
     ControllerMetrics(telemetry, controller, loop)
     metrics_address = telemetry.start()
     if metrics_address is not None:
-        print(f"cairn-controller metrics on http://{metrics_address}/metrics", flush=True)
+        print(
+            f"cairn-controller metrics on {telemetry.scheme}://{metrics_address}/metrics",
+            flush=True,
+        )
     pods = None
     if api is not None:
         from cairn.controller.kube_pods import PodWatcher
@@ -153,6 +189,8 @@ async def _serve(args: argparse.Namespace) -> None:
             pods.stop()
         await controller.close()
         stopped.cancel()
+        if reload_tls is not None:
+            reload_tls.cancel()
         telemetry.shutdown()
 
 

@@ -18,7 +18,9 @@ import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from cairn.common.tls import TlsSource
 from cairn.controller.actions import Action, shard_of
 from cairn.controller.executor import Executor
 from cairn.controller.fencing import ControllerFenced
@@ -47,6 +49,9 @@ class RuntimeSettings:
     tick_ms: int = 500
     max_parallel_actions: int = 16
     rpc_timeout_s: float = 5.0
+    # The controller's certificate directory (cert-manager layout): its calls to
+    # the pods' internal ports are mutual TLS. None: plaintext.
+    tls_dir: Path | None = None
 
 
 class Controller:
@@ -63,7 +68,8 @@ class Controller:
         self.initial_spec = initial_spec
         self.settings = settings or RuntimeSettings()
         self.clock_ms = clock_ms
-        self.pods = PodClient(self.settings.rpc_timeout_s)
+        tls = TlsSource.from_directory(self.settings.tls_dir) if self.settings.tls_dir else None
+        self.pods = PodClient(self.settings.rpc_timeout_s, tls)
         self.observer = Observer(self.pods, self.settings.detection, clock_ms)
         self.wake = asyncio.Event()
         self.leading = asyncio.Event()

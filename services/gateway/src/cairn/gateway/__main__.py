@@ -26,7 +26,14 @@ from cairn.client.options import ClientOptions
 from cairn.common import tracing
 from cairn.common.hashing import KeyHash
 from cairn.common.logs import add_log_arguments, node_name, setup_logging
-from cairn.common.telemetry import METRICS_PORT_GATEWAY, Telemetry, add_metrics_arguments
+from cairn.common.telemetry import (
+    METRICS_PORT_GATEWAY,
+    Telemetry,
+    add_metrics_arguments,
+    metrics_tls_dir,
+)
+from cairn.common.tls import TlsFiles, server_ssl_context
+from cairn.common.tls_asgi import uvicorn_tls_options
 from cairn.gateway import metrics
 from cairn.gateway.app import Lifecycle, create_app
 from cairn.gateway.settings import GatewaySettings
@@ -95,6 +102,22 @@ def _parser() -> argparse.ArgumentParser:
         help="route a namespace's keys as the oxia 0.2.1 Python client does (xxh64) to reach "
         "the data it wrote; default xxh3, as the shard map says (repeatable)",
     )
+    security = parser.add_mutually_exclusive_group(required=True)
+    security.add_argument(
+        "--tls-dir",
+        type=Path,
+        default=None,
+        help="certificate directory (tls.crt, tls.key, ca.crt; reloaded when they change):"
+        " HTTPS here, TLS to the storage pods and the controller",
+    )
+    security.add_argument(
+        "--insecure", action="store_true", help="plaintext everywhere (development only)"
+    )
+    parser.add_argument(
+        "--storage-plaintext",
+        action="store_true",
+        help="dial the storage pods' client ports in plaintext (pods run --public-plaintext)",
+    )
     add_metrics_arguments(parser, METRICS_PORT_GATEWAY)
     parser.add_argument(
         "--log-level", default="WARNING", help="(WARNING; the access log shows at INFO anyway)"
@@ -141,8 +164,14 @@ def settings_from(args: argparse.Namespace) -> GatewaySettings:
                 request_timeout_s=args.request_timeout_s,
                 connect_timeout_s=args.connect_timeout_s,
                 client_identity=CLIENT_IDENTITY,
+                tls=(
+                    TlsFiles.in_directory(args.tls_dir)
+                    if args.tls_dir is not None and not args.storage_plaintext
+                    else None
+                ),
             ),
             key_hashes=_key_hashes(args.key_hashes),
+            tls_dir=args.tls_dir,
             feed_keepalive_interval_s=args.feed_keepalive_s,
             max_open_feeds=args.max_open_feeds,
         )
@@ -163,8 +192,8 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def _url(host: str, port: int) -> str:
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+def _url(host: str, port: int, scheme: str = "http") -> str:
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
 
 async def _serve(
@@ -175,6 +204,10 @@ async def _serve(
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     bound_port = sock.getsockname()[1]
+    # Client certificates are verified when presented (CERT_OPTIONAL) and reach the
+    # app as the ASGI TLS extension (identity.asgi_peer_principal); none is required.
+    ssl_context = server_ssl_context(settings.tls_dir, require_client_cert=False)
+    scheme = "https" if ssl_context is not None else "http"
     app = create_app(settings)
     lifecycle: Lifecycle = app.state.lifecycle
     loop = asyncio.get_running_loop()
@@ -190,6 +223,7 @@ async def _serve(
             h11_max_incomplete_event_size=settings.max_request_head_bytes,
             # The gateway's own answer for every error: no server banner.
             server_header=False,
+            **uvicorn_tls_options(ssl_context),
         ),
     )
     stop = asyncio.Event()
@@ -201,17 +235,22 @@ async def _serve(
             http.result()
             return
         await asyncio.sleep(0.01)
-    print(f"{LISTENING} {_url(host, bound_port)}", flush=True)
+    print(f"{LISTENING} {_url(host, bound_port, scheme)}", flush=True)
+    reload_tls = asyncio.create_task(ssl_context.keep_fresh()) if ssl_context else None
     telemetry = Telemetry(
         "cairn-gateway",
         _url(host, bound_port),
         metrics_host=args.metrics_host,
         metrics_port=args.metrics_port,
+        metrics_tls_dir=metrics_tls_dir(args),
     )
     metrics.register(telemetry)
     metrics_address = telemetry.start()
     if metrics_address is not None:
-        print(f"cairn-gateway: metrics on http://{metrics_address}/metrics", flush=True)
+        print(
+            f"cairn-gateway: metrics on {telemetry.scheme}://{metrics_address}/metrics",
+            flush=True,
+        )
     stopped = asyncio.create_task(stop.wait())
     try:
         await asyncio.wait({http, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -220,6 +259,8 @@ async def _serve(
         server.should_exit = True
         await http
         stopped.cancel()
+        if reload_tls is not None:
+            reload_tls.cancel()
         telemetry.shutdown()
         tracing.shutdown()
 

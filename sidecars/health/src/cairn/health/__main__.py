@@ -24,8 +24,8 @@ def _announce(address: str) -> None:
     print(f"{LISTENING_PREFIX}{address}", flush=True)
 
 
-def _announce_metrics(address: str) -> None:
-    print(f"cairn-health: metrics on http://{address}/metrics", flush=True)
+def _announce_metrics(address: str, scheme: str = "http") -> None:
+    print(f"cairn-health: metrics on {scheme}://{address}/metrics", flush=True)
 
 
 async def _main(settings: Settings) -> int:
@@ -41,7 +41,13 @@ async def _main(settings: Settings) -> int:
         settings.heartbeat_url or "nobody",
     )
     try:
-        await run(settings, stop, on_listening=_announce, on_metrics=_announce_metrics)
+        scheme = "https" if settings.tls_dir and not settings.metrics_plaintext else "http"
+        await run(
+            settings,
+            stop,
+            on_listening=_announce,
+            on_metrics=lambda address: _announce_metrics(address, scheme),
+        )
     except OSError as error:
         where = f"{settings.host}:{settings.port}"
         print(f"cairn-health: cannot serve on {where}: {error}", file=sys.stderr)

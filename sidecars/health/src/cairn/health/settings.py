@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from cairn.common.logs import add_log_arguments
@@ -37,6 +38,11 @@ class Settings:
     # METRICS_PORT_HEALTH).
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None
+    # The sidecar's certificate directory (cert-manager layout; its certificate
+    # names `sidecar/<node name>`): HTTPS on its own port, mutual TLS to the
+    # pod's internal port and to the controller. None: plaintext everywhere.
+    tls_dir: Path | None = None
+    metrics_plaintext: bool = False
 
     @property
     def heartbeat_url(self) -> str | None:
@@ -118,6 +124,16 @@ def _parser() -> argparse.ArgumentParser:
         metavar="ENTRIES",
         help="most entries a leader's voting follower may lag its commit for /readyz (1000)",
     )
+    security = parser.add_mutually_exclusive_group(required=True)
+    security.add_argument(
+        "--tls-dir",
+        type=Path,
+        default=None,
+        help="certificate directory (tls.crt, tls.key, ca.crt; reloaded when they change)",
+    )
+    security.add_argument(
+        "--insecure", action="store_true", help="plaintext everywhere (development only)"
+    )
     add_metrics_arguments(parser, METRICS_PORT_HEALTH)
     parser.add_argument(
         "--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", help="(INFO)"
@@ -160,4 +176,6 @@ def parse_settings(argv: Sequence[str] | None = None) -> Settings:
         log_format=args.log_format,
         metrics_host=args.metrics_host,
         metrics_port=args.metrics_port,
+        tls_dir=args.tls_dir,
+        metrics_plaintext=args.metrics_plaintext,
     )
