@@ -66,10 +66,14 @@ RUN uv sync --frozen --no-dev --no-editable --package cairn-health
 
 # -- runtime: the base, an unprivileged user, the environment -----------------------
 FROM ${PYTHON_IMAGE} AS runtime
-# A fixed uid/gid (10001) that the Kubernetes securityContext names too.
+# A fixed uid/gid (10001) that the Kubernetes securityContext names too, and the
+# mount point of the state a component keeps (the storage pods' data, the
+# controller's file store under docker compose) owned by it: a fresh named volume
+# takes its ownership from there.
 RUN groupadd --system --gid 10001 cairn \
     && useradd --system --uid 10001 --gid cairn --no-create-home \
-       --home-dir /nonexistent --shell /usr/sbin/nologin cairn
+       --home-dir /nonexistent --shell /usr/sbin/nologin cairn \
+    && mkdir -p /var/lib/cairn && chown 10001:10001 /var/lib/cairn
 ENV PATH=/opt/cairn/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
@@ -77,11 +81,6 @@ WORKDIR /tmp
 USER 10001:10001
 
 FROM runtime AS storage
-USER 0
-# The data volume's mount point, owned by the user (a fresh named volume or
-# emptyDir takes its ownership from here).
-RUN mkdir -p /var/lib/cairn && chown 10001:10001 /var/lib/cairn
-USER 10001:10001
 COPY --from=build-storage /opt/cairn /opt/cairn
 VOLUME ["/var/lib/cairn"]
 # client gRPC, internal gRPC (coordination, replication), metrics

@@ -6,20 +6,15 @@ program, with the ports and probes they name matching the manifests."""
 
 from __future__ import annotations
 
-import argparse
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from cairn.controller.__main__ import _parser as controller_parser
 from cairn.controller.model import parse_spec
-from cairn.gateway.__main__ import _parser as gateway_parser
 from cairn.health.settings import parse_settings
-from cairn.storage.__main__ import _parser as storage_parsers
 from support.fake_kube import load_crd_schema, validate
 from support.manifests import (
     KUSTOMIZE,
@@ -34,6 +29,7 @@ from support.manifests import (
     rendered_text,
     tool,
 )
+from support.programs import image_name, parse
 
 KUBERNETES_VERSION = "1.37.0"
 FIELDS = {"metadata.name": "cairn-storage-0", "metadata.namespace": "cairn"}
@@ -157,27 +153,6 @@ def test_only_the_controller_and_peers_reach_the_internal_port(overlay: str) -> 
 # -- every container's arguments, as its program reads them -------------------------
 
 
-def _storage(args: list[str]) -> argparse.Namespace:
-    return storage_parsers()[0].parse_args(args)
-
-
-def _health(args: list[str]) -> argparse.Namespace:
-    settings = parse_settings(args)
-    return argparse.Namespace(port=settings.port, metrics_port=settings.metrics_port)
-
-
-PARSERS: dict[str, Callable[[list[str]], argparse.Namespace]] = {
-    "cairn/storage": _storage,
-    "cairn/controller": lambda args: controller_parser().parse_args(args),
-    "cairn/gateway": lambda args: gateway_parser().parse_args(args),
-    "cairn/health": _health,
-}
-
-
-def _image_name(image: str) -> str:
-    return image.rsplit(":", 1)[0]
-
-
 def _ports(container: Object) -> dict[str, int]:
     return {port["name"]: port["containerPort"] for port in container.get("ports", [])}
 
@@ -191,10 +166,10 @@ def test_every_container_s_arguments_are_its_program_s(overlay: str) -> None:
         env = container_env(container, FIELDS)
         args = [expand(arg, env) for arg in container["args"]]
         assert not any("$(" in arg for arg in args), (container["name"], args)
-        parsed = PARSERS[_image_name(container["image"])](args)
+        parsed = parse(container["image"], args)
         declared = set(_ports(container).values())
         listening = {parsed.port, parsed.metrics_port}
-        if _image_name(container["image"]) == "cairn/storage":
+        if image_name(container["image"]) == "cairn/storage":
             listening.add(parsed.internal_port)
         assert listening == declared, (workload["metadata"]["name"], container["name"])
 
