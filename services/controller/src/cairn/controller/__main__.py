@@ -2,6 +2,8 @@
 
     cairn-controller --state-dir ./state                  (file store, the default)
     cairn-controller --state kubernetes --cluster cairn    (CairnCluster resource)
+    cairn-controller --state kubernetes --statefulset cairn-storage
+                       (also keeps that StatefulSet's replicas in step with the spec)
 
 Serves the admin API and the heartbeat endpoint on --port (default 6650); prints
 `cairn-controller listening on http(s)://HOST:PORT` once it does.
@@ -63,6 +65,13 @@ def _parser() -> argparse.ArgumentParser:
         "--pod-selector",
         default="app.kubernetes.io/component=storage",
         help="label selector of the storage pods (Kubernetes: pod events)",
+    )
+    parser.add_argument(
+        "--statefulset",
+        default=None,
+        metavar="NAME",
+        help="the storage StatefulSet whose replicas follow spec.storage.replicas "
+        "(Kubernetes; default: the pod count is left to whoever starts the pods)",
     )
     first = parser.add_argument_group("first start (the stored spec wins afterwards)")
     first.add_argument("--shards", type=int, default=3, help="shards of the default namespace")
@@ -126,7 +135,14 @@ async def _serve(args: argparse.Namespace) -> None:
         tls_dir=args.tls_dir,
     )
     spec = default_spec(args.shards, args.replication_factor, args.storage_pods)
-    controller = Controller(store, lock, spec, settings)
+    pod_count = None
+    if args.statefulset:
+        if api is None:
+            raise SystemExit("--statefulset needs --state kubernetes")
+        from cairn.controller.kube_scale import StatefulSetScale
+
+        pod_count = StatefulSetScale(api, args.kube_namespace, args.statefulset)
+    controller = Controller(store, lock, spec, settings, pod_count=pod_count)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((args.host, args.port))

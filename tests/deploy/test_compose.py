@@ -1,0 +1,97 @@
+"""docker-compose.yml: valid under the Compose specification's JSON schema, the
+same topology as `./dev run` (a controller, three storage pods each with its
+health sidecar in the pod's network namespace, the gateway), every command
+accepted by its program, and the addresses and ports the services name of one
+another consistent."""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any
+
+import pytest
+import yaml
+
+from support.manifests import ROOT, tool
+from support.programs import image_name, parse
+
+COMPOSE = ROOT / "docker-compose.yml"
+PODS = [f"cairn-storage-{i}" for i in range(3)]
+
+
+def compose() -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))
+    return document
+
+
+def test_it_validates_against_the_compose_specification() -> None:
+    result = subprocess.run(
+        [tool("check-jsonschema"), "--builtin-schema", "vendor.compose-spec", str(COMPOSE)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_topology_is_that_of_dev_run() -> None:
+    services = compose()["services"]
+    images = {name: image_name(service["image"]) for name, service in services.items()}
+    assert images == {
+        "cairn-controller": "cairn/controller",
+        "cairn-gateway": "cairn/gateway",
+        **{pod: "cairn/storage" for pod in PODS},
+        **{f"{pod}-health": "cairn/health" for pod in PODS},
+    }
+    for pod in PODS:
+        sidecar = services[f"{pod}-health"]
+        assert sidecar["network_mode"] == f"service:{pod}"
+        assert "ports" not in sidecar  # published by the namespace's owner
+    controller_service = services["cairn-controller"]
+    controller = parse(controller_service["image"], controller_service["command"])
+    assert (controller.storage_pods, controller.shards, controller.replication_factor) == (3, 3, 3)
+
+
+@pytest.mark.parametrize("name", sorted(yaml.safe_load(COMPOSE.read_text())["services"]))
+def test_every_service_is_hardened_with_a_health_check(name: str) -> None:
+    service = compose()["services"][name]
+    assert service["user"] == "10001:10001"
+    assert service["read_only"] is True
+    assert service["cap_drop"] == ["ALL"]
+    assert "no-new-privileges:true" in service["security_opt"]
+    assert any(mount.startswith("/tmp") for mount in service["tmpfs"])
+    assert service["healthcheck"]["test"][0] == "CMD"
+    if image_name(service["image"]) in ("cairn/storage", "cairn/controller"):
+        # State lives in a named volume, at the image's own mount point.
+        (volume,) = service["volumes"]
+        source, target = volume.split(":")
+        assert target == "/var/lib/cairn" and source in compose()["volumes"]
+
+
+def test_the_services_addresses_and_ports_agree() -> None:
+    services = compose()["services"]
+    parsed = {name: parse(svc["image"], svc["command"]) for name, svc in services.items()}
+    controller = parsed["cairn-controller"]
+    controller_url = f"http://cairn-controller:{controller.port}"
+    assert f"{controller.port}:{controller.port}" in services["cairn-controller"]["ports"]
+    advertised = []
+    for pod in PODS:
+        storage, sidecar = parsed[pod], parsed[f"{pod}-health"]
+        # Clients dial the advertised name and port, published as is on the host.
+        assert storage.advertise == f"{pod}:{storage.port}"
+        assert storage.internal_advertise == f"{pod}:{storage.internal_port}"
+        assert f"{storage.port}:{storage.port}" in services[pod]["ports"]
+        assert any(p.endswith(f":{sidecar.port}") for p in services[pod]["ports"])
+        advertised.append(storage.advertise)
+        assert sidecar.node_name == pod
+        assert sidecar.storage_internal == f"127.0.0.1:{storage.internal_port}"
+        assert sidecar.controller_url == controller_url
+        # Storage and sidecar share a network namespace: no port twice.
+        ports = [storage.port, storage.internal_port, storage.metrics_port]
+        ports += [sidecar.port, sidecar.metrics_port]
+        assert len(set(ports)) == len(ports)
+    gateway = parsed["cairn-gateway"]
+    assert gateway.address.split(",") == advertised
+    assert gateway.controller_url == controller_url
+    assert f"{gateway.port}:{gateway.port}" in services["cairn-gateway"]["ports"]
