@@ -18,8 +18,16 @@ NAMESPACE_HEADER = "namespace"
 _KEEPALIVE_MS = 10_000
 
 
+Metadata = tuple[tuple[str, str], ...]
+
+
 class ChannelPool:
-    def __init__(self, max_message_bytes: int) -> None:
+    """Channels by address. `metadata` goes with every call made through this
+    pool's stubs (credentials: `authorization`, and a gateway's
+    `x-cairn-on-behalf-of`); `with_metadata` gives a pool that shares the
+    connections but sends other metadata (a gateway's client per caller)."""
+
+    def __init__(self, max_message_bytes: int, metadata: Metadata = ()) -> None:
         self._options = [
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.max_receive_message_length", max_message_bytes),
@@ -29,32 +37,62 @@ class ChannelPool:
             ("grpc.initial_reconnect_backoff_ms", 100),
             ("grpc.max_reconnect_backoff_ms", 2_000),
         ]
+        self.metadata = metadata
+        # Shared with the pools `with_metadata` made; the first pool owns (closes) them.
+        self._raw: dict[str, grpc.aio.Channel] = {}
         self._channels: dict[str, Stubs] = {}
+        self._owner = True
         self.closed = False
+
+    def with_metadata(self, extra: Metadata) -> ChannelPool:
+        view = ChannelPool.__new__(ChannelPool)
+        view._options = self._options
+        view.metadata = self.metadata + extra
+        view._raw = self._raw
+        view._channels = {}
+        view._owner = False
+        view.closed = False
+        return view
 
     def stubs(self, address: str) -> Stubs:
         stubs = self._channels.get(address)
         if stubs is None:
             if self.closed:
                 raise RuntimeError("the channel pool is closed")
-            stubs = Stubs(grpc.aio.insecure_channel(address, options=self._options))
+            channel = self._raw.get(address)
+            if channel is None:
+                channel = grpc.aio.insecure_channel(address, options=self._options)
+                self._raw[address] = channel
+            stubs = Stubs(channel, self.metadata)
             self._channels[address] = stubs
         return stubs
 
     async def close(self) -> None:
         self.closed = True
-        channels, self._channels = list(self._channels.values()), {}
-        for stubs in channels:
-            await stubs.channel.close(grace=None)
+        self._channels = {}
+        if self._owner:
+            channels, self._raw = list(self._raw.values()), {}
+            for channel in channels:
+                await channel.close(grace=None)
 
 
-def _method(channel: grpc.aio.Channel, kind: str, name: str, response: Any) -> Any:
+def _method(
+    channel: grpc.aio.Channel, kind: str, name: str, response: Any, metadata: Metadata = ()
+) -> Any:
     factory: Callable[..., Any] = getattr(channel, kind)
-    return factory(
+    method = factory(
         f"/{SERVICE}/{name}",
         request_serializer=_serialize,
         response_deserializer=response.FromString,
     )
+    if not metadata:
+        return method
+
+    def with_metadata(request: Any, *, metadata: Metadata | None = None, **kwargs: Any) -> Any:
+        return method(request, metadata=extra + tuple(metadata or ()), **kwargs)
+
+    extra = metadata
+    return with_metadata
 
 
 def _serialize(message: Any) -> bytes:
@@ -65,25 +103,26 @@ def _serialize(message: Any) -> bytes:
 class Stubs:
     """The client API's methods on one channel."""
 
-    def __init__(self, channel: grpc.aio.Channel) -> None:
+    def __init__(self, channel: grpc.aio.Channel, metadata: Metadata = ()) -> None:
         self.channel = channel
+        m = metadata
         self.get_shard_assignments = _method(
-            channel, "unary_stream", "GetShardAssignments", pb.ShardAssignments
+            channel, "unary_stream", "GetShardAssignments", pb.ShardAssignments, m
         )
-        self.write_stream = _method(channel, "stream_stream", "WriteStream", pb.WriteResponse)
-        self.read = _method(channel, "unary_stream", "Read", pb.ReadResponse)
-        self.list = _method(channel, "unary_stream", "List", pb.ListResponse)
-        self.range_scan = _method(channel, "unary_stream", "RangeScan", pb.RangeScanResponse)
+        self.write_stream = _method(channel, "stream_stream", "WriteStream", pb.WriteResponse, m)
+        self.read = _method(channel, "unary_stream", "Read", pb.ReadResponse, m)
+        self.list = _method(channel, "unary_stream", "List", pb.ListResponse, m)
+        self.range_scan = _method(channel, "unary_stream", "RangeScan", pb.RangeScanResponse, m)
         self.get_notifications = _method(
-            channel, "unary_stream", "GetNotifications", pb.NotificationBatch
+            channel, "unary_stream", "GetNotifications", pb.NotificationBatch, m
         )
         self.get_sequence_updates = _method(
-            channel, "unary_stream", "GetSequenceUpdates", pb.GetSequenceUpdatesResponse
+            channel, "unary_stream", "GetSequenceUpdates", pb.GetSequenceUpdatesResponse, m
         )
         self.create_session = _method(
-            channel, "unary_unary", "CreateSession", pb.CreateSessionResponse
+            channel, "unary_unary", "CreateSession", pb.CreateSessionResponse, m
         )
-        self.keep_alive = _method(channel, "unary_unary", "KeepAlive", pb.KeepAliveResponse)
+        self.keep_alive = _method(channel, "unary_unary", "KeepAlive", pb.KeepAliveResponse, m)
         self.close_session = _method(
-            channel, "unary_unary", "CloseSession", pb.CloseSessionResponse
+            channel, "unary_unary", "CloseSession", pb.CloseSessionResponse, m
         )

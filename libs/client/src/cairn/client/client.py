@@ -118,7 +118,7 @@ class AsyncClient:
         """Connect to any server(s) of the cluster ("host:port", comma-separated or a
         list) and wait for the namespace's shard map."""
         options = options or ClientOptions()
-        pool = ChannelPool(options.max_message_bytes)
+        pool = ChannelPool(options.max_message_bytes, options.call_metadata())
         client = cls(pool, _addresses(address), namespace, options, owns_pool=True)
         try:
             await client._follower.start(options.connect_timeout_s)
@@ -127,10 +127,15 @@ class AsyncClient:
             raise
         return client
 
-    async def for_namespace(self, namespace: str) -> AsyncClient:
-        """A client of another namespace sharing this one's connections; closed with it."""
+    async def for_namespace(
+        self, namespace: str, extra_metadata: tuple[tuple[str, str], ...] = ()
+    ) -> AsyncClient:
+        """A client of another namespace sharing this one's connections; closed with it.
+        `extra_metadata` goes with its every call besides this client's (a gateway
+        names the caller it acts for: `x-cairn-on-behalf-of`)."""
         self._check_open()
-        child = AsyncClient(self._pool, self._seeds, namespace, self.options, owns_pool=False)
+        pool = self._pool.with_metadata(extra_metadata) if extra_metadata else self._pool
+        child = AsyncClient(pool, self._seeds, namespace, self.options, owns_pool=False)
         await child._follower.start(self.options.connect_timeout_s)
         child._parent = self
         self._children.append(child)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import uvloop
 
+from cairn.common.auth.arguments import add_auth_arguments, auth_config_from
 from cairn.common.keyorder import KeyOrder
 from cairn.common.telemetry import METRICS_PORT_STORAGE, Telemetry, add_metrics_arguments
 from cairn.storage.config import (
@@ -197,6 +198,7 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
             default=_DEFAULT_LIMITS.max_read_cache_bytes_per_shard,
             help="bytes of answers to exact-key gets a shard's leader keeps in memory (0: none)",
         )
+        add_auth_arguments(command)
         add_metrics_arguments(command, METRICS_PORT_STORAGE)
         command.add_argument("--log-level", default="INFO")
     return parser, standalone
@@ -340,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
             wal_spare_segments=_wal_spare_segments(args),
             wal_retention=_wal_retention(args),
             limits=_limits(args),
+            auth=auth_config_from(args, "cairn-storage"),
         )
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             return runner.run(_run_node(node_config, args))
@@ -355,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         wal_spare_segments=_wal_spare_segments(args),
         wal_retention=_wal_retention(args),
         limits=_limits(args),
+        auth=auth_config_from(args, "cairn-storage"),
     )
     # uvloop: cheaper per-message event-loop work under grpc.aio (see BASELINES.md).
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cairn.common.auth.config import AuthConfig
 from cairn.common.hashing import MAX_SHARDS_PER_NAMESPACE
 from cairn.common.keyorder import KeyOrder
 from cairn.storage.core.retention import WalRetention
@@ -76,6 +77,17 @@ class Limits:
     # default count with keys of about 20 bytes.
     max_read_cache_entries_per_shard: int = 200_000
     max_read_cache_bytes_per_shard: int = 64 * MiB
+    # What one principal (an authenticated caller; everyone is "user:anonymous" with
+    # auth off), and everyone together, may hold open on one pod: sessions (counted
+    # on the shards this pod leads), GetNotifications and GetSequenceUpdates streams.
+    # The pod totals stay under max_concurrent_rpcs, so one client filling its
+    # streams still leaves room for other calls.
+    max_sessions_per_principal: int = 10_000
+    max_sessions_per_pod: int = 100_000
+    max_notification_streams_per_principal: int = 1_000
+    max_notification_streams_per_pod: int = 4_000
+    max_sequence_streams_per_principal: int = 1_000
+    max_sequence_streams_per_pod: int = 4_000
 
     def __post_init__(self) -> None:
         if (
@@ -189,6 +201,8 @@ class StandaloneConfig:
     # already holds keeps being served even when it is missing here.
     namespaces: tuple[NamespaceConfig, ...] = (NamespaceConfig(),)
     limits: Limits = field(default_factory=Limits)
+    # Who may call the public API (cairn.common.auth.config); off unless given.
+    auth: AuthConfig = field(default_factory=AuthConfig)
     wal_segment_size_bytes: int = DEFAULT_WAL_SEGMENT_BYTES
     wal_zero_fill_bytes: int = DEFAULT_WAL_ZERO_FILL_BYTES
     wal_spare_segments: int = DEFAULT_WAL_SPARE_SEGMENTS
@@ -223,6 +237,8 @@ class NodeConfig:
     advertised_address: str | None = None
     internal_advertised_address: str | None = None
     limits: Limits = field(default_factory=Limits)
+    # Who may call the public API (cairn.common.auth.config); off unless given.
+    auth: AuthConfig = field(default_factory=AuthConfig)
     replication: ReplicationSettings = field(default_factory=ReplicationSettings)
     wal_segment_size_bytes: int = DEFAULT_WAL_SEGMENT_BYTES
     wal_zero_fill_bytes: int = DEFAULT_WAL_ZERO_FILL_BYTES

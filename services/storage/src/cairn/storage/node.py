@@ -28,6 +28,7 @@ from cairn.storage.core.replication.replica import Member
 from cairn.storage.directory import ShardDirectory
 from cairn.storage.replication.peers import PeerChannels
 from cairn.storage.rpc import new_server
+from cairn.storage.rpc.access import AccessControl
 from cairn.storage.rpc.client_api import ClientService, generic_handlers
 from cairn.storage.rpc.coordination import CoordinationService, coordination_handlers
 from cairn.storage.rpc.health import HealthService, add_health_service
@@ -67,7 +68,9 @@ class NodeServer:
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
         self.directory = ShardDirectory(pushed_map=True)
-        self.client_service = ClientService(self.directory, config.limits)
+        self.client_service = ClientService(
+            self.directory, config.limits, AccessControl(config.auth)
+        )
         self.peers = PeerChannels()
         self.me = Member("", "")
         self.health = HealthService()

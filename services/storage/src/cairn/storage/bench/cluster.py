@@ -86,6 +86,9 @@ def node_command(data_dir: Path, extra_args: Sequence[str]) -> list[str]:
         str(data_dir),
         "--metrics-port",
         "0",
+        # Benchmarks measure the data path without credentials (--server-arg
+        # --auth-config FILE measures it with them).
+        *([] if "--auth-config" in extra_args else ["--no-auth"]),
         *extra_args,
     ]
 

@@ -92,6 +92,9 @@ def server_command(data_dir: Path, shards: int, extra_args: Sequence[str]) -> li
         # A free port, so that runs side by side do not clash (--server-arg overrides).
         "--metrics-port",
         "0",
+        # Benchmarks measure the data path without credentials (--server-arg
+        # --auth-config FILE measures it with them).
+        *([] if "--auth-config" in extra_args else ["--no-auth"]),
         *extra_args,
     ]
 
