@@ -88,8 +88,9 @@ def _method(
     if not metadata:
         return method
 
-    def with_metadata(request: Any, *, metadata: Metadata | None = None, **kwargs: Any) -> Any:
-        return method(request, metadata=extra + tuple(metadata or ()), **kwargs)
+    # A bidirectional stream is opened without a request (the writer writes later).
+    def with_metadata(*args: Any, metadata: Metadata | None = None, **kwargs: Any) -> Any:
+        return method(*args, metadata=extra + tuple(metadata or ()), **kwargs)
 
     extra = metadata
     return with_metadata

@@ -76,6 +76,7 @@ class AsyncClient:
         namespace: str,
         options: ClientOptions,
         owns_pool: bool,
+        map_pool: ChannelPool | None = None,
     ) -> None:
         """Use `AsyncClient.connect`."""
         self.namespace = namespace
@@ -89,8 +90,10 @@ class AsyncClient:
         self._readers: dict[int, ShardReader] = {}
         self._children: list[AsyncClient] = []
         self._parent: AsyncClient | None = None
+        # The shard map is read with `map_pool`'s credentials when given: a gateway
+        # reads it as itself, its callers' requests go as theirs.
         self._follower = ShardMapFollower(
-            pool,
+            map_pool if map_pool is not None else pool,
             seeds,
             namespace,
             options.retry_initial_backoff_s,
@@ -135,7 +138,9 @@ class AsyncClient:
         names the caller it acts for: `x-cairn-on-behalf-of`)."""
         self._check_open()
         pool = self._pool.with_metadata(extra_metadata) if extra_metadata else self._pool
-        child = AsyncClient(pool, self._seeds, namespace, self.options, owns_pool=False)
+        child = AsyncClient(
+            pool, self._seeds, namespace, self.options, owns_pool=False, map_pool=self._pool
+        )
         await child._follower.start(self.options.connect_timeout_s)
         child._parent = self
         self._children.append(child)

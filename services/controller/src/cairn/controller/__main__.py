@@ -21,6 +21,7 @@ from typing import Any
 
 import uvicorn
 
+from cairn.common.auth.arguments import add_auth_arguments, auth_config_from
 from cairn.common.telemetry import METRICS_PORT_CONTROLLER, Telemetry, add_metrics_arguments
 from cairn.controller.api import create_app
 from cairn.controller.metrics import ControllerMetrics
@@ -63,6 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     timing.add_argument("--rebalance-after-ms", type=int, default=10_000)
     timing.add_argument("--startup-grace-ms", type=int, default=3_000)
     add_metrics_arguments(parser, METRICS_PORT_CONTROLLER)
+    add_auth_arguments(parser)
     parser.add_argument("--log-level", default="INFO")
     return parser
 
@@ -108,7 +110,11 @@ async def _serve(args: argparse.Namespace) -> None:
     sock.bind((args.host, args.port))
     host, port = sock.getsockname()[:2]
     server = uvicorn.Server(
-        uvicorn.Config(create_app(controller), log_level="warning", lifespan="off")
+        uvicorn.Config(
+            create_app(controller, auth_config_from(args, "cairn-controller")),
+            log_level="warning",
+            lifespan="off",
+        )
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -46,6 +46,13 @@ def main(argv: list[str] | None = None) -> None:
         help="pick free ports instead of the conventional ones (first start only; for "
         "several clusters on one machine, and tests)",
     )
+    parser.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="run every process without authentication (plaintext clients such as the "
+        "oxia 0.2.1 package need no token then); the default makes tokens and rules "
+        "in <dir>/auth",
+    )
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -63,6 +70,7 @@ def main(argv: list[str] | None = None) -> None:
         preferred_ports=not args.free_ports,
         gateway=not args.no_gateway,
         gateway_args=args.gateway_arg,
+        auth=not args.no_auth,
     )
 
     def on_signal(signum: int, _: FrameType | None) -> None:
@@ -88,6 +96,16 @@ def main(argv: list[str] | None = None) -> None:
             lines += [
                 f"    {name:<18} http://{address}/metrics" for name, address in metrics.items()
             ]
+        if cluster.auth is not None:
+            auth = cluster.auth
+            lines += [
+                f"  auth:            on; rules and token hashes in {auth.config}",
+                f"    admin token:   {auth.admin_token}",
+                "    connect with:  cairn --token-file <admin token> ...  or the header",
+                "                   Authorization: Bearer <token> (gRPC metadata or HTTP)",
+            ]
+        else:
+            lines.append("  auth:            OFF (--no-auth): any client may do anything")
         lines += [
             f"  cluster state:   {cluster.state_dir / 'cluster.json'}",
             f"  logs:            {cluster.logs_dir}",

@@ -38,6 +38,7 @@ from cairn.common.telemetry import (
     METRICS_PORT_HEALTH,
     METRICS_PORT_STORAGE,
 )
+from cairn.controller.local.auth import LocalAuth, ensure_local_auth
 from cairn.controller.model import (
     ClusterSpec,
     ClusterStatus,
@@ -219,6 +220,7 @@ class LocalCluster:
         preferred_ports: bool = True,
         gateway: bool = True,
         gateway_args: Sequence[str] = (),
+        auth: bool = True,
     ) -> None:
         self.preferred_ports = preferred_ports
         self.directory = directory.resolve()
@@ -232,6 +234,8 @@ class LocalCluster:
         self.restart = restart
         self.with_gateway = gateway
         self.gateway_args = list(gateway_args)
+        # The embedded default is secure: tokens and rules in <dir>/auth (auth.py).
+        self.auth: LocalAuth | None = ensure_local_auth(self.directory / "auth") if auth else None
         self.ports = Ports(0)
         self.controller: Child | None = None
         self.gateway: Child | None = None
@@ -347,6 +351,11 @@ class LocalCluster:
             self._start_gateway()
         self._write_processes()
 
+    def _auth_args(self) -> list[str]:
+        if self.auth is None:
+            return ["--no-auth"]
+        return ["--auth-config", str(self.auth.config)]
+
     def _pick_port(self, conventional: int) -> int:
         return free_port(self.host, conventional if self.preferred_ports else 0)
 
@@ -396,6 +405,7 @@ class LocalCluster:
                 "--storage-pods",
                 str(self.initial_pods),
                 *self._metrics_args("controller", METRICS_PORT_CONTROLLER),
+                *self._auth_args(),
                 *self.controller_args,
             ],
             self.logs_dir / "controller.log",
@@ -429,6 +439,7 @@ class LocalCluster:
                     "--data-dir",
                     str(data_dir),
                     *self._metrics_args(name, self._pod_metrics_port(name, 0)),
+                    *self._auth_args(),
                     *self.pod_args,
                 ],
                 self.logs_dir / f"{name}.log",
@@ -497,6 +508,7 @@ class LocalCluster:
                     "--port",
                     str(self.ports.gateway),
                     *self._metrics_args("gateway", METRICS_PORT_GATEWAY),
+                    *self._gateway_auth_args(),
                     *self.gateway_args,
                 ],
                 self.logs_dir / "gateway.log",
@@ -506,6 +518,18 @@ class LocalCluster:
             gateway_child, "cairn-gateway: listening on", new_gateway_port if fresh else None
         )
         log.info("started the gateway (%s)", self.gateway_url)
+
+    def _gateway_auth_args(self) -> list[str]:
+        if self.auth is None:
+            return ["--no-auth"]
+        return [
+            "--auth-config",
+            str(self.auth.config),
+            "--pod-token-file",
+            str(self.auth.gateway_token),
+            "--session-key-file",
+            str(self.auth.session_key),
+        ]
 
     def _write_processes(self) -> None:
         document = {
