@@ -400,3 +400,20 @@ def test_caps_on_sessions_and_streams_answer_clearly(
     finally:
         for stream in streams:
             stream.cancel()
+
+
+# ---- compatibility ------------------------------------------------------------------
+
+
+def test_the_released_oxia_client_works_where_a_rule_lets_anonymous_in(setup: Setup) -> None:
+    """The `oxia` 0.2.1 package sends no token: the operator's rule for the
+    anonymous principal on `default` is what lets it work on an auth-enabled pod."""
+    import oxia
+
+    with oxia.Client(setup.storage.address) as client:
+        key, version = client.put("/oxia-compat", b"v")
+        assert client.get(key)[1] == b"v"
+        assert client.list("/", "/~") == ["/oxia-compat"] or "/oxia-compat" in client.list(
+            "/", "/~"
+        )
+        client.delete(key, expected_version_id=version.version_id())

@@ -38,6 +38,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 from cairn.client import errors
@@ -113,6 +114,12 @@ def _add_global_options(parser: argparse.ArgumentParser, env: Mapping[str, str],
         type=float,
         default=default(DEFAULT_TIMEOUT_S),
         help=f"deadline of each call, retries included (default {DEFAULT_TIMEOUT_S:g})",
+    )
+    parser.add_argument(
+        "--token-file",
+        default=default(env.get("CAIRN_TOKEN_FILE")),
+        help="a file holding the bearer token sent with every call ($CAIRN_TOKEN_FILE; "
+        "else the token itself in $CAIRN_TOKEN)",
     )
     parser.add_argument(
         "--json", action="store_true", default=default(False), help="machine-readable output"
@@ -419,8 +426,25 @@ async def _close_iterator(iterator: Any) -> None:
 _OPEN_ENDED = {"watch", "sequence-updates"}
 
 
+def bearer_token(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> str | None:
+    """The token of --token-file, else of $CAIRN_TOKEN; None: no credentials."""
+    env = os.environ if env is None else env
+    path = getattr(args, "token_file", None)
+    if path:
+        try:
+            token = Path(path).read_text(encoding="utf-8").strip()
+        except OSError as error:
+            raise SystemExit(f"cairn: --token-file: {error}") from None
+        return token or None
+    return env.get("CAIRN_TOKEN") or None
+
+
 def client_options(args: argparse.Namespace) -> ClientOptions:
-    return ClientOptions(request_timeout_s=args.timeout_s, connect_timeout_s=args.timeout_s)
+    return ClientOptions(
+        request_timeout_s=args.timeout_s,
+        connect_timeout_s=args.timeout_s,
+        bearer_token=bearer_token(args),
+    )
 
 
 async def _run_data_command(handler: Handler, args: argparse.Namespace, output: Output) -> None:

@@ -230,6 +230,10 @@ def problem_for_controller(status: int, body: Any) -> Problem:
         detail = title if isinstance(title, str) and title else f"controller answered {status}"
     if status == 404:
         code = _CONTROLLER_NOT_FOUND.get(title if isinstance(title, str) else "", Code.NOT_FOUND)
+    elif status == 401:
+        code = Code.UNAUTHORIZED
+    elif status == 403:
+        code = Code.FORBIDDEN
     elif status == 409:
         code = Code.CONFLICT
     elif status == 422:
