@@ -96,7 +96,7 @@ def test_the_admin_api_refuses_non_admins(cluster: LocalClusterProcess) -> None:
         cluster_view = admin.get("/v1/cluster")
         assert cluster_view.status_code == 200
         # Alice's refused action changed nothing.
-        assert cluster_view.json()["spec"]["storagePods"] == 3
+        assert cluster_view.json()["spec"]["storage"]["replicas"] == 3
     # Through the gateway: the caller's identity reaches the controller.
     gateway = cluster.banner.gateway_url
     with httpx.Client(base_url=gateway, timeout=30, headers=bearer(ALICE)) as alice:
