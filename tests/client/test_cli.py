@@ -391,7 +391,13 @@ def test_status_with_a_controller(tmp_path: Path) -> None:
     with running_cluster(tmp_path / "cluster", pods=3, shards=2) as bench:
         cluster = bench.cluster
         address = cluster.public_address(sorted(cluster.pods)[0])
-        env = {"CAIRN_ADDRESS": address, "CAIRN_ADMIN_URL": cluster.controller_url}
+        assert cluster.auth is not None  # the secure default: a token for everything
+        token = cluster.auth.admin_token.read_text().strip()
+        env = {
+            "CAIRN_ADDRESS": address,
+            "CAIRN_ADMIN_URL": cluster.controller_url,
+            "CAIRN_TOKEN": token,
+        }
         stdout = io.StringIO()
         stderr = io.StringIO()
         assert cli.main(["status", "--json"], env=env, stdout=stdout, stderr=stderr) == 0

@@ -417,3 +417,10 @@ def test_the_released_oxia_client_works_where_a_rule_lets_anonymous_in(setup: Se
             "/", "/~"
         )
         client.delete(key, expected_version_id=version.version_id())
+
+
+def test_the_change_feed_needs_the_whole_namespace(setup: Setup) -> None:
+    with http(setup, "alice") as alice:
+        with alice.stream("GET", "/v1/namespaces/a/changes") as feed:
+            assert feed.status_code == 200
+        problem(alice.get("/v1/namespaces/shared/changes"), 403, "forbidden")

@@ -135,6 +135,8 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
         "version, 4 unavailable or outcome unknown, 5 other failure, 130 interrupted.",
     )
     _add_global_options(parser, env, top=True)
+    # Read from the environment the parser was built with (tests pass their own).
+    parser.set_defaults(env_token=env.get("CAIRN_TOKEN"))
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
@@ -426,17 +428,17 @@ async def _close_iterator(iterator: Any) -> None:
 _OPEN_ENDED = {"watch", "sequence-updates"}
 
 
-def bearer_token(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> str | None:
+def bearer_token(args: argparse.Namespace) -> str | None:
     """The token of --token-file, else of $CAIRN_TOKEN; None: no credentials."""
-    env = os.environ if env is None else env
     path = getattr(args, "token_file", None)
     if path:
         try:
-            token = Path(path).read_text(encoding="utf-8").strip()
+            from_file = Path(path).read_text(encoding="utf-8").strip()
         except OSError as error:
             raise SystemExit(f"cairn: --token-file: {error}") from None
-        return token or None
-    return env.get("CAIRN_TOKEN") or None
+        return from_file or None
+    from_env: str | None = getattr(args, "env_token", None)
+    return from_env or None
 
 
 def client_options(args: argparse.Namespace) -> ClientOptions:

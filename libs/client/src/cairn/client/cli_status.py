@@ -22,11 +22,17 @@ from cairn.proto import replication_pb2_grpc as rpb_grpc
 CONTROLLER_TIMEOUT_S = 3.0
 
 
-async def controller_view(admin_url: str, timeout_s: float) -> tuple[dict[str, Any] | None, str]:
+async def controller_view(
+    admin_url: str, timeout_s: float, token: str | None = None
+) -> tuple[dict[str, Any] | None, str]:
     """The cluster, shards and nodes views of the controller's admin API, or None
-    and why not."""
+    and why not. `token`: the bearer token the API needs (its views need read on
+    every namespace)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        async with httpx.AsyncClient(base_url=admin_url, timeout=timeout_s) as http:
+        async with httpx.AsyncClient(
+            base_url=admin_url, timeout=timeout_s, headers=headers
+        ) as http:
             views = {}
             for name in ("cluster", "shards", "nodes"):
                 response = await http.get(f"/v1/{name}")
@@ -207,7 +213,7 @@ def format_storage_view(view: Mapping[str, Any]) -> str:
 
 async def status_command(args: argparse.Namespace, output: Output, options: ClientOptions) -> None:
     views, why_not = await controller_view(
-        args.admin_url, min(args.timeout_s, CONTROLLER_TIMEOUT_S)
+        args.admin_url, min(args.timeout_s, CONTROLLER_TIMEOUT_S), options.bearer_token
     )
     if views is not None:
         if output.as_json:

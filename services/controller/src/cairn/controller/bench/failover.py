@@ -170,7 +170,13 @@ class RunResult:
 class FailoverBench:
     def __init__(self, cluster: LocalCluster) -> None:
         self.cluster = cluster
-        self.http = httpx.Client(base_url=cluster.controller_url, timeout=5.0)
+        # The local cluster's admin token: its admin API needs one (local/auth.py).
+        headers = (
+            {"Authorization": f"Bearer {cluster.auth.admin_token.read_text().strip()}"}
+            if cluster.auth is not None
+            else {}
+        )
+        self.http = httpx.Client(base_url=cluster.controller_url, timeout=5.0, headers=headers)
         self.probes: dict[int, ShardProbe] = {}
 
     def close(self) -> None:
