@@ -388,7 +388,7 @@ def test_exit_codes_of_the_process(server: StandaloneProcess) -> None:
 def test_status_with_a_controller(tmp_path: Path) -> None:
     from cairn.controller.bench.failover import running_cluster
 
-    with running_cluster(tmp_path / "cluster", pods=3, shards=2) as bench:
+    with running_cluster(tmp_path / "cluster", pods=3, shards=2, auth=True) as bench:
         cluster = bench.cluster
         address = cluster.public_address(sorted(cluster.pods)[0])
         assert cluster.auth is not None  # the secure default: a token for everything
