@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cairn.client.errors import ClientError
 from cairn.gateway import admin, changes, keys, openapi, scans, sessions
+from cairn.gateway.callers import caller_dependency
 from cairn.gateway.cursors import CursorError
 from cairn.gateway.headers import HeaderError
 from cairn.gateway.pool import ClientPool
@@ -169,6 +170,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     )
     app.state.lifecycle = lifecycle
     guarded = [Depends(bearer_auth(settings.token))] if settings.token is not None else []
+    guarded.append(Depends(caller_dependency(settings.auth)))
     routers = [
         keys.router(settings, pool),
         scans.router(settings, pool),
@@ -182,7 +184,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     routes = [route for api in routers for route in api.routes]
     routes += [route for route in app.router.routes if isinstance(route, APIRoute)]
     _error_handlers(app, settings, routes)
-    openapi.install(app, auth=settings.token is not None)
+    openapi.install(app, auth=settings.token is not None or settings.auth.enabled)
     return app
 
 
