@@ -55,7 +55,15 @@ def _https(cluster: LocalCluster, directory: Path | None = None) -> httpx.Client
     context = ssl.create_default_context(cafile=str(cluster.tls_dir / "ca" / "ca.crt"))
     if directory is not None:
         context.load_cert_chain(directory / "tls.crt", directory / "tls.key")
-    return httpx.Client(base_url=cluster.controller_url, verify=context, timeout=10)
+    # The cluster's auth is on too (the default): the admin API's views need the token.
+    headers = (
+        {"Authorization": f"Bearer {cluster.auth.admin_token.read_text().strip()}"}
+        if cluster.auth is not None
+        else {}
+    )
+    return httpx.Client(
+        base_url=cluster.controller_url, verify=context, timeout=10, headers=headers
+    )
 
 
 def _wait_alive(cluster: LocalCluster, timeout_s: float = 60.0) -> dict[str, Any]:
@@ -91,7 +99,14 @@ def test_every_process_has_a_certificate_and_the_cluster_runs_on_them(
     _wait_alive(cluster)
     # A client with the printed directory writes and reads over TLS.
     address = cluster.public_address(POD)
-    options = ClientOptions(tls=TlsFiles.in_directory(tls / "client"), connect_timeout_s=30)
+    # The pods' client port asks for no client certificate (gRPC Python cannot ask
+    # without requiring one): the admin token authenticates the client there.
+    assert cluster.auth is not None
+    options = ClientOptions(
+        tls=TlsFiles.in_directory(tls / "client"),
+        connect_timeout_s=30,
+        bearer_token=cluster.auth.admin_token.read_text().strip(),
+    )
 
     async def round_trip() -> bytes | None:
         async with await AsyncClient.connect(address, options=options) as client:
