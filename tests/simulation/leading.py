@@ -248,7 +248,8 @@ class LeaderRuntime:
     def _ensemble_change(self, src: str, body: m.AddFollower | m.RemoveFollower) -> None:
         env = self.replica.env
         if body.term != self.term:
-            env.send(self.replica.name, src, m.Refused(body.term, "ensemble change", "term"))
+            refusal = m.Refused(body.term, "ensemble change", "term", body.call)
+            env.send(self.replica.name, src, refusal)
             return
         if isinstance(body, m.AddFollower):
             self.add_follower(body.follower)
@@ -257,7 +258,7 @@ class LeaderRuntime:
             self.remove_follower(body.follower)
             name = body.follower
         env.log(f"{self.replica.name} ensemble now {sorted(self.core.followers)}")
-        env.send(self.replica.name, src, m.EnsembleChangeResponse(self.term, name))
+        env.send(self.replica.name, src, m.EnsembleChangeResponse(self.term, name, body.call))
 
     def _truncated(self, src: str, answer: m.TruncateResponse) -> None:
         if self.core.progress(src).phase is not FollowerPhase.CONNECTING:

@@ -25,6 +25,7 @@ from simulation import messages as m
 from simulation.checkers import CheckerState, Violation, check_liveness, check_step, converged
 from simulation.clients import Clients
 from simulation.context import Env, RuntimeRules
+from simulation.controller import ControlFaults, Controllers, ControllerSettings
 from simulation.coordinator import NAME as CONTROLLER
 from simulation.coordinator import Coordinator, CoordinatorSettings
 from simulation.network import Envelope, Network, NetworkFaults
@@ -47,7 +48,15 @@ class SimConfig:
     steps: int = 1000
     rules: RuntimeRules = field(default_factory=RuntimeRules)
     faults: NetworkFaults = field(default_factory=NetworkFaults)
+    # The controller side: "real" (the real planner, executor and keeper,
+    # simulation/controller.py) or "scripted" (coordinator.py, for scripted
+    # scenarios that need to elect exactly whom they say).
+    controller: str = "real"
     coordinator_class: type[Coordinator] = Coordinator
+    controller_settings: ControllerSettings = field(default_factory=ControllerSettings)
+    control_faults: ControlFaults = field(default_factory=ControlFaults)
+    # Storage pods beyond the ensemble (the real controller's spares).
+    spare_nodes: int = 2
     leader_core_class: type[LeaderCore] = LeaderCore
     client_write_probability: float = 0.4
     # Reads, each step, by a reader; 0 keeps readers out of partitions too.
@@ -102,24 +111,40 @@ class World:
         )
         self.observer = self.env.observer
         self.replicas: dict[str, SimReplica] = {}
-        names = [self._new_replica() for _ in range(config.replicas)]
-        settings = CoordinatorSettings(
-            min_size=max(3, config.replicas - 1),
-            max_size=config.replicas + 1,
-            random_election_probability=config.random_election_probability,
-            ensemble_change_probability=config.ensemble_change_probability,
-        )
-        self.coordinator = config.coordinator_class(
-            self.env,
-            names,
-            settings,
-            self._new_replica,
-            self._is_leading,
-            incarnation_of=lambda name: self.replicas[name].data_incarnation,
-        )
-        self.coordinator.lacks_replica = lambda name: (
-            self.replicas[name].up and self.replicas[name].absent
-        )
+        self.coordinator: Coordinator | Controllers
+        if config.controller == "real":
+            # Every pod starts without the shard's replica: the controller places
+            # the shard and its first election creates them.
+            nodes = [
+                self._new_replica(absent=True) for _ in range(config.replicas + config.spare_nodes)
+            ]
+            self.coordinator = Controllers(
+                self.env,
+                nodes,
+                config.replicas,
+                config.controller_settings,
+                config.control_faults,
+            )
+        else:
+            names = [self._new_replica() for _ in range(config.replicas)]
+            settings = CoordinatorSettings(
+                min_size=max(3, config.replicas - 1),
+                max_size=config.replicas + 1,
+                random_election_probability=config.random_election_probability,
+                ensemble_change_probability=config.ensemble_change_probability,
+            )
+            coordinator = config.coordinator_class(
+                self.env,
+                names,
+                settings,
+                self._new_replica,
+                self._is_leading,
+                incarnation_of=lambda name: self.replicas[name].data_incarnation,
+            )
+            coordinator.lacks_replica = lambda name: (
+                self.replicas[name].up and self.replicas[name].absent
+            )
+            self.coordinator = coordinator
         self.clients = Clients(rng)
         self.checks = CheckerState()
         self.faults = True
@@ -149,9 +174,11 @@ class World:
         that the replica leads `term`."""
         replica = self.replicas[name]
         core = replica.core
+        # (The real controller's failure detection is its own: see controller.py.)
+        scripted = not isinstance(self.coordinator, Controllers)
         return (
             core is not None
-            and not self.env.net.cut(name, CONTROLLER)
+            and not (scripted and self.env.net.cut(name, CONTROLLER))
             and core.role is Role.LEADER
             and core.term == term
         )
@@ -172,10 +199,14 @@ class World:
 
     def run(self) -> None:
         """The faulty phase, then the quiet one, then the liveness check."""
-        for _ in range(self.config.steps):
-            self._guarded(self.step)
-        self._guarded(self.quiesce)
-        self._guarded(lambda: check_liveness(self))
+        try:
+            for _ in range(self.config.steps):
+                self._guarded(self.step)
+            self._guarded(self.quiesce)
+            self._guarded(lambda: check_liveness(self))
+        finally:
+            if isinstance(self.coordinator, Controllers):
+                self.coordinator.close()
 
     def _guarded(self, action: Callable[[], None]) -> None:
         try:
@@ -222,15 +253,13 @@ class World:
         self.faults = False
         env.net.faults = NetworkFaults.none()
         env.net.heal()
+        if isinstance(self.coordinator, Controllers):
+            self.coordinator.quiesce()
         ensemble = self.coordinator.ensemble
         # A minority that was down may stay down, as long as the members up then
         # include a majority whose data is intact (a wiped member rebuilt but not
         # yet recorded as caught up does not count: the shard waits for it).
-        intact = {
-            name
-            for name in ensemble
-            if Coordinator.intact(self.coordinator, name, self.replicas[name].data_incarnation)
-        }
+        intact = {name for name in ensemble if self._intact(name)}
         staying_down: list[str] = []
         for name in ensemble:
             if self.replicas[name].up or len(staying_down) >= (len(ensemble) - 1) // 2:
@@ -271,7 +300,7 @@ class World:
         body = envelope.body
         if not isinstance(body, m.ReplicateResponse):
             self.env.log(f"{envelope.src} -> {envelope.dst}: {_brief(body)}")
-        if envelope.dst == CONTROLLER:
+        if envelope.dst not in self.replicas:
             self.coordinator.receive(envelope)
             return
         replica = self.replicas[envelope.dst]
@@ -289,7 +318,11 @@ class World:
         if len(net.partitions) < config.max_partitions and rng.random() < (
             config.partition_probability
         ):
-            nodes = [*self.replicas, CONTROLLER]
+            nodes = [*self.replicas]
+            if isinstance(self.coordinator, Controllers):
+                nodes.extend(Controllers.NAMES)
+            else:
+                nodes.append(CONTROLLER)
             if config.client_read_probability > 0:
                 nodes.extend(READERS)
             cut_off = frozenset(rng.sample(nodes, rng.randint(1, max(1, len(nodes) // 2))))
@@ -348,18 +381,21 @@ class World:
         coordinator = self.coordinator
         ensemble = coordinator.ensemble
         # The correct controller's judgement (a mutant's may differ).
-        intact = [
-            name
-            for name in ensemble
-            if name != victim.name
-            and Coordinator.intact(coordinator, name, self.replicas[name].data_incarnation)
-        ]
+        intact = [name for name in ensemble if name != victim.name and self._intact(name)]
         lost = len(ensemble) - len(intact) - (victim.name in ensemble)
         if victim.name in ensemble and (lost > 0 or len(intact) * 2 <= len(ensemble)):
             self.env.count("wipes skipped (a majority would lose its data)")
             return
         self.env.log(f"{victim.name} loses its disk", "wipes")
         victim.wipe()
+
+    def _intact(self, name: str) -> bool:
+        """Does `name` hold the data the controller recorded? (The correct
+        controller's judgement: a mutant's may differ.)"""
+        incarnation = self.replicas[name].data_incarnation
+        if isinstance(self.coordinator, Controllers):
+            return self.coordinator.intact(name, incarnation)
+        return Coordinator.intact(self.coordinator, name, incarnation)
 
     def _trim(self, replica: SimReplica) -> None:
         log, applied = replica.log, replica.kv.applied_offset
@@ -389,9 +425,11 @@ class World:
         self.reads_sent += 1
         self.env.send(reader, target, m.ClientRead(self.reads_sent, reader, self.env.now))
 
-    def _new_replica(self) -> str:
-        name = f"r{len(self.replicas)}"
-        self.replicas[name] = SimReplica(name, self.env)
+    def _new_replica(self, absent: bool = False) -> str:
+        # Named like a StatefulSet's pods (<prefix>-<ordinal>), as the controller
+        # requires.
+        name = f"r-{len(self.replicas)}"
+        self.replicas[name] = SimReplica(name, self.env, absent)
         return name
 
 
