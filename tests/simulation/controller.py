@@ -590,8 +590,10 @@ class ControlFaults:
     max_pause_steps: int = 200
     # Another writer moves the store's version just before a controller's write.
     conflict_probability: float = 0.02
-    # An operator: a leader move, a replication factor change (n -> n-1 ->
-    # n+1 -> n), a scale-in or back out of the storage pods.
+    # An operator asks for the leader to move to another member.
+    leader_move_probability: float = 0.0
+    # An operator changes the ensembles: a replication factor change (n -> n-1 ->
+    # n+1 -> n, in turn) or a scale-in of the storage pods (or back out).
     operator_probability: float = 0.0
 
 
@@ -714,8 +716,10 @@ class Controllers:
                 self.resume_step = env.now + rng.randint(
                     faults.lease_steps + 1, faults.max_pause_steps
                 )
+        if faults.leader_move_probability and rng.random() < faults.leader_move_probability:
+            self.start_election("for no reason")
         if faults.operator_probability and rng.random() < faults.operator_probability:
-            self._operate(rng.randrange(3))
+            self._operate(rng.randrange(2))
 
     def crash(self) -> None:
         for controller in self.controllers:
@@ -757,9 +761,6 @@ class Controllers:
         state = self.cluster.state()
         spec = state.spec
         if kind == 0:
-            self.start_election("operator")
-            return
-        if kind == 1:
             rf = self.rf_cycle[self.rf_changes % len(self.rf_cycle)]
             self.rf_changes += 1
             env.log(f"operator: replication factor {rf}", "replication factor changes")

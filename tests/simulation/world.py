@@ -118,12 +118,16 @@ class World:
             nodes = [
                 self._new_replica(absent=True) for _ in range(config.replicas + config.spare_nodes)
             ]
-            self.coordinator = Controllers(
-                self.env,
-                nodes,
-                config.replicas,
-                config.controller_settings,
+            # The scripted coordinator's elections "for no reason" are an
+            # operator's leader moves here, and its ensemble changes an
+            # operator's replication factor and scale changes (each a few).
+            faults = dataclasses.replace(
                 config.control_faults,
+                leader_move_probability=config.random_election_probability,
+                operator_probability=config.ensemble_change_probability / 5,
+            )
+            self.coordinator = Controllers(
+                self.env, nodes, config.replicas, config.controller_settings, faults
             )
         else:
             names = [self._new_replica() for _ in range(config.replicas)]
@@ -456,9 +460,11 @@ def run_seed(seed: int, config: SimConfig) -> World:
 
 # Fault profiles the tests run. "steady": the defaults, with most steps making
 # progress; "churn": more crashes and power losses, slower syncs (so crashes hit
-# unsynced tails), and frequent elections and ensemble changes; "wipes": churn,
+# unsynced tails), frequent leader moves and ensemble changes (replication factor
+# and scale), and a controller paused past its lease now and then; "wipes": churn,
 # and now and then a replica losing its disk.
 CHURN = SimConfig(
+    control_faults=ControlFaults(pause_probability=0.002),
     sync_probability=0.1,
     crash_probability=0.01,
     power_loss_probability=0.01,
