@@ -19,7 +19,7 @@ from simulation.observer import LeaderLog
 
 if TYPE_CHECKING:
     from simulation.replica import SimReplica
-    from simulation.world import World
+    from simulation.world import Locker, World
 
 
 class Violation(AssertionError):
@@ -209,6 +209,20 @@ def check_reads_are_fresh(world: World) -> None:
                 f"acknowledged before the read began"
             )
     state.reads_checked = len(observer.reads)
+
+
+def check_lock_taken(world: World, taker: Locker) -> None:
+    """(h) An ephemeral record is never held by two live sessions: when a locker's
+    put of the lock is acknowledged, no other locker still believes (its session
+    answered within a timeout, by its own clock) that it holds it."""
+    now = world.env.now
+    for other in world.lockers.values():
+        if other is not taker and other.believes_holding(now):
+            raise Violation(
+                f"(h) {taker.name} took the lock with session {taker.session} at step {now}, "
+                f"but {other.name} still holds it with session {other.session} (alive "
+                f"until step {other.live_until} by its last answered keep-alive)"
+            )
 
 
 # ---- at the end ----------------------------------------------------------------------

@@ -663,8 +663,11 @@ class Controllers:
         return self.highest_term
 
     def intact(self, name: str, incarnation: int) -> bool:
+        """The fault model's judgement (ShardRecord.intact's rule, restated so
+        that a mutant of the controller's does not change the faults)."""
         record = self.record()
-        return record is None or record.intact(name, incarnation)
+        recorded = record.incarnation_of(name) if record is not None else None
+        return recorded is None or incarnation == recorded
 
     @property
     def active(self) -> list[SimController]:

@@ -249,6 +249,20 @@ class ClientWrite:
 
 
 @dataclass(frozen=True, slots=True)
+class CreateSession:
+    request_id: int
+    client: str
+    timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class KeepAlive:
+    session_id: int
+    client: str
+    sent_step: int
+
+
+@dataclass(frozen=True, slots=True)
 class ClientRead:
     """A read of the shard's state; it began when the reader sent it."""
 
@@ -282,6 +296,8 @@ Body = (
     | SnapshotResponse
     | ClientWrite
     | ClientRead
+    | CreateSession
+    | KeepAlive
 )
 
 # gRPC unary coordination calls are at most once: the controller never retries one

@@ -52,16 +52,17 @@ MUTANT_STEPS = 2000
 
 
 @pytest.mark.parametrize("mutant", sorted(CAUGHT_WITHIN))
-def test_checkers_catch_a_broken_variant(mutant: str) -> None:
+def test_checkers_catch_a_broken_variant(mutant: str, monkeypatch: pytest.MonkeyPatch) -> None:
     seeds, replicas, profile = CAUGHT_WITHIN[mutant]
     broken = MUTANTS[mutant]
+    for target, name, value in broken.patches:
+        monkeypatch.setattr(target, name, value)
     config = dataclasses.replace(
         PROFILES[profile],
         replicas=replicas,
         steps=MUTANT_STEPS,
-        rules=broken.rules,
-        coordinator_class=broken.coordinator_class,
-        leader_core_class=broken.leader_core_class,
+        rules=broken.config.rules,
+        leader_core_class=broken.config.leader_core_class,
     )
     for seed in range(seeds):
         try:

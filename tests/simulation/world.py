@@ -19,12 +19,20 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from cairn.proto import oxia_client_pb2 as pb
 from cairn.storage.core.replication.leader import LeaderCore
 from cairn.storage.core.replication.replica import Role
 from simulation import messages as m
-from simulation.checkers import CheckerState, Violation, check_liveness, check_step, converged
-from simulation.clients import Clients
-from simulation.context import Env, RuntimeRules
+from simulation.checkers import (
+    CheckerState,
+    Violation,
+    check_liveness,
+    check_lock_taken,
+    check_step,
+    converged,
+)
+from simulation.clients import LOCK_KEY, AckedWrite, Clients
+from simulation.context import STEP_MS, Env, RuntimeRules
 from simulation.controller import ControlFaults, Controllers, ControllerSettings
 from simulation.coordinator import NAME as CONTROLLER
 from simulation.coordinator import Coordinator, CoordinatorSettings
@@ -37,6 +45,16 @@ CLIENT = "client"
 # Readers send reads; random partitions may cut one off with some replicas (a
 # client that still reaches an old leader while the others moved on).
 READERS = ("reader-0", "reader-1")
+# Lockers: clients with a session that take an ephemeral lock (LOCK_KEY), keep
+# their session alive, and now and then crash (their session then expires).
+LOCKERS = ("locker-0", "locker-1")
+# Shorter than a pod allows (2 s), as the lease is (RuntimeRules.lease_ms): on
+# the simulation's time scale, leaders change every few seconds, and a session
+# must be able to expire under one leader.
+SESSION_TIMEOUT_MS = 600
+KEEPALIVE_STEPS = 15
+# A request unanswered this long is given up (sent again if still wanted).
+CLIENT_RETRY_STEPS = 60
 # How often the liveness phase sends its write again while none is acknowledged.
 RESEND_STEPS = 20
 TRACE_TAIL_LINES = 40
@@ -61,6 +79,10 @@ class SimConfig:
     client_write_probability: float = 0.4
     # Reads, each step, by a reader; 0 keeps readers out of partitions too.
     client_read_probability: float = 0.0
+    # Each step, each locker acts (session, keep-alive, lock) with this chance;
+    # 0 keeps lockers out (and out of partitions).
+    session_probability: float = 0.0
+    locker_crash_probability: float = 0.004
     sync_probability: float = 0.3
     crash_probability: float = 0.006
     # A correlated crash (a rack losing power): a majority of the replicas at once,
@@ -94,6 +116,24 @@ class SimConfig:
 
 class SimulationFailure(AssertionError):
     pass
+
+
+@dataclass
+class Locker:
+    """A client holding a session and, at times, the lock. What it believes: its
+    session lives until `live_until` (a timeout after sending the last request
+    the leader answered for it), and it holds the lock while it does."""
+
+    name: str
+    session: int | None = None
+    creating: tuple[int, int] | None = None  # (request id, sent step)
+    live_until: int = -1
+    holds: bool = False
+    acquiring: tuple[int, int] | None = None  # (request id, sent step)
+    last_keepalive_step: int = -1
+
+    def believes_holding(self, now: int) -> bool:
+        return self.holds and now < self.live_until
 
 
 class World:
@@ -161,6 +201,14 @@ class World:
         self.env.net.up(CLIENT, 1)
         for reader in READERS:
             self.env.net.up(reader, 1)
+        self.lockers = {name: Locker(name) for name in LOCKERS}
+        # request id of a lock put -> its locker
+        self.lock_requests: dict[int, str] = {}
+        self.sessions_seen = 0
+        self.keepalives_seen = 0
+        self.lock_acquisitions = 0
+        for name in LOCKERS:
+            self.env.net.up(name, 1)
 
     # -- queries -----------------------------------------------------------------------
 
@@ -246,9 +294,13 @@ class World:
         self.coordinator.tick(self.faults)
         for replica in self.live_replicas():
             replica.pump()
+        self._lockers_learn()
         for write in self.observer.acked[self.acks_seen :]:
             self.clients.acknowledged(write)
+            self._lock_answered(write)
         self.acks_seen = len(self.observer.acked)
+        if self.faults and self.config.session_probability > 0:
+            self._lockers_act()
         check_step(self)
 
     def quiesce(self) -> None:
@@ -329,6 +381,8 @@ class World:
                 nodes.append(CONTROLLER)
             if config.client_read_probability > 0:
                 nodes.extend(READERS)
+            if config.session_probability > 0:
+                nodes.extend(LOCKERS)
             cut_off = frozenset(rng.sample(nodes, rng.randint(1, max(1, len(nodes) // 2))))
             net.partition(cut_off, env.now + rng.randint(5, config.max_partition_steps))
             env.log(f"partition: {sorted(cut_off)} cut off", "partitions")
@@ -429,6 +483,86 @@ class World:
         self.reads_sent += 1
         self.env.send(reader, target, m.ClientRead(self.reads_sent, reader, self.env.now))
 
+    # -- lockers -----------------------------------------------------------------------
+
+    def _lockers_learn(self) -> None:
+        """What the leader answered lockers this step: sessions created,
+        keep-alives; and beliefs that ran out."""
+        timeout_steps = SESSION_TIMEOUT_MS // STEP_MS
+        observer, now = self.observer, self.env.now
+        for client, request_id, session_id, _ in observer.sessions_created[self.sessions_seen :]:
+            locker = self.lockers[client]
+            if locker.creating is not None and locker.creating[0] == request_id:
+                locker.session = session_id
+                locker.live_until = locker.creating[1] + timeout_steps
+                locker.last_keepalive_step = now
+                locker.creating = None
+        self.sessions_seen = len(observer.sessions_created)
+        for client, session_id, sent_step, _ in observer.keepalives[self.keepalives_seen :]:
+            locker = self.lockers[client]
+            if locker.session == session_id:
+                locker.live_until = max(locker.live_until, sent_step + timeout_steps)
+        self.keepalives_seen = len(observer.keepalives)
+        for locker in self.lockers.values():
+            if locker.session is not None and now >= locker.live_until:
+                self.env.log(f"{locker.name} takes session {locker.session} as lost")
+                locker.session, locker.holds, locker.acquiring = None, False, None
+
+    def _lock_answered(self, write: AckedWrite) -> None:
+        name = self.lock_requests.pop(write.request_id, None)
+        if name is None:
+            return
+        locker = self.lockers[name]
+        if locker.acquiring is None or locker.acquiring[0] != write.request_id:
+            return
+        locker.acquiring = None
+        response = pb.WriteResponse.FromString(write.response)
+        if response.puts[0].status != pb.OK:
+            return
+        self.lock_acquisitions += 1
+        self.env.log(f"{name} takes the lock (session {locker.session})", "locks taken")
+        check_lock_taken(self, locker)
+        locker.holds = True
+
+    def _lockers_act(self) -> None:
+        env, rng, now = self.env, self.env.rng, self.env.now
+        for locker in self.lockers.values():
+            if rng.random() >= self.config.session_probability:
+                continue
+            if locker.session is not None and rng.random() < self.config.locker_crash_probability:
+                env.log(f"{locker.name} crashes (session {locker.session})", "lockers crashed")
+                locker.session, locker.holds, locker.acquiring = None, False, None
+                continue
+            target = self._client_target(0.9)
+            if locker.session is None:
+                if locker.creating is None or now - locker.creating[1] > CLIENT_RETRY_STEPS:
+                    self.clients.next_request_id += 1
+                    request_id = self.clients.next_request_id
+                    locker.creating = (request_id, now)
+                    body = m.CreateSession(request_id, locker.name, SESSION_TIMEOUT_MS)
+                    env.send(locker.name, target, body)
+                continue
+            if now - locker.last_keepalive_step >= KEEPALIVE_STEPS:
+                locker.last_keepalive_step = now
+                env.send(locker.name, target, m.KeepAlive(locker.session, locker.name, now))
+            elif not locker.holds and (
+                locker.acquiring is None or now - locker.acquiring[1] > CLIENT_RETRY_STEPS
+            ):
+                self.clients.next_request_id += 1
+                request_id = self.clients.next_request_id
+                request = pb.WriteRequest()
+                request.puts.add(
+                    key=LOCK_KEY,
+                    value=locker.name.encode(),
+                    expected_version_id=-1,
+                    session_id=locker.session,
+                )
+                locker.acquiring = (request_id, now)
+                self.lock_requests[request_id] = locker.name
+                env.send(
+                    locker.name, target, m.ClientWrite(request_id, request.SerializeToString())
+                )
+
     def _new_replica(self, absent: bool = False) -> str:
         # Named like a StatefulSet's pods (<prefix>-<ordinal>), as the controller
         # requires.
@@ -479,7 +613,10 @@ PROFILES: dict[str, SimConfig] = {
     "lagging": SimConfig(long_lag_probability=0.01),
     # Reads from readers that partitions may cut off with an old leader, beside
     # writes that reach the new one.
-    "reading": SimConfig(client_read_probability=0.4, partition_probability=0.02),
+    # Lockers too: sessions kept alive, an ephemeral lock taken and given up.
+    "reading": SimConfig(
+        client_read_probability=0.4, partition_probability=0.02, session_probability=0.5
+    ),
     "churn": CHURN,
     # Churn, and disks lost (within the fault model: a minority at a time).
     "wipes": dataclasses.replace(CHURN, wipe_probability=0.01),

@@ -43,6 +43,7 @@ class MemoryCluster:
 
     def __init__(self, interfere: Callable[[], bool] | None = None) -> None:
         self.document: dict[str, Any] | None = None
+        self._state: ClusterState | None = None
         self.version = 0
         self.generation = 0
         self.interfere = interfere
@@ -53,23 +54,26 @@ class MemoryCluster:
         self._lock_released = asyncio.Event()
 
     def state(self) -> ClusterState:
-        if self.document is None:
+        if self._state is None:
             raise StateNotFound("no cluster state has been created")
-        document = copy.deepcopy(self.document)
-        return ClusterState(
+        return self._state
+
+    def store(self, spec: ClusterSpec, status: ClusterStatus, generation: int) -> ClusterState:
+        """Keep the state as its document, and the state parsed back from it (the
+        values are immutable: every read may share it)."""
+        document = {"spec": spec_document(spec), "status": status_document(status)}
+        self.document = copy.deepcopy(document)
+        self.version += 1
+        self.generation = generation
+        self._state = ClusterState(
             parse_spec(document["spec"]),
             parse_status(document["status"]),
             str(self.version),
             self.generation,
         )
-
-    def store(self, spec: ClusterSpec, status: ClusterStatus, generation: int) -> ClusterState:
-        self.document = {"spec": spec_document(spec), "status": status_document(status)}
-        self.version += 1
-        self.generation = generation
         for watcher in self._watchers:
             watcher.set()
-        return self.state()
+        return self._state
 
     def check(self, version: str) -> ClusterState:
         current = self.state()
