@@ -141,7 +141,9 @@ class SimPods:
         loop: VirtualLoop,
         settings: ControllerSettings,
         on_become_leader: Callable[[int, str], None],
+        on_change_sent: Callable[[], None] = lambda: None,
     ) -> None:
+        self.on_change_sent = on_change_sent
         self.env = env
         self.name = name
         self.loop = loop
@@ -158,7 +160,10 @@ class SimPods:
         future: asyncio.Future[m.Body] = self.loop.create_future()
         timeout = timeout_steps or self.settings.rpc_timeout_steps
         self._calls[call] = _Call(future, self.env.now + timeout)
-        self.env.send(self.name, dst, make(call))
+        body = make(call)
+        self.env.send(self.name, dst, body)
+        if isinstance(body, (m.NewTerm, m.BecomeLeader, m.AddFollower, m.RemoveFollower)):
+            self.on_change_sent()
         try:
             answer = await future
         finally:
@@ -356,7 +361,9 @@ class SimController:
         nodes: list[str],
         settings: ControllerSettings,
         claims: dict[int, dict[str, str]],
+        on_change_sent: Callable[[SimController], None] = lambda controller: None,
     ) -> None:
+        self.on_change_sent = on_change_sent
         self.name = name
         self.env = env
         self.cluster = cluster
@@ -393,7 +400,9 @@ class SimController:
         env.net.up(self.name, self.process)
         loop = VirtualLoop(lambda: env.now * STEP_MS / 1000)
         self.loop = loop
-        self.pods = SimPods(env, self.name, loop, self.settings, self._claim)
+        self.pods = SimPods(
+            env, self.name, loop, self.settings, self._claim, lambda: self.on_change_sent(self)
+        )
         self.observer = SimObserver(env, self.pods, self.nodes, self.settings)
         self.keeper = None
         self.executor = None
@@ -588,6 +597,9 @@ class ControlFaults:
     pause_probability: float = 0.0
     lease_steps: int = 40
     max_pause_steps: int = 200
+    # ... and right after it sent a call that changes a pod, before its answer
+    # (the moment a stale controller can do harm), with this chance per call.
+    pause_after_call_probability: float = 0.0
     # Another writer moves the store's version just before a controller's write.
     conflict_probability: float = 0.02
     # An operator asks for the leader to move to another member.
@@ -630,11 +642,14 @@ class Controllers:
         self.nodes = nodes
         self.claims: dict[int, dict[str, str]] = {}
         self.controllers = [
-            SimController(name, env, self.cluster, self.spec, nodes, settings, self.claims)
+            SimController(
+                name, env, self.cluster, self.spec, nodes, settings, self.claims, self._call_sent
+            )
             for name in self.NAMES
         ]
         # The controller whose lease runs out at `lease_ends_step` (paused).
         self.paused: SimController | None = None
+        self.live_faults = True
         self.resume_step = 0
         self.lease_ends_step = 0
         self.controllers[0].start()
@@ -724,6 +739,25 @@ class Controllers:
         if faults.operator_probability and rng.random() < faults.operator_probability:
             self._operate(rng.randrange(2))
 
+    def _pause(self, victim: SimController) -> None:
+        env, faults = self.env, self.faults
+        victim.pause()
+        self.paused = victim
+        self.lease_ends_step = env.now + faults.lease_steps
+        self.resume_step = env.now + env.rng.randint(faults.lease_steps + 1, faults.max_pause_steps)
+
+    def _call_sent(self, controller: SimController) -> None:
+        if (
+            self.live_faults
+            and self.paused is None
+            and not controller.paused
+            and sum(1 for c in self.controllers if c.active) == 1
+            and self.env.buggify(
+                "controllers paused right after a call", self.faults.pause_after_call_probability
+            )
+        ):
+            self._pause(controller)
+
     def crash(self) -> None:
         for controller in self.controllers:
             if controller.active and not controller.paused:
@@ -735,6 +769,7 @@ class Controllers:
             controller.stop("the simulation ends")
 
     def quiesce(self) -> None:
+        self.live_faults = False
         paused = self.paused
         if paused is not None:
             self.paused = None

@@ -12,12 +12,13 @@ holes: "hole 1: ...", "hole 2: ...", "hole 3: ...".
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from cairn.controller import executor, keeper, planner
-from cairn.controller.model import ShardRecord
+from cairn.controller.model import ClusterState, ClusterStatus, ShardRecord
+from cairn.controller.state.store import StateConflict
 from cairn.storage.core.replication.leader import FollowerPhase, FollowerProgress, LeaderCore
 from simulation import replica
 from simulation.context import RuntimeRules
@@ -52,6 +53,44 @@ def _nothing(*args: Any, **kwargs: Any) -> None:
 def _any_follower_may_take_over(self: Any, record: ShardRecord, report: Any, name: str) -> bool:
     """Hole 2: a leader move or a handover targets any member, caught up or not."""
     return name != record.leader and name in record.ensemble
+
+
+def _in_step_with_learners(self: Any, record: ShardRecord, report: Any) -> bool:
+    """Hole 2: the ensemble counts as in step (for moves, balancing, changes)
+    once every member is a follower of the leader's, voting or still a learner."""
+    if report.head_term != record.term:
+        return False
+    followers = {follower.internal_address for follower in report.followers}
+    return all(
+        name == record.leader or self._address(name) in followers for name in record.ensemble
+    )
+
+
+def _all_hold_the_commit_offset(self: Any, record: ShardRecord, report: Any) -> set[str]:
+    """Every member counted as holding the commit offset (no waiting for it)."""
+    return set(record.ensemble)
+
+
+async def _update_status_from_stale_state(
+    self: keeper.StateKeeper,
+    change: Callable[[ClusterStatus], ClusterStatus],
+    *,
+    fencing: bool,
+) -> ClusterState:
+    """Hole 3 (keeper): the new status is computed once, from the state this
+    controller holds, and on a conflict written again over the newer state (as
+    keeper.py once retried), with no epoch checked."""
+    state = self.state
+    status = change(state.status)
+    if status == state.status:
+        return state
+    for _ in range(keeper.MAX_CONFLICT_RETRIES):
+        try:
+            self.state = await self.store.write_status(status, self.state.version)
+            return self.state
+        except StateConflict:
+            await self._reload()
+    raise StateConflict("lost every race")
 
 
 def _admit_any(highest: int, epoch: int) -> int:
@@ -115,7 +154,7 @@ MUTANTS: dict[str, Mutant] = {
     "ensemble changes without waiting": Mutant(
         patches=(
             (planner._Planner, "_in_step", _always),
-            (planner._Planner, "_settled", _always),
+            (planner._Planner, "_holding", _all_hold_the_commit_offset),
         )
     ),
     "commit before the term-start entry": Mutant(SimConfig(rules=_rules(term_start_rule=False))),
@@ -146,18 +185,21 @@ MUTANTS: dict[str, Mutant] = {
     ),
     # Hole 2: choose_leader counts the majority over every member, learners
     # included (no report of who the leader counted), and leader moves and
-    # handovers target members that have not caught up.
+    # handovers target members that have not caught up, in ensembles that are
+    # not in step (a learner still catching up).
     "hole 2: a learner is elected": Mutant(
         patches=(
             (executor, "counted_voters", _nothing),
             (planner._Planner, "_may_take_over", _any_follower_may_take_over),
+            (planner._Planner, "_in_step", _in_step_with_learners),
         )
     ),
     # Hole 3: no controller-epoch fencing: the state takes a stale controller's
-    # writes (each still computed inside the compare-and-set), pods its calls.
+    # writes (computed from the state it held, and re-applied after a
+    # conflict), pods its calls.
     "hole 3: no controller-epoch fencing": Mutant(
         patches=(
-            (keeper, "check_epoch", _nothing),
+            (keeper.StateKeeper, "_update_status", _update_status_from_stale_state),
             (keeper.StateKeeper, "fence", _nothing),
             (replica, "admit", _admit_any),
         )

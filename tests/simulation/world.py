@@ -598,7 +598,7 @@ def run_seed(seed: int, config: SimConfig) -> World:
 # and scale), and a controller paused past its lease now and then; "wipes": churn,
 # and now and then a replica losing its disk.
 CHURN = SimConfig(
-    control_faults=ControlFaults(pause_probability=0.002),
+    control_faults=ControlFaults(pause_probability=0.002, pause_after_call_probability=0.05),
     sync_probability=0.1,
     crash_probability=0.01,
     power_loss_probability=0.01,
