@@ -665,6 +665,11 @@ class Controllers:
         return list(record.ensemble) if record is not None else []
 
     @property
+    def voters(self) -> list[str]:
+        record = self.record()
+        return list(record.voters) if record is not None else []
+
+    @property
     def leader(self) -> tuple[int, str] | None:
         return steady_leader(self.record())
 

@@ -441,6 +441,14 @@ class World:
         # The correct controller's judgement (a mutant's may differ).
         intact = [name for name in ensemble if name != victim.name and self._intact(name)]
         lost = len(ensemble) - len(intact) - (victim.name in ensemble)
+        if isinstance(coordinator, Controllers):
+            # Members being removed still vote; members still catching up are not
+            # lost, only not (yet) holding everything: what matters is that a
+            # majority of the voters holds all that was acknowledged.
+            voters = coordinator.voters
+            intact = [name for name in voters if name != victim.name and self._intact(name)]
+            lost = 0 if len(intact) * 2 > len(voters) else 1
+            ensemble = voters
         if victim.name in ensemble and (lost > 0 or len(intact) * 2 <= len(ensemble)):
             self.env.count("wipes skipped (a majority would lose its data)")
             return
@@ -450,9 +458,18 @@ class World:
     def _intact(self, name: str) -> bool:
         """Does `name` hold the data the controller recorded? (The correct
         controller's judgement: a mutant's may differ.)"""
-        incarnation = self.replicas[name].data_incarnation
+        replica = self.replicas[name]
+        incarnation = replica.data_incarnation
         if isinstance(self.coordinator, Controllers):
-            return self.coordinator.intact(name, incarnation)
+            # With ensemble changes, a member may also hold less than what was
+            # acknowledged without any wipe: one added and still catching up, or
+            # one whose replica is not created yet. It does not count either.
+            acked = self.observer.ack_max_offsets
+            return (
+                not replica.absent
+                and replica.log.synced_offset >= (acked[-1] if acked else -1)
+                and self.coordinator.intact(name, incarnation)
+            )
         return Coordinator.intact(self.coordinator, name, incarnation)
 
     def _trim(self, replica: SimReplica) -> None:
