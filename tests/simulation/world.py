@@ -104,6 +104,9 @@ class SimConfig:
     # a majority with the data they are recorded to hold (the fault model: a
     # shard survives losing the disks of a minority of its members).
     wipe_probability: float = 0.0
+    # A learner (a member the leader is still catching up) stops part-way: it
+    # crashes (and restarts later like any crashed replica), per step and learner.
+    learner_stop_probability: float = 0.0
     random_election_probability: float = 0.004
     ensemble_change_probability: float = 0.006
     # Entries' timestamps advance 10 ms a step: 1 s of retention is 100 steps, so
@@ -374,7 +377,9 @@ class World:
         if len(net.partitions) < config.max_partitions and rng.random() < (
             config.partition_probability
         ):
-            nodes = [*self.replicas]
+            # Pods without the shard's replica (spares) are left out: cutting
+            # them off changes nothing for the shard.
+            nodes = [name for name, replica in self.replicas.items() if not replica.absent]
             if isinstance(self.coordinator, Controllers):
                 nodes.extend(Controllers.NAMES)
             else:
@@ -406,6 +411,8 @@ class World:
             self.coordinator.crash()
         if config.long_lag_probability > 0:
             self._long_lag()
+        if config.learner_stop_probability:
+            self._stop_learners()
         if config.wipe_probability and rng.random() < config.wipe_probability:
             self._wipe(rng.choice(list(self.replicas.values())))
 
@@ -432,6 +439,26 @@ class World:
         self.lag_ends_step = env.now + rng.randint(*self.config.long_lag_steps)
         env.net.partition(lagging, self.lag_ends_step)
         env.log(f"long lag: {sorted(lagging)} cut off until {self.lag_ends_step}", "long lags")
+
+    def _stop_learners(self) -> None:
+        leader = self.current_leader()
+        if leader is None or leader.leading is None:
+            return
+        core = leader.leading.core
+        for name, progress in core.followers.items():
+            replica = self.replicas[name]
+            if (
+                replica.up
+                and not core.is_voting(name)
+                and progress.acked_offset >= 0  # part-way: it has taken something
+                and self.env.rng.random() < self.config.learner_stop_probability
+            ):
+                self.env.log(
+                    f"{name} stops part-way through catching up (acked {progress.acked_offset}, "
+                    f"leader at {leader.log.last_offset})",
+                    "learners stopped part-way",
+                )
+                replica.crash()
 
     def _wipe(self, victim: SimReplica) -> None:
         """Within the fault model only: every other member of the ensemble but a
@@ -616,6 +643,7 @@ def run_seed(seed: int, config: SimConfig) -> World:
 # and now and then a replica losing its disk.
 CHURN = SimConfig(
     control_faults=ControlFaults(pause_probability=0.002, pause_after_call_probability=0.05),
+    learner_stop_probability=0.02,
     sync_probability=0.1,
     crash_probability=0.01,
     power_loss_probability=0.01,
