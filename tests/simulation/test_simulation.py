@@ -49,7 +49,11 @@ CAUGHT_WITHIN: dict[str, tuple[int, int, str, str]] = {
     # coordinator (which elects the moment a leader is cut off), as before.
     # Caught at seed 4: (f), a read answered from a stale state.
     "reads without the lease": (10, 3, "reading", "scripted"),
-    "acknowledge old streams after a new term": (15, 3, "reading", "scripted"),
+    # Not listed: "acknowledge old streams after a new term" (caught at seed 3
+    # of "reading" before streams broke on a lost message, as gRPC streams do;
+    # not within 15 seeds of reading, 12 of churn or lagging since) and
+    # "hole 2: a learner is elected" (not within 20 seeds of churn: the
+    # planner's other guards keep learners from being move targets).
     # Issue 38's holes, reverted in the real code:
     # seed 1, liveness (the shard elects a rebuilt member and loses its way);
     "hole 1: a wiped member keeps its vote": (6, 3, "wipes", "real"),
