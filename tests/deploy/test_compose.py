@@ -39,6 +39,9 @@ def test_the_topology_is_that_of_dev_run() -> None:
     services = compose()["services"]
     images = {name: image_name(service["image"]) for name, service in services.items()}
     assert images == {
+        "certs": "cairn/controller",
+        "prometheus": "prom/prometheus",
+        "grafana": "grafana/grafana",
         "cairn-controller": "cairn/controller",
         "cairn-gateway": "cairn/gateway",
         **{pod: "cairn/storage" for pod in PODS},
@@ -56,24 +59,60 @@ def test_the_topology_is_that_of_dev_run() -> None:
 @pytest.mark.parametrize("name", sorted(yaml.safe_load(COMPOSE.read_text())["services"]))
 def test_every_service_is_hardened_with_a_health_check(name: str) -> None:
     service = compose()["services"][name]
-    assert service["user"] == "10001:10001"
+    if image_name(service["image"]).startswith("cairn/"):
+        assert service["user"] == "10001:10001"
     assert service["read_only"] is True
     assert service["cap_drop"] == ["ALL"]
     assert "no-new-privileges:true" in service["security_opt"]
     assert any(mount.startswith("/tmp") for mount in service["tmpfs"])
     assert service["healthcheck"]["test"][0] == "CMD"
-    if image_name(service["image"]) in ("cairn/storage", "cairn/controller"):
+    if image_name(service["image"]) in ("cairn/storage", "cairn/controller") and name != "certs":
         # State lives in a named volume, at the image's own mount point.
-        (volume,) = service["volumes"]
+        (volume,) = [v for v in service["volumes"] if isinstance(v, str)]
         source, target = volume.split(":")
         assert target == "/var/lib/cairn" and source in compose()["volumes"]
 
 
+def test_every_cairn_service_has_its_own_certificate_read_only() -> None:
+    """TLS on (`--tls-dir`), from the certs volume's subdirectory named after the
+    service, mounted read-only where --tls-dir points; and the certs service
+    issues exactly those, each with the identity of what runs there."""
+    services = compose()["services"]
+    certs = services["certs"]
+    requested = {}
+    for argument in certs["command"][1:]:
+        directory, _, identity = argument.partition("=")
+        requested[directory] = identity.split("@")[0]
+    expected = {"client": "user/cairn-user"}
+    for name, service in services.items():
+        if name == "certs" or not image_name(service["image"]).startswith("cairn/"):
+            continue
+        assert "--tls-dir=/var/run/cairn/tls" in service["command"], name
+        assert "--insecure" not in service["command"], name
+        (mount,) = [v for v in service["volumes"] if isinstance(v, dict)]
+        assert mount["source"] == "certs" and mount["target"] == "/var/run/cairn/tls"
+        assert mount["read_only"] is True and mount["volume"]["subpath"] == name
+        assert service["depends_on"]["certs"]["condition"] == "service_completed_successfully"
+        role = {"cairn/controller": "controller", "cairn/storage": "storage"}.get(
+            image_name(service["image"]), "gateway"
+        )
+        if name.endswith("-health"):
+            role, name_in_uri = "sidecar", name.removesuffix("-health")
+        else:
+            name_in_uri = name
+        expected[name] = f"{role}/{name_in_uri}"
+    assert requested == expected
+
+
 def test_the_services_addresses_and_ports_agree() -> None:
     services = compose()["services"]
-    parsed = {name: parse(svc["image"], svc["command"]) for name, svc in services.items()}
+    parsed = {
+        name: parse(svc["image"], svc["command"])
+        for name, svc in services.items()
+        if image_name(svc["image"]).startswith("cairn/") and name != "certs"
+    }
     controller = parsed["cairn-controller"]
-    controller_url = f"http://cairn-controller:{controller.port}"
+    controller_url = f"https://cairn-controller:{controller.port}"
     assert f"{controller.port}:{controller.port}" in services["cairn-controller"]["ports"]
     advertised = []
     for pod in PODS:
