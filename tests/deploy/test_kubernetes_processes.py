@@ -159,13 +159,17 @@ class Cluster:
         self.user_tls = tmp_path / "user"
         self.authority.issue_user("deploy-test", self.user_tls)
 
-    def _requested(self, volume: Object, pod_name: str) -> tuple[str, list[str]]:
-        """The SPIFFE URI and the host names a certificate volume asks for."""
+    def _requested(self, volume: Object, pod_name: str) -> tuple[str, list[str]] | None:
+        """The SPIFFE URI and the host names a certificate volume asks for; None
+        for a volume that holds no certificate (a Secret no Certificate fills)."""
         if "secret" in volume:
             secret = volume["secret"]["secretName"]
-            (certificate,) = [
+            filling = [
                 c for c in of_kind(self.objects, "Certificate") if c["spec"]["secretName"] == secret
             ]
+            if not filling:
+                return None
+            (certificate,) = filling
             spec = certificate["spec"]
             assert certificate["spec"]["issuerRef"]["name"] in {
                 i["metadata"]["name"] for i in of_kind(self.objects, "Issuer")
@@ -197,7 +201,10 @@ class Cluster:
             volume = volumes.get(mount["name"], {})
             if "csi" not in volume and "secret" not in volume:
                 continue
-            uri, hosts = self._requested(volume, container.name.split("/")[0])
+            requested = self._requested(volume, container.name.split("/")[0])
+            if requested is None:
+                continue
+            uri, hosts = requested
             principal = principal_of_spiffe_id(uri, DEFAULT_TRUST_DOMAIN)
             assert principal is not None and principal.spiffe_id() == uri, uri
             # Each name also as this machine reaches it (see the module doc).
