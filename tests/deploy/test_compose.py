@@ -7,6 +7,7 @@ another consistent."""
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -134,3 +135,56 @@ def test_the_services_addresses_and_ports_agree() -> None:
     assert gateway.address.split(",") == advertised
     assert gateway.controller_url == controller_url
     assert f"{gateway.port}:{gateway.port}" in services["cairn-gateway"]["ports"]
+
+
+def test_prometheus_scrapes_every_metrics_port_with_the_monitors_jobs(tmp_path: Path) -> None:
+    """compose/prometheus.yml: valid for promtool (with the generated rules), one
+    target per Cairn process's /metrics, where that process serves it in plain
+    HTTP on all addresses, under the job names the kustomize PodMonitors give."""
+    services = compose()["services"]
+    prometheus = services["prometheus"]
+    mounts = dict(reversed(v.split(":")[:2]) for v in prometheus["volumes"])
+    config_path = ROOT / mounts["/etc/prometheus/prometheus.yml"]
+    rules_dir = ROOT / mounts["/etc/prometheus/rules"]
+    config = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+    # promtool on this machine: the rule files where the container would see them.
+    config["rule_files"] = [
+        str(rules_dir / Path(rule).relative_to("/etc/prometheus/rules"))
+        for rule in config["rule_files"]
+    ]
+    local = tmp_path / "prometheus.yml"
+    local.write_text(yaml.safe_dump(config), encoding="utf-8")
+    result = subprocess.run(
+        [tool("promtool"), "check", "config", str(local)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    scraped = {}
+    for job in config["scrape_configs"]:
+        for group in job["static_configs"]:
+            for target in group["targets"]:
+                scraped[target] = job["job_name"]
+    expected = {}
+    for name, service in services.items():
+        if not image_name(service["image"]).startswith("cairn/") or name == "certs":
+            continue
+        parsed = parse(service["image"], service["command"])
+        assert parsed.metrics_host == "0.0.0.0" and parsed.metrics_plaintext, name
+        host = service.get("network_mode", f"service:{name}").split(":", 1)[1]
+        job = "cairn-health" if name.endswith("-health") else f"cairn-{name.split('-')[1]}"
+        expected[f"{host}:{parsed.metrics_port}"] = job
+    assert scraped == expected
+    monitors = yaml.safe_load_all(
+        (ROOT / "kustomize/components/monitoring/podmonitors.yaml").read_text(encoding="utf-8")
+    )
+    monitor_jobs = {
+        relabel["replacement"]
+        for monitor in monitors
+        for endpoint in monitor["spec"]["podMetricsEndpoints"]
+        for relabel in endpoint["relabelings"]
+        if relabel.get("targetLabel") == "job"
+    }
+    assert set(expected.values()) == monitor_jobs
