@@ -95,7 +95,7 @@ def _issue_certificates(containers: dict[str, Container], mapper: Mapper) -> Pat
     for directory in certs.volumes.values():
         directory.mkdir(parents=True, exist_ok=True)
     subprocess.run([sys.executable, "-m", "cairn.common.certs", *arguments], check=True, timeout=60)
-    return certs.volumes["/certs"]
+    return certs.volumes["/var/lib/cairn"]
 
 
 CONTEXT: ssl.SSLContext | None = None
