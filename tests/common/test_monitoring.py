@@ -6,11 +6,9 @@ dashboards' and rules' names exist in real scrapes: tests/e2e/test_monitoring.py
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 
 from cairn.common import telemetry
@@ -20,6 +18,7 @@ from cairn.common.monitoring.dashboards import all_dashboards
 from cairn.common.monitoring.files import COMPONENT_DIR, RULES_FILE, RULES_TEST_FILE, differences
 from cairn.common.monitoring.grafana import substitute
 from cairn.common.monitoring.promql import names, variable_names
+from support.manifests import tool
 from support.promtool import promtool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,7 +137,6 @@ def test_kustomize_component_matches_what_the_components_expose() -> None:
     assert rule["spec"] == rule_groups()
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (kustomize) not installed")
 def test_kustomize_builds_the_component(tmp_path: Path) -> None:
     # kustomize refuses components outside the kustomization's root: link it in.
     (tmp_path / "monitoring").symlink_to(ROOT / COMPONENT_DIR)
@@ -147,7 +145,7 @@ def test_kustomize_builds_the_component(tmp_path: Path) -> None:
         "components:\n- monitoring\n"
     )
     built = subprocess.run(
-        ["kubectl", "kustomize", str(tmp_path)], capture_output=True, text=True, timeout=60
+        [tool("kubectl"), "kustomize", str(tmp_path)], capture_output=True, text=True, timeout=60
     )
     assert built.returncode == 0, built.stderr
     kinds = sorted(doc["kind"] for doc in yaml.safe_load_all(built.stdout))

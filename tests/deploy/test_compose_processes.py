@@ -3,21 +3,38 @@ local process (support/topology.py maps network namespaces to loopback addresses
 and volumes to temporary directories). The topology must work as written: the
 controller elects a leader for every shard, the `oxia` client writes and reads
 through a storage pod's published address, the gateway serves its own, and
-every service's health check passes as Docker would run it."""
+every service's health check passes as Docker would run it.
+
+TLS: the one-shot `certs` service runs first, as written (`python -m
+cairn.common.certs`, its volume a temporary directory), each certificate's hosts
+also named by the address the topology maps them to (a service's 127.0.0.1 and
+localhost are its namespace's address); the services then read their own
+subdirectory of that volume, as compose mounts it. Prometheus and Grafana are
+not Cairn programs and are not started here (their files are checked by
+test_compose.py and the monitoring tests). The `oxia` client speaks no TLS:
+Cairn's own client writes and reads through a storage pod's published address,
+with the user certificate the certs service made."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import ssl
+import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-import oxia
 import pytest
 import yaml
 
+from cairn.client.client import AsyncClient
+from cairn.client.options import ClientOptions
+from cairn.common.tls import TlsFiles
 from support.manifests import ROOT
+from support.programs import image_name
 from support.topology import Container, Mapper, Topology, gateway_round_trip, loopback_prefix
 
 pytestmark = pytest.mark.e2e
@@ -37,15 +54,22 @@ def _containers(tmp_path: Path) -> tuple[dict[str, Container], dict[str, Any], M
             addresses[name] = addresses[mode.split(":", 1)[1]]
     containers = {}
     for name, service in services.items():
+        if not image_name(service["image"]).startswith("cairn/"):
+            continue  # Prometheus and Grafana (see the module doc)
         volumes = {}
         for volume in service.get("volumes", []):
+            if isinstance(volume, dict):
+                directory = tmp_path / "volumes" / volume["source"]
+                subpath = volume.get("volume", {}).get("subpath")
+                volumes[volume["target"]] = directory / subpath if subpath else directory
+                continue
             source, target = volume.split(":")[:2]
             volumes[target] = tmp_path / "volumes" / source
         environment = service.get("environment") or {}
         containers[name] = Container(
             name,
             service["image"],
-            list(service["command"]),
+            [*service.get("entrypoint", [])[3:], *service["command"]],
             addresses[name],
             env={str(key): str(value) for key, value in dict(environment).items()},
             volumes=volumes,
@@ -53,8 +77,32 @@ def _containers(tmp_path: Path) -> tuple[dict[str, Container], dict[str, Any], M
     return containers, services, Mapper({name: addresses[name] for name in owners})
 
 
+def _issue_certificates(containers: dict[str, Container], mapper: Mapper) -> Path:
+    """Run the one-shot certs service as written; its volume's directory."""
+    certs = containers.pop("certs")
+    arguments = []
+    for argument in certs.args:
+        if argument.startswith("--"):
+            arguments.append(mapper.text(argument, certs))
+            continue
+        request, _, hosts = argument.partition("@")
+        directory = request.split("=", 1)[0]
+        names = [host for host in hosts.split(",") if host]
+        if names:
+            owner = containers[directory]  # the service that will hold it
+            names += [mapper.text(f"{host}:1", owner).rsplit(":", 1)[0] for host in names]
+        arguments.append(f"{request}@{','.join(names)}" if names else request)
+    for directory in certs.volumes.values():
+        directory.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "cairn.common.certs", *arguments], check=True, timeout=60)
+    return certs.volumes["/var/lib/cairn"]
+
+
+CONTEXT: ssl.SSLContext | None = None
+
+
 def _get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=5) as answer:
+    with urllib.request.urlopen(url, timeout=5, context=CONTEXT) as answer:
         return json.loads(answer.read())
 
 
@@ -73,7 +121,12 @@ def _until(condition: Any, what: str, timeout_s: float = 60.0) -> Any:
 
 
 def test_the_compose_topology_works_as_local_processes(tmp_path: Path) -> None:
+    global CONTEXT
     containers, services, mapper = _containers(tmp_path)
+    entrypoint = services["certs"]["entrypoint"]
+    assert entrypoint[:3] == ["python", "-m", "cairn.common.certs"]
+    certs = _issue_certificates(containers, mapper)
+    CONTEXT = ssl.create_default_context(cafile=str(certs / "client" / "ca.crt"))
     topology = Topology(mapper)
     order = sorted(
         containers,
@@ -88,7 +141,7 @@ def test_the_compose_topology_works_as_local_processes(tmp_path: Path) -> None:
         for name in order:
             topology.start(containers[name])
         controller = containers["cairn-controller"]
-        controller_url = f"http://{controller.address}:6650"
+        controller_url = f"https://{controller.address}:6650"
 
         def led() -> bool:
             shards = _get_json(f"{controller_url}/v1/shards")
@@ -97,6 +150,8 @@ def test_the_compose_topology_works_as_local_processes(tmp_path: Path) -> None:
         _until(led, "a leader for every shard")
         # Every health check, as Docker runs it in the service's namespace.
         for name, service in services.items():
+            if name not in containers:
+                continue  # the certs service ran; Prometheus and Grafana do not here
             command = service["healthcheck"]["test"]
             assert command[0] == "CMD"
             _until(
@@ -108,13 +163,18 @@ def test_the_compose_topology_works_as_local_processes(tmp_path: Path) -> None:
         address = mapper.text(
             next(a for a in pod.args if a.startswith("--advertise=")).split("=", 1)[1], pod
         )
-        with oxia.Client(address) as client:
-            for index in range(10):
-                client.put(f"/deploy/{index}", f"value-{index}".encode())
-            for index in range(10):
-                _, value, _ = client.get(f"/deploy/{index}")
-                assert value == f"value-{index}".encode()
-        gateway_round_trip(f"http://{containers['cairn-gateway'].address}:8080")
+        options = ClientOptions(tls=TlsFiles.in_directory(certs / "client"), connect_timeout_s=30)
+
+        async def round_trip() -> None:
+            async with await AsyncClient.connect(address, options=options) as client:
+                for index in range(10):
+                    await client.put(f"/deploy/{index}", f"value-{index}".encode())
+                for index in range(10):
+                    value = (await client.get(f"/deploy/{index}")).value
+                    assert value == f"value-{index}".encode()
+
+        asyncio.run(round_trip())
+        gateway_round_trip(f"https://{containers['cairn-gateway'].address}:8080", CONTEXT)
     except BaseException:
         print(topology.logs())
         raise

@@ -8,6 +8,18 @@ every ordinal the StatefulSet's replicas ask for (the controller scales it from
 the count the StatefulSet is created with to the CairnCluster's), and asks every
 probe as the kubelet would.
 
+TLS: cert-manager cannot run here, so the test is its issuer. For every
+certificate volume of a pod (a Secret that a rendered cert-manager Certificate
+fills, or a cert-manager CSI driver volume) it issues, with a CA of its own
+(cairn.common.certs), a certificate with exactly the SPIFFE URI the manifest
+asks for (the CSI driver's ${POD_NAME} expanded) and its DNS names and
+addresses, each also mapped as the topology maps names (a name of a namespace
+becomes its loopback address, as clients dial it here). So a wrong URI, a
+missing DNS name or a certificate mounted in the wrong container fails here:
+peers, the controller and the sidecars check each other's identities. The
+`oxia` client speaks no TLS; Cairn's own client writes and reads through the
+client Service's port instead, with a user certificate of the same CA.
+
 The controller Deployment's second replica is not started: a Service name maps
 to one address here, and only the leader may get the sidecars' heartbeats (in a
 cluster its readiness probe sees to that).
@@ -15,20 +27,26 @@ cluster its readiness probe sees to that).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
+import ssl
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import kubernetes
-import oxia
 import pytest
 import yaml
 
+from cairn.client.client import AsyncClient
+from cairn.client.options import ClientOptions
+from cairn.common.certs import CertificateAuthority
+from cairn.common.identity import DEFAULT_TRUST_DOMAIN, principal_of_spiffe_id
+from cairn.common.tls import TlsFiles
 from support.fake_kube import STATEFULSETS, FakeKubeServer, Object
-from support.manifests import container_env, expand, find, render
+from support.manifests import container_env, expand, find, of_kind, render
 from support.topology import Container, Mapper, Topology, gateway_round_trip, loopback_prefix
 
 pytestmark = pytest.mark.e2e
@@ -74,13 +92,22 @@ def _port(pod: Object, name_or_number: Any) -> int:
     raise AssertionError(f"no port named {name_or_number}")
 
 
+# The kubelet does not verify a probed HTTPS port's certificate.
+KUBELET_TLS = ssl.create_default_context()
+KUBELET_TLS.check_hostname = False
+KUBELET_TLS.verify_mode = ssl.CERT_NONE
+CSI_DRIVER = "csi.cert-manager.io"
+
+
 def _probe(pod: Object, probe: Object, address: str) -> bool:
     """One probe, as the kubelet asks it: 200-399 for HTTP, a connection for TCP."""
     try:
         if "httpGet" in probe:
             get = probe["httpGet"]
-            url = f"http://{address}:{_port(pod, get['port'])}{get['path']}"
-            with urllib.request.urlopen(url, timeout=2) as answer:
+            scheme = get.get("scheme", "HTTP").lower()
+            url = f"{scheme}://{address}:{_port(pod, get['port'])}{get['path']}"
+            context = KUBELET_TLS if scheme == "https" else None
+            with urllib.request.urlopen(url, timeout=2, context=context) as answer:
                 return 200 <= answer.status < 400
         if "tcpSocket" in probe:
             with socket.create_connection((address, _port(pod, probe["tcpSocket"]["port"])), 2):
@@ -127,6 +154,67 @@ class Cluster:
             names[f"{pod}.{headless}.{NAMESPACE}.svc"] = self.pod_address(ordinal)
         self.topology = Topology(Mapper(names))
         self.pods: dict[int, list[Container]] = {}
+        self.authority = CertificateAuthority.create_or_load(tmp_path / "ca")
+        self.ca_file = tmp_path / "ca" / "ca.crt"
+        self.user_tls = tmp_path / "user"
+        self.authority.issue_user("deploy-test", self.user_tls)
+
+    def _requested(self, volume: Object, pod_name: str) -> tuple[str, list[str]] | None:
+        """The SPIFFE URI and the host names a certificate volume asks for; None
+        for a volume that holds no certificate (a Secret no Certificate fills)."""
+        if "secret" in volume:
+            secret = volume["secret"]["secretName"]
+            filling = [
+                c for c in of_kind(self.objects, "Certificate") if c["spec"]["secretName"] == secret
+            ]
+            if not filling:
+                return None
+            (certificate,) = filling
+            spec = certificate["spec"]
+            assert certificate["spec"]["issuerRef"]["name"] in {
+                i["metadata"]["name"] for i in of_kind(self.objects, "Issuer")
+            }
+            (uri,) = spec["uris"]
+            return uri, [*spec.get("dnsNames", []), *spec.get("ipAddresses", [])]
+        csi = volume["csi"]
+        assert csi["driver"] == CSI_DRIVER, volume
+        attributes = {
+            key.removeprefix(f"{CSI_DRIVER}/"): value.replace("${POD_NAME}", pod_name).replace(
+                "${POD_NAMESPACE}", NAMESPACE
+            )
+            for key, value in csi["volumeAttributes"].items()
+        }
+        assert attributes["issuer-name"] in {
+            i["metadata"]["name"] for i in of_kind(self.objects, "Issuer")
+        }
+        hosts = [
+            *attributes.get("dns-names", "").split(","),
+            *attributes.get("ip-sans", "").split(","),
+        ]
+        (uri,) = attributes["uri-sans"].split(",")
+        return uri, [host for host in hosts if host]
+
+    def issue_certificates(self, pod: Object, spec: Object, container: Container) -> None:
+        """What cert-manager would put in the container's certificate volumes."""
+        volumes = {volume["name"]: volume for volume in pod.get("volumes", [])}
+        for mount in spec.get("volumeMounts", []):
+            volume = volumes.get(mount["name"], {})
+            if "csi" not in volume and "secret" not in volume:
+                continue
+            requested = self._requested(volume, container.name.split("/")[0])
+            if requested is None:
+                continue
+            uri, hosts = requested
+            principal = principal_of_spiffe_id(uri, DEFAULT_TRUST_DOMAIN)
+            assert principal is not None and principal.spiffe_id() == uri, uri
+            # Each name also as this machine reaches it (see the module doc).
+            mapped = [
+                self.topology.mapper.text(f"{host}:1", container).rsplit(":", 1)[0]
+                for host in hosts
+            ]
+            self.authority.issue_component(
+                principal, container.volumes[mount["mountPath"]], [*hosts, *mapped]
+            )
 
     def pod_address(self, ordinal: int) -> str:
         return f"{self.prefix}{10 + ordinal}"
@@ -149,7 +237,9 @@ class Cluster:
                 # the kubernetes client compiled, which is slow to do at every start.
                 platform = {"KUBECONFIG": str(self.kubeconfig), "PYTHONDONTWRITEBYTECODE": ""}
             name = f"{pod_name}/{spec['name']}"
-            result.append(Container(name, spec["image"], args, address, env, volumes, platform))
+            container = Container(name, spec["image"], args, address, env, volumes, platform)
+            self.issue_certificates(pod, spec, container)
+            result.append(container)
         return result
 
     def start_workload(self, kind: str, name: str, address: str) -> list[Container]:
@@ -226,9 +316,11 @@ def _run(fake: FakeKubeServer, cluster: Cluster, cluster_object: Object) -> None
     assert sorted(cluster.pods) == list(range(wanted))
     shards = sum(ns["initialShardCount"] for ns in cluster_object["spec"]["namespaces"])
 
+    verified = ssl.create_default_context(cafile=str(cluster.ca_file))
+
     def led() -> bool:
-        url = f"http://{controller_address}:6650/v1/shards"
-        with urllib.request.urlopen(url, timeout=5) as answer:
+        url = f"https://{controller_address}:6650/v1/shards"
+        with urllib.request.urlopen(url, timeout=5, context=verified) as answer:
             listed = json.loads(answer.read())
         return len(listed) == shards and all(shard.get("leader") for shard in listed)
 
@@ -240,13 +332,19 @@ def _run(fake: FakeKubeServer, cluster: Cluster, cluster_object: Object) -> None
     cluster.probe_all("Deployment", "cairn-gateway", gateway_address)
     for ordinal in cluster.pods:
         cluster.probe_all("StatefulSet", "cairn-storage", cluster.pod_address(ordinal))
-    # The oxia client through the client Service's port.
+    # A client through the client Service's port, over TLS with a user certificate.
     client_service = find(cluster.objects, "Service", "cairn-storage")
     port = client_service["spec"]["ports"][0]["port"]
-    with oxia.Client(f"{cluster.pod_address(0)}:{port}") as client:
-        for index in range(12):
-            client.put(f"/k8s/{index}", f"value-{index}".encode())
-        for index in range(12):
-            assert client.get(f"/k8s/{index}")[1] == f"value-{index}".encode()
+    options = ClientOptions(tls=TlsFiles.in_directory(cluster.user_tls), connect_timeout_s=30)
+
+    async def round_trip() -> None:
+        address = f"{cluster.pod_address(0)}:{port}"
+        async with await AsyncClient.connect(address, options=options) as client:
+            for index in range(12):
+                await client.put(f"/k8s/{index}", f"value-{index}".encode())
+            for index in range(12):
+                assert (await client.get(f"/k8s/{index}")).value == f"value-{index}".encode()
+
+    asyncio.run(round_trip())
     gateway_port = find(cluster.objects, "Service", "cairn-gateway")["spec"]["ports"][0]["port"]
-    gateway_round_trip(f"http://{gateway_address}:{gateway_port}")
+    gateway_round_trip(f"https://{gateway_address}:{gateway_port}", verified)

@@ -12,14 +12,16 @@ platform provides mapped onto this machine.
 - The image's entrypoint is its console script in this virtual environment.
 
 So a wrong flag, port, address or probe path in a manifest fails here as it
-would in a cluster. TLS flags, once the manifests carry them, need their
-certificate paths mapped the same way (the volumes they are mounted from).
+would in a cluster. TLS flags point into certificate volumes, mapped like any
+volume; the tests put certificates there as the platform would (cert-manager,
+or compose's one-shot certs service), naming each host also by its mapped address.
 """
 
 from __future__ import annotations
 
 import random
 import re
+import ssl
 import subprocess
 import sys
 import urllib.request
@@ -76,8 +78,16 @@ class Mapper:
         value = value.replace("localhost", container.address)
         for name, address in self.names.items():
             value = re.sub(rf"(?<![\w.-]){re.escape(name)}(?=:\d)", address, value)
-        for mount, directory in sorted(container.volumes.items(), key=lambda m: -len(m[0])):
-            value = re.sub(rf"(?<![\w/]){re.escape(mount)}(?=/|$)", str(directory), value)
+        if container.volumes:
+            # One pass, longest first: a mapped directory (under /tmp) must not be
+            # mapped again by a shorter mount path (/tmp).
+            mounts = sorted(container.volumes, key=len, reverse=True)
+            pattern = "|".join(re.escape(mount) for mount in mounts)
+            value = re.sub(
+                rf"(?<![\w/])({pattern})(?=/|$)",
+                lambda match: str(container.volumes[match.group(1)]),
+                value,
+            )
         return value
 
     def command(self, container: Container) -> list[str]:
@@ -128,13 +138,13 @@ class Topology:
             self.processes[name].kill()
 
 
-def gateway_round_trip(base_url: str) -> None:
+def gateway_round_trip(base_url: str, context: ssl.SSLContext | None = None) -> None:
     """A put and a get through the gateway. Its own key: the `oxia` client 0.2.1
     routes keys by another hash than Cairn's clients (see ARCHITECTURE.md), so a
     key it wrote may sit in a shard the gateway does not look in."""
     url = f"{base_url}/v1/namespaces/default/keys//deploy/gateway"
     put = urllib.request.Request(url, data=b"through the gateway", method="PUT")
-    with urllib.request.urlopen(put, timeout=10) as answer:
+    with urllib.request.urlopen(put, timeout=10, context=context) as answer:
         assert 200 <= answer.status < 300
-    with urllib.request.urlopen(url, timeout=10) as answer:
+    with urllib.request.urlopen(url, timeout=10, context=context) as answer:
         assert answer.read() == b"through the gateway"

@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from cairn.common.files import write_atomically
-from cairn.common.identity import DEFAULT_TRUST_DOMAIN, Principal
+from cairn.common.identity import DEFAULT_TRUST_DOMAIN, Principal, Role
 from cairn.common.tls import CA_FILE, CERTIFICATE_FILE, KEY_FILE
 
 CA_KEY_FILE = "ca.key"
@@ -222,3 +222,75 @@ class CertificateAuthority:
 
 def has_certificate(directory: Path) -> bool:
     return all((directory / name).exists() for name in (CERTIFICATE_FILE, KEY_FILE, CA_FILE))
+
+
+USAGE = """python -m cairn.common.certs --dir DIR SUBDIR=ROLE/NAME[@HOST,...] ...
+
+Makes (once) a local CA in DIR/ca and, for each argument, a certificate in
+DIR/SUBDIR in cert-manager's layout (tls.crt, tls.key, ca.crt): a component's
+(ROLE controller, storage, sidecar or gateway; its SPIFFE URI
+spiffe://cairn/ROLE/NAME, its DNS names and addresses the HOSTs) or, for ROLE
+user, a user's client certificate. A directory that already holds one is kept,
+so running it again (a compose one-shot service at every `up`) changes nothing.
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One certificate asked for on the command line."""
+
+    directory: str
+    principal: Principal
+    hosts: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, text: str) -> Request:
+        directory, separator, rest = text.partition("=")
+        identity, _, hosts = rest.partition("@")
+        role_name, _, name = identity.partition("/")
+        if not separator or not directory or "/" in directory or not name or "/" in name:
+            raise ValueError(f"{text!r} is not SUBDIR=ROLE/NAME[@HOST,...]")
+        try:
+            role = Role(role_name)
+        except ValueError:
+            raise ValueError(f"{text!r}: no role {role_name!r}") from None
+        if role is Role.USER and hosts:
+            raise ValueError(f"{text!r}: a user certificate names no hosts")
+        return cls(directory, Principal(role, name), tuple(h for h in hosts.split(",") if h))
+
+
+def issue_requested(root: Path, requests: Iterable[Request]) -> list[Path]:
+    """Issue what `requests` ask for that `root` does not hold yet; the directories issued."""
+    authority = CertificateAuthority.create_or_load(root / "ca")
+    issued = []
+    for request in requests:
+        directory = root / request.directory
+        if has_certificate(directory):
+            continue
+        if request.principal.role is Role.USER:
+            authority.issue_user(request.principal.name, directory)
+        else:
+            authority.issue_component(request.principal, directory, request.hosts)
+        issued.append(directory)
+    return issued
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="cairn-certs", usage=USAGE)
+    parser.add_argument("--dir", type=Path, required=True, help="where the CA and certificates go")
+    parser.add_argument("certificates", nargs="+", metavar="SUBDIR=ROLE/NAME[@HOST,...]")
+    args = parser.parse_args(argv)
+    try:
+        requests = [Request.parse(text) for text in args.certificates]
+    except ValueError as error:
+        parser.error(str(error))
+    for directory in issue_requested(args.dir, requests):
+        print(f"cairn-certs: issued {directory}", flush=True)
+    print(f"cairn-certs: certificates ready in {args.dir}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

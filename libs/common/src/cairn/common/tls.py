@@ -25,6 +25,7 @@ uvicorn does not fill the ASGI TLS extension; `uvicorn_tls_options` makes it do 
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import ssl
@@ -373,3 +374,21 @@ def client_ssl_context(directory: Path | None) -> LiveSSLContext | None:
     if directory is None:
         return None
     return LiveSSLContext(TlsSource.from_directory(directory), False)
+
+
+def add_transport_arguments(
+    parser: argparse.ArgumentParser,
+    insecure_help: str = "plaintext everywhere (development only)",
+    tls_dir_help: str = "",
+) -> None:
+    """`--tls-dir DIR` or `--insecure`, one of them required: no program falls back
+    to plaintext silently. The help texts say what each means for that program."""
+    security = parser.add_mutually_exclusive_group(required=True)
+    security.add_argument(
+        "--tls-dir",
+        type=Path,
+        default=None,
+        help="certificate directory (tls.crt, tls.key, ca.crt; reloaded when they change)"
+        + tls_dir_help,
+    )
+    security.add_argument("--insecure", action="store_true", help=insecure_help)

@@ -35,7 +35,7 @@ from cairn.common.telemetry import (
     add_metrics_arguments,
     metrics_tls_dir,
 )
-from cairn.common.tls import server_ssl_context
+from cairn.common.tls import add_transport_arguments, server_ssl_context
 from cairn.common.tls_asgi import uvicorn_tls_options
 from cairn.controller.api import create_app
 from cairn.controller.metrics import ControllerMetrics
@@ -84,16 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     timing.add_argument("--replace-after-ms", type=int, default=30_000)
     timing.add_argument("--rebalance-after-ms", type=int, default=10_000)
     timing.add_argument("--startup-grace-ms", type=int, default=3_000)
-    security = parser.add_mutually_exclusive_group(required=True)
-    security.add_argument(
-        "--tls-dir",
-        type=Path,
-        default=None,
-        help="certificate directory (tls.crt, tls.key, ca.crt; reloaded when they change)",
-    )
-    security.add_argument(
-        "--insecure", action="store_true", help="plaintext HTTP and pod calls (development only)"
-    )
+    add_transport_arguments(parser, "plaintext HTTP and pod calls (development only)")
     add_metrics_arguments(parser, METRICS_PORT_CONTROLLER)
     add_auth_arguments(parser)
     parser.add_argument("--log-level", default="INFO")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -100,6 +100,42 @@ def spec_message(namespace: NamespaceSpec) -> rpb.ShardSpec:
         ),
         notifications_disabled=not namespace.notifications,
     )
+
+
+class PodCalls(Protocol):
+    """The calls the executor makes into storage pods (PodClient over gRPC; the
+    simulation's over its simulated network). Failures are grpc.aio.AioRpcError,
+    and ControllerFenced for a pod that has seen a newer controller epoch."""
+
+    async def new_term(
+        self, address: str, shard: int, term: int, namespace: NamespaceSpec | None, epoch: int
+    ) -> Fenced: ...
+
+    async def become_leader(
+        self,
+        leader: PodAddress,
+        shard: int,
+        term: int,
+        followers: Sequence[PodAddress],
+        epoch: int,
+        incarnations: Mapping[str, int] | None = None,
+    ) -> None: ...
+
+    async def add_follower(
+        self, leader_address: str, shard: int, term: int, follower: PodAddress, epoch: int
+    ) -> None: ...
+
+    async def remove_follower(
+        self, leader_address: str, shard: int, term: int, follower_internal: str, epoch: int
+    ) -> None: ...
+
+    async def delete_shard(self, address: str, shard: int, term: int, epoch: int) -> None: ...
+
+    async def replica_status(self, address: str, shard: int) -> ReplicaReport: ...
+
+    async def push_assignments(
+        self, address: str, assignments: pb.ShardAssignments, version: int, epoch: int
+    ) -> None: ...
 
 
 class PodClient:

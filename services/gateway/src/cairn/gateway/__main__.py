@@ -36,7 +36,7 @@ from cairn.common.telemetry import (
     add_metrics_arguments,
     metrics_tls_dir,
 )
-from cairn.common.tls import TlsFiles, server_ssl_context
+from cairn.common.tls import TlsFiles, add_transport_arguments, server_ssl_context
 from cairn.common.tls_asgi import uvicorn_tls_options
 from cairn.gateway import metrics
 from cairn.gateway.app import Lifecycle, create_app
@@ -106,16 +106,8 @@ def _parser() -> argparse.ArgumentParser:
         help="route a namespace's keys as the oxia 0.2.1 Python client does (xxh64) to reach "
         "the data it wrote; default xxh3, as the shard map says (repeatable)",
     )
-    security = parser.add_mutually_exclusive_group(required=True)
-    security.add_argument(
-        "--tls-dir",
-        type=Path,
-        default=None,
-        help="certificate directory (tls.crt, tls.key, ca.crt; reloaded when they change):"
-        " HTTPS here, TLS to the storage pods and the controller",
-    )
-    security.add_argument(
-        "--insecure", action="store_true", help="plaintext everywhere (development only)"
+    add_transport_arguments(
+        parser, tls_dir_help=": HTTPS here, TLS to the storage pods and the controller"
     )
     parser.add_argument(
         "--storage-plaintext",

@@ -35,6 +35,7 @@ from cairn.common.telemetry import (
     add_metrics_arguments,
     metrics_tls_dir,
 )
+from cairn.common.tls import add_transport_arguments
 from cairn.storage.config import (
     DEFAULT_NAMESPACE,
     DEFAULT_WAL_RETENTION_BYTES,
@@ -181,17 +182,8 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         " the internal port stays mutual TLS",
     )
     for command in (standalone, node):
-        security = command.add_mutually_exclusive_group(required=True)
-        security.add_argument(
-            "--tls-dir",
-            type=Path,
-            default=None,
-            help="certificate directory (tls.crt, tls.key, ca.crt; reloaded when they change)",
-        )
-        security.add_argument(
-            "--insecure",
-            action="store_true",
-            help="plaintext on every port, no caller identities (development only)",
+        add_transport_arguments(
+            command, "plaintext on every port, no caller identities (development only)"
         )
         command.add_argument(
             "--wal-segment-bytes",

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 
 from cairn.common.logs import add_log_arguments
 from cairn.common.telemetry import METRICS_PORT_HEALTH, add_metrics_arguments
+from cairn.common.tls import add_transport_arguments
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8081
@@ -124,16 +125,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="ENTRIES",
         help="most entries a leader's voting follower may lag its commit for /readyz (1000)",
     )
-    security = parser.add_mutually_exclusive_group(required=True)
-    security.add_argument(
-        "--tls-dir",
-        type=Path,
-        default=None,
-        help="certificate directory (tls.crt, tls.key, ca.crt; reloaded when they change)",
-    )
-    security.add_argument(
-        "--insecure", action="store_true", help="plaintext everywhere (development only)"
-    )
+    add_transport_arguments(parser)
     add_metrics_arguments(parser, METRICS_PORT_HEALTH)
     parser.add_argument(
         "--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", help="(INFO)"
