@@ -207,7 +207,7 @@ def create_app(controller: Controller, require_identity: bool = False) -> FastAP
                     # majority of members unreachable or without their data),
                     # which an operator has to resolve when the data is lost.
                     "electionBlocked": (
-                        election_blocked(record, observed)
+                        election_blocked(record, observed, state.status)
                         if report is None
                         or report.term != record.term
                         or report.role != "leader"
