@@ -129,7 +129,7 @@ def rf2_whose_follower_lost_its_disk() -> tuple[ModelCluster, str, str]:
 def test_rf2_the_intact_member_alone_elects_when_its_term_had_committed() -> None:
     # Every commit of A's term needed both A and B, so A holds all of it: A's
     # answer alone meets every commit quorum (election.enough_answers).
-    model, a, b = rf2_whose_follower_lost_its_disk()
+    model, a, _ = rf2_whose_follower_lost_its_disk()
     assert election_blocked(model.record(0), model.observe(), model.status) is None
     actions = model.plan(SETTINGS)
     assert of_type(actions, Elect) != []
@@ -141,7 +141,7 @@ def test_rf2_the_intact_member_alone_elects_when_its_term_had_committed() -> Non
 def test_rf2_a_restarted_controller_waits_for_a_majority() -> None:
     # A controller that did not see A lead knows nothing of whom it counted:
     # both answers are needed, and B's does not count.
-    model, a, b = rf2_whose_follower_lost_its_disk()
+    model, _, b = rf2_whose_follower_lost_its_disk()
     model.leader_reports = LeaderReports()
     reason = election_blocked(model.record(0), model.observe(), model.status)
     assert reason is not None and f"{b} lost its replica" in reason
