@@ -29,6 +29,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from cairn.common.access import Verdict, decide_heartbeat
+from cairn.common.api_docs import serve_docs
 from cairn.common.heartbeat import HeartbeatError, parse_heartbeat
 from cairn.common.identity import asgi_peer_principal
 from cairn.controller.fencing import ControllerFenced
@@ -88,7 +89,10 @@ def create_app(controller: Controller, require_identity: bool = False) -> FastAP
         title="Cairn controller",
         description="Cluster views and operations, and the health sidecars' heartbeats.",
         version="1",
+        docs_url=None,
+        redoc_url=None,
     )
+    serve_docs(app)
 
     @app.exception_handler(Problem)
     async def problem(_: Request, error: Problem) -> JSONResponse:
