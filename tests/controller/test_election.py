@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from cairn.controller.election import CountedVoters, choose_leader, majority
+from cairn.controller.election import CountedVoters, choose_leader, enough_answers, majority
 
 Head = tuple[int, int]
 NO_HEAD: Head = (-1, -1)
@@ -124,6 +124,43 @@ def test_hole2_below_the_best_head_only_the_counted_voters_make_the_majority(rf:
     assert (
         choose_leader(heads, list("abc"), {}, "b", counted=CountedVoters(2, frozenset("bc"))) == "b"
     )
+
+
+def test_half_of_an_even_ensemble_elects_when_its_leader_committed_in_its_term() -> None:
+    # rf 2: "b" lost its disk (its answer does not count); "a" holds all that
+    # both voters acknowledged, and every commit needed "a".
+    counted = CountedVoters(3, frozenset("ab"), committed_in_term=True)
+    assert choose_leader({"a": (3, 9)}, list("ab"), {}, counted=counted) == "a"
+    # rf 4: two counted voters of four meet every three of the four.
+    heads = {"a": (3, 7), "c": (3, 9)}
+    counted = CountedVoters(3, frozenset("abcd"), committed_in_term=True)
+    assert choose_leader(heads, list("abcd"), {}, counted=counted) == "c"
+    # Odd ensembles are unchanged: half is not a majority, and never enough.
+    counted = CountedVoters(3, frozenset("abc"), committed_in_term=True)
+    assert choose_leader({"a": (3, 9)}, list("abc"), {}, counted=counted) is None
+
+
+def test_half_is_not_enough_before_the_leader_committed_in_its_term() -> None:
+    # "a" led term 2 with "b" and "c" ("d" a learner) and committed offset 9 on
+    # "a" and "b"; elected for term 3 and counting "d" at once, "a" died before
+    # committing in term 3. "c" and "d" lack 9: were two answers of four enough,
+    # they would elect one of them. Before its own commit, the leader's report
+    # says nothing of what earlier voters hold.
+    heads = {"c": (2, 5), "d": (2, 5)}
+    counted = CountedVoters(3, frozenset("abcd"), committed_in_term=False)
+    assert choose_leader(heads, list("abcd"), {}, counted=counted) is None
+    assert not enough_answers("cd", list("abcd"), counted)
+
+
+def test_half_is_not_enough_when_an_answer_may_be_a_learner() -> None:
+    # "d" may still be catching up, uncounted: of the three voters, "a" alone
+    # answers, and "b" and "c" may have committed without it.
+    counted = CountedVoters(3, frozenset("abc"), committed_in_term=True)
+    assert not enough_answers("ad", list("abcd"), counted)
+    assert enough_answers("abd", list("abcd"), counted)
+    # Counted by an earlier term's leader: nothing is known of this one's voters.
+    old = CountedVoters(2, frozenset("abcd"), committed_in_term=True)
+    assert choose_leader({"a": (3, 4), "b": (3, 4)}, list("abcd"), {}, counted=old) is None
 
 
 # -- the oracle --------------------------------------------------------------------------
@@ -353,6 +390,49 @@ def test_a_member_behind_the_best_head_is_chosen_only_if_it_holds_what_the_voter
     preferred = data.draw(st.none() | st.sampled_from(answering))
     eligible = data.draw(st.none() | st.sets(st.sampled_from(members)))
     chosen = choose_leader(heads, members, {}, preferred, eligible, counted)
+    if chosen is not None:
+        assert history.logs[chosen][: len(history.committed)] == history.committed, (
+            f"{chosen} ({history.logs[chosen]}) lacks committed {history.committed}"
+        )
+
+
+@st.composite
+def counted_in_term(draw: st.DrawFn) -> tuple[History, list[str], CountedVoters]:
+    """The last leader (of term 3, m0) after it committed an entry of its
+    term: its log ends in entries of that term, every member holds a prefix of
+    it, and at most one member is a learner (one change at a time). What a
+    majority of the final voters holds is committed (a voter made since the
+    first commit of the term holds what was committed when it joined, so that
+    stays true). The controller's report of the voters is of some moment after
+    that first commit: it names a subset of the final voters."""
+    size = draw(st.integers(2, 6))
+    members = [f"m{i}" for i in range(size)]
+    term = 3
+    earlier = sorted(draw(st.lists(st.integers(1, 2), max_size=6)))
+    log = earlier + [term] * draw(st.integers(1, 6))
+    logs = {name: log[: draw(st.integers(0, len(log)))] for name in members}
+    logs[members[0]] = log
+    learner = draw(st.none() | st.sampled_from(members[1:]))
+    voters = [name for name in members if name != learner]
+    held = sorted((len(logs[name]) for name in voters), reverse=True)[majority(len(voters)) - 1]
+    assume(held > len(earlier))  # the term's first entry is committed
+    known = draw(st.sets(st.sampled_from(voters)))
+    return History(logs, log[:held]), members, CountedVoters(term, frozenset(known), True)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(counted_in_term(), st.data())
+def test_answers_enough_for_an_even_ensemble_hold_every_committed_entry(
+    history_members_counted: tuple[History, list[str], CountedVoters], data: st.DataObject
+) -> None:
+    history, members, counted = history_members_counted
+    answering = data.draw(st.lists(st.sampled_from(members), unique=True, min_size=1))
+    heads = {name: head(history.logs[name]) for name in answering}
+    preferred = data.draw(st.none() | st.sampled_from(answering))
+    chosen = choose_leader(heads, members, {}, preferred, None, counted)
+    # Enough answers always elect someone (the best head is always safe) ...
+    assert (chosen is not None) == enough_answers(answering, members, counted)
+    # ... who holds every committed entry.
     if chosen is not None:
         assert history.logs[chosen][: len(history.committed)] == history.committed, (
             f"{chosen} ({history.logs[chosen]}) lacks committed {history.committed}"

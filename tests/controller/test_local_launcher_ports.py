@@ -111,3 +111,68 @@ def test_metrics_ports_are_picked_once_and_kept(tmp_path: Path) -> None:
     (directory / "ports.json").write_text(json.dumps({"controller": 1, "pods": {}}))
     older = Ports.load(directory / "ports.json")
     assert older is not None and older.metrics == {}
+
+
+def test_a_port_in_time_wait_is_free_for_the_servers() -> None:
+    # A server stopped seconds ago leaves its accepted connections in TIME_WAIT;
+    # the servers bind with SO_REUSEADDR, so the launcher's probe must too, or
+    # it moves a restarted cluster off its conventional ports.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = listener.accept()
+        accepted.close()  # the server side closes first: its end waits in TIME_WAIT
+        client.close()
+    assert launcher.free_port("127.0.0.1", port) == port
+
+
+def test_ports_picked_instead_of_busy_conventional_ones_are_given_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = tmp_path / "cluster"
+    directory.mkdir()
+    # An earlier run found the conventional ports busy and saved others; now
+    # the conventional ones are free (the probe says so for every port).
+    free = set()
+
+    def probe(host: str, preferred: int = 0) -> int:
+        free.add(preferred)
+        return preferred
+
+    fallback = {
+        "controller": 40001,
+        "gateway": 40002,
+        "pods": {"storage-1": {"public": 40003, "internal": 6749, "health": 40005}},
+        "metrics": {"storage-1-health": 40006, "controller": 9091},
+    }
+    (directory / "ports.json").write_text(json.dumps(fallback))
+    monkeypatch.setattr(launcher, "free_port", probe)
+    cluster = LocalCluster(directory, preferred_ports=True, tls=False)
+    loaded = Ports.load(directory / "ports.json")
+    assert loaded is not None
+    cluster.ports = loaded
+    cluster._reclaim_conventional_ports()
+    saved = Ports.load(directory / "ports.json")
+    assert saved is not None
+    assert (saved.controller, saved.gateway) == (launcher.CONTROLLER_PORT, launcher.GATEWAY_PORT)
+    assert vars(saved.pods["storage-1"]) == {"public": 6748, "internal": 6749, "health": 8181}
+    assert saved.metrics == {"storage-1-health": 9193, "controller": 9091}
+    assert 6749 not in free  # a port already conventional is not probed
+
+
+def test_a_conventional_port_still_busy_keeps_the_saved_one(
+    tmp_path: Path, taken_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = tmp_path / "cluster"
+    directory.mkdir()
+    monkeypatch.setattr(launcher, "CONTROLLER_PORT", taken_port)
+    (directory / "ports.json").write_text(json.dumps({"controller": 40001, "pods": {}}))
+    cluster = LocalCluster(directory, preferred_ports=True, tls=False)
+    loaded = Ports.load(directory / "ports.json")
+    assert loaded is not None
+    cluster.ports = loaded
+    cluster._reclaim_conventional_ports()
+    assert cluster.ports.controller == 40001

@@ -11,8 +11,11 @@ no-op for a member the leader tracks). A crashes before B has caught up.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from cairn.controller.actions import Action, Elect, FinishEnsembleChange
 from cairn.controller.model import ClusterSpec, NamespaceSpec
+from cairn.controller.observed import LeaderReports
 from cairn.controller.planner import PlannerSettings, election_blocked
 from support.model_cluster import ModelCluster
 
@@ -71,7 +74,7 @@ def test_a_wiped_follower_readded_in_place_keeps_no_vote_and_no_old_acknowledgem
         model.apply_all(actions)
         model.poll()
         model.advance(1_000)
-    reason = election_blocked(model.record(0), model.observe())
+    reason = election_blocked(model.record(0), model.observe(), model.status)
     assert reason is not None
     assert reason.startswith("only 1 of 3 members can answer for their data, 2 needed")
     assert f"{a} unreachable" in reason and f"{b} lost its data" in reason and c not in reason
@@ -100,3 +103,62 @@ def test_a_wiped_follower_counts_again_once_its_leader_caught_it_up() -> None:
     assert new_leader in (b, c)
     replica = model.replica(new_leader, 0)
     assert replica is not None and replica.log[: len(model.committed[0])] == model.committed[0]
+
+
+def rf2_whose_follower_lost_its_disk() -> tuple[ModelCluster, str, str]:
+    """RF=2, leader A and follower B voting, entries committed in A's term;
+    B loses its disk and comes back empty, then A restarts (fenced, its data
+    intact). Returns (model, A, B)."""
+    spec = ClusterSpec((NamespaceSpec("default", 1, 2),), storage_pods=2)
+    model = ModelCluster(spec, NODES[:2], instant_catch_up=False, incarnations=True)
+    model.run_until_quiet(SETTINGS)
+    record = model.record(0)
+    a = record.leader
+    assert a is not None
+    (b,) = (name for name in record.ensemble if name != a)
+    assert model.write(0, 5)
+    model.replicate()
+    model.poll()  # the controller sees A lead, B voting, the commit in A's term
+    model.kill(b)
+    model.wipe(b)
+    model.revive(b)
+    model.kill(a)
+    model.revive(a)
+    model.poll()
+    return model, a, b
+
+
+def test_rf2_the_intact_member_alone_elects_when_its_term_had_committed() -> None:
+    # Every commit of A's term needed both A and B, so A holds all of it: A's
+    # answer alone meets every commit quorum (election.enough_answers).
+    model, a, _ = rf2_whose_follower_lost_its_disk()
+    assert election_blocked(model.record(0), model.observe(), model.status) is None
+    actions = model.plan(SETTINGS)
+    assert of_type(actions, Elect) != []
+    # The model checks that the new leader keeps every committed entry.
+    assert model.apply(of_type(actions, Elect)[0])
+    assert model.record(0).leader == a
+
+
+def test_rf2_a_restarted_controller_waits_for_a_majority() -> None:
+    # A controller that did not see A lead knows nothing of whom it counted:
+    # both answers are needed, and B's does not count.
+    model, _, b = rf2_whose_follower_lost_its_disk()
+    model.leader_reports = LeaderReports()
+    reason = election_blocked(model.record(0), model.observe(), model.status)
+    assert reason is not None and f"{b} lost its replica" in reason
+    assert of_type(model.plan(SETTINGS), Elect) == []
+    assert not model.apply(Elect(0, "forced"))
+
+
+def test_leader_reports_keep_the_highest_term_and_only_recorded_shards() -> None:
+    model, _, _ = rf2_whose_follower_lost_its_disk()
+    remembered = model.leader_reports.snapshot()[0]
+    assert remembered.role == "leader" and remembered.term == model.record(0).term
+    reports = LeaderReports()
+    older = replace(remembered, term=remembered.term - 1)
+    reports.note([remembered, older, replace(remembered, role="follower", term=99)])
+    assert reports.snapshot() == {0: remembered}
+    reports.note([replace(remembered, shard=7)])
+    reports.retain([7])
+    assert list(reports.snapshot()) == [7]

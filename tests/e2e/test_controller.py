@@ -142,7 +142,7 @@ def test_leader_crashes_fail_over_and_lose_no_acknowledged_write(
     oxia_acked = oxia_writer.acked()
     assert len(oxia_acked) > 20, oxia_writer.lines[-20:]
     # The PyPI client 0.2.1 routes by XXH64, not the map's XXH3 (see
-    # cairn.common.hashing and the README's "Clients that hash differently"): its
+    # cairn.common.hashing and docs/clients.md): its
     # keys are on the shards its own hash chose.
     assert h.bench.read_back(oxia_acked, oxia_key_hash) == len(oxia_acked)
     elections = h.admin().get("/v1/elections").json()

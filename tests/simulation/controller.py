@@ -55,7 +55,7 @@ from cairn.controller.model import (
     ShardRecord,
     ShardState,
 )
-from cairn.controller.observed import NodeView, Observed
+from cairn.controller.observed import LeaderReports, NodeView, Observed
 from cairn.controller.planner import PlannerSettings, plan
 from cairn.controller.pods import Fenced, PodAddress
 from cairn.controller.state.memory_store import MemoryCluster, MemoryStateStore
@@ -281,6 +281,7 @@ class SimObserver:
         self._nodes = {
             name: _Seen(NodeView(name, member_of(name).public_address, name)) for name in nodes
         }
+        self.leader_reports = LeaderReports()
         self._tasks: list[asyncio.Task[None]] = []
 
     def _elapsed_ms(self) -> int:
@@ -324,6 +325,7 @@ class SimObserver:
         seen.last_answer_step = self.env.now
         self._update(name)
         replicas = {report.shard: report for report in reports}
+        self.leader_reports.note(reports)
         if seen.view.replicas != replicas:
             seen.view = replace(seen.view, replicas=replicas)
             self.changed = True
@@ -343,6 +345,7 @@ class SimObserver:
         return Observed(
             now_ms=self._elapsed_ms(),
             nodes={name: seen.view for name, seen in self._nodes.items()},
+            leader_reports=self.leader_reports.snapshot(),
         )
 
     async def refresh(self, names: Iterable[str]) -> None:

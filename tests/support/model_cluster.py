@@ -87,7 +87,7 @@ from cairn.controller.model import (
     ShardRecord,
     ShardState,
 )
-from cairn.controller.observed import NodeView, Observed
+from cairn.controller.observed import LeaderReports, NodeView, Observed
 from cairn.controller.placement import leader_load
 from cairn.controller.planner import PlannerSettings, counted_voters, incarnations_to_record, plan
 
@@ -236,6 +236,7 @@ class ModelCluster:
             name: ModelNode(name, dict(labels), alive_since_ms=now_ms, dead_since_ms=now_ms)
             for name, labels in labelled.items()
         }
+        self.leader_reports = LeaderReports()
         # The longest log prefix known committed, per shard (the safety oracle).
         self.committed: dict[int, tuple[int, ...]] = {}
         self.tainted: set[int] = set()
@@ -251,6 +252,7 @@ class ModelCluster:
         return Observed(
             now_ms=self.now_ms,
             nodes={name: node.view() for name, node in sorted(self.nodes.items())},
+            leader_reports=self.leader_reports.snapshot(),
         )
 
     def plan(self, settings: PlannerSettings | None = None) -> list[Action]:
@@ -266,6 +268,7 @@ class ModelCluster:
             if node is not None and node.alive and node.up:
                 fresh = fresh or node.seen is None
                 node.seen = node.reports()
+                self.leader_reports.note(node.seen.values())
         self.first_polls += fresh
         return fresh
 

@@ -29,6 +29,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from cairn.common.access import Verdict, decide_heartbeat
+from cairn.common.api_docs import serve_docs
 from cairn.common.auth.config import AuthConfig
 from cairn.common.auth.config import disabled as disabled_auth
 from cairn.common.heartbeat import HeartbeatError, parse_heartbeat
@@ -113,7 +114,10 @@ def create_app(
         description="Cluster views and operations, and the health sidecars' heartbeats.",
         version="1",
         dependencies=[Depends(authorized)],
+        docs_url=None,
+        redoc_url=None,
     )
+    serve_docs(app)
 
     @app.exception_handler(Problem)
     async def problem(_: Request, error: Problem) -> JSONResponse:
@@ -234,7 +238,7 @@ def create_app(
                     # majority of members unreachable or without their data),
                     # which an operator has to resolve when the data is lost.
                     "electionBlocked": (
-                        election_blocked(record, observed)
+                        election_blocked(record, observed, state.status)
                         if report is None
                         or report.term != record.term
                         or report.role != "leader"

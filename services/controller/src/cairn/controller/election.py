@@ -25,6 +25,19 @@ rule takes the members it knows count (`CountedVoters`): committed entries are
 held by a majority of the actual voters, who are at least those, so by at least
 a majority of that many of the members that answered. Knowing fewer is safe,
 only more careful: knowing none, only the highest head is safe.
+
+How many answers are enough: the answering members must meet every set of
+voters the last leader could have committed with, and every set it could still
+commit with (those NewTerm fenced no longer acknowledge its term). A majority of
+the members always does, as any two majorities meet. With an even number of
+members half can be enough (`enough_answers`): two answering members of four
+whose acknowledgements the leader counted meet every three of those four and
+any two of three once one has left. That reasoning holds only for a leader whose
+own term committed an entry (its report shows the commit offset on an entry of
+its term): before that, entries earlier terms committed lie on a majority of
+the earlier voters, and a member made a voter since may lack them. Members of
+four that answer but are not known to count (a learner, perhaps) do not help:
+half of four with one of them uncounted is one of three.
 """
 
 from __future__ import annotations
@@ -46,6 +59,30 @@ class CountedVoters:
 
     term: int
     members: frozenset[str]
+    # The leader's report showed its commit offset on an entry of `term`: every
+    # entry committed before is then held by a majority of these voters too.
+    committed_in_term: bool = False
+
+
+def enough_answers(
+    answering: Collection[str], voters: Sequence[str], counted: CountedVoters | None
+) -> bool:
+    """Do answers from `answering` meet every commit quorum of the last leader
+    (see the module's docstring)? A majority of `voters` always does. Else,
+    when the leader of the record's term is known to have committed in it,
+    enough of the members it counted: at least as many as members not
+    answering. Any set of voters it may count holds those it counted (they vote
+    until removed, and members being removed are left out of `counted`) and
+    perhaps some of the rest, so the worst case is those it counted that
+    answer plus every member that did not, and a commit quorum of that set meets
+    the first part exactly when the first part is no smaller than the second."""
+    members = set(voters)
+    answered = members & set(answering)
+    if len(answered) >= majority(len(members)):
+        return True
+    if counted is None or not counted.committed_in_term:
+        return False
+    return len(answered & counted.members) >= len(members - answered)
 
 
 def choose_leader(
@@ -56,8 +93,8 @@ def choose_leader(
     eligible: Collection[str] | None = None,
     counted: CountedVoters | None = None,
 ) -> str | None:
-    """The member to make leader, or None without answers from a majority of
-    `voters` (or without a safe eligible member). `heads` maps members that
+    """The member to make leader, or None without enough answers from
+    `voters` (`enough_answers`; or without a safe eligible member). `heads` maps members that
     answered to their head (term, offset). Only `eligible` members (default: all)
     may lead: a member judged failed can still answer NewTerm (its pod is being
     deleted, say) and its head still counts for safety, but electing it would
@@ -65,9 +102,13 @@ def choose_leader(
     its commit offset, as far as is known; without it every member of `voters`
     counts (as they all do once a leader takes office)."""
     answered = {name: head for name, head in heads.items() if name in voters}
-    if len(answered) < majority(len(voters)):
+    if not answered:
         return None
     best_head = max(answered.values())
+    # Voters an earlier term's leader counted say nothing of the later one's.
+    current = counted if counted is not None and counted.term >= best_head[0] else None
+    if not enough_answers(answered, voters, current):
+        return None
     held = _held_by_majority(answered, voters, counted, best_head)
     allowed = [name for name in answered if eligible is None or name in eligible]
     if (

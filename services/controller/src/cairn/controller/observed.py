@@ -29,6 +29,9 @@ class NodeView:
 class Observed:
     now_ms: int
     nodes: Mapping[str, NodeView] = field(default_factory=dict)
+    # The last report each shard's leader gave while leading (`LeaderReports`),
+    # kept after it stopped: who that term's leader counted outlives it.
+    leader_reports: Mapping[int, ReplicaReport] = field(default_factory=dict)
 
     def alive(self, name: str | None) -> bool:
         node = self.nodes.get(name) if name is not None else None
@@ -60,3 +63,34 @@ class NodeViews(Protocol):
     async def refresh(self, names: Iterable[str]) -> None:
         """Poll these nodes' status now (after acting on them)."""
         ...
+
+
+class LeaderReports:
+    """The last report each shard's leader gave while leading (of the highest
+    term seen), kept when it dies or restarts fenced. An election after a
+    leader's death can then still tell whom that leader counted toward its
+    commit offset and whether it committed in its term (`counted_voters`),
+    which may let half of an even ensemble elect. Kept in memory only: a
+    controller that restarts knows nothing of it, and elections fall back to a
+    majority. One report per recorded shard (`retain`)."""
+
+    def __init__(self) -> None:
+        self._by_shard: dict[int, ReplicaReport] = {}
+
+    def note(self, reports: Iterable[ReplicaReport]) -> None:
+        for report in reports:
+            if report.role != "leader":
+                continue
+            known = self._by_shard.get(report.shard)
+            if known is None or report.term >= known.term:
+                self._by_shard[report.shard] = report
+
+    def snapshot(self) -> dict[int, ReplicaReport]:
+        return dict(self._by_shard)
+
+    def retain(self, shards: Iterable[int]) -> None:
+        """Forget all but these shards (the recorded ones: deleted shards go), so
+        the memory stays as large as the cluster, not its history."""
+        keep = set(shards)
+        for shard in [shard for shard in self._by_shard if shard not in keep]:
+            del self._by_shard[shard]

@@ -29,7 +29,7 @@ import grpc
 
 from cairn.common.heartbeat import Heartbeat, ReplicaReport
 from cairn.controller.model import node_ordinal
-from cairn.controller.observed import NodeView, Observed
+from cairn.controller.observed import LeaderReports, NodeView, Observed
 from cairn.controller.pods import PodClient
 
 log = logging.getLogger(__name__)
@@ -78,6 +78,7 @@ class Observer:
         # Set when a node turned alive: it needs the shard map pushed.
         self.joined: asyncio.Queue[str] = asyncio.Queue(maxsize=MAX_NODES)
         self._nodes: dict[str, _Node] = {}
+        self.leader_reports = LeaderReports()
         self._closed = False
         self._expiry_task: asyncio.Task[None] | None = None
 
@@ -153,6 +154,7 @@ class Observer:
         return Observed(
             now_ms=self.clock_ms() - self.started_ms,
             nodes={name: node.view for name, node in self._nodes.items()},
+            leader_reports=self.leader_reports.snapshot(),
         )
 
     async def refresh(self, names: Iterable[str]) -> None:
@@ -249,6 +251,7 @@ class Observer:
             log.debug("status poll of %s failed: %s", name, error.code())
             return
         replicas: dict[int, ReplicaReport] = {report.shard: report for report in reports}
+        self.leader_reports.note(reports)
         if node.view.replicas != replicas:
             node.view = replace(node.view, replicas=replicas)
             self.changed.set()

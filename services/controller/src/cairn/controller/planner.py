@@ -74,7 +74,7 @@ from cairn.controller.actions import (
     RecordNode,
     shard_of,
 )
-from cairn.controller.election import CountedVoters, majority
+from cairn.controller.election import CountedVoters, enough_answers, majority
 from cairn.controller.model import (
     ClusterSpec,
     ClusterStatus,
@@ -122,18 +122,18 @@ def answer_problem(record: ShardRecord, observed: Observed, name: str) -> str | 
     return None
 
 
-def election_blocked(record: ShardRecord, observed: Observed) -> str | None:
-    """Why no election of the shard can be planned now (fewer than a majority
-    of its members can answer for their data), or None. Such a shard waits:
-    for members to come back, or for an operator when their data is lost."""
+def election_blocked(record: ShardRecord, observed: Observed, status: ClusterStatus) -> str | None:
+    """Why no election of the shard can be planned now (too few of its members
+    can answer for their data, see `enough_answers`), or None. Such a shard
+    waits: for members to come back, or for an operator when their data is lost."""
     voters = record.voters
     problems = {name: answer_problem(record, observed, name) for name in voters}
-    answering = sum(1 for problem in problems.values() if problem is None)
-    if answering >= majority(len(voters)):
+    answering = [name for name, problem in problems.items() if problem is None]
+    if enough_answers(answering, voters, counted_voters(record, observed, status)):
         return None
     missing = "; ".join(f"{name} {problem}" for name, problem in problems.items() if problem)
     return (
-        f"only {answering} of {len(voters)} members can answer for their data, "
+        f"only {len(answering)} of {len(voters)} members can answer for their data, "
         f"{majority(len(voters))} needed: {missing}"
     )
 
@@ -171,17 +171,21 @@ class PlannerSettings:
 
 def counted_voters(record: ShardRecord, observed: Observed, status: ClusterStatus) -> CountedVoters:
     """Who the shard's leader counts toward its commit offset, from its last
-    report in the recorded term: itself and the members it reports voting.
-    Members being removed are left out (the leader may have dropped them
-    already), and everyone is when no such report is at hand (the leader is
-    unreachable, restarted, or not recorded): knowing fewer voters only makes
-    `choose_leader` more careful."""
+    report in the recorded term (kept after it died or restarted, see
+    `LeaderReports`): itself and the members it reports voting. Members being
+    removed are left out (the leader may have dropped them already), and
+    everyone is when no such report is at hand (the leader was not polled
+    while leading, or this controller restarted since): knowing fewer voters
+    only makes `choose_leader` more careful."""
     report = observed.report(record.leader, record.shard)
+    if report is None or report.role != LEADER or report.term != record.term:
+        report = observed.leader_reports.get(record.shard)
     if (
         record.leader is None
         or report is None
         or report.term != record.term
         or report.role != LEADER
+        or report.leader_internal_address != address_of(record.leader, observed, status)
     ):
         return CountedVoters(record.term, frozenset())
     voting = {follower.internal_address for follower in report.followers if follower.voting}
@@ -190,7 +194,12 @@ def counted_voters(record: ShardRecord, observed: Observed, status: ClusterStatu
         for name in record.ensemble
         if name not in record.leaving and address_of(name, observed, status) in voting
     }
-    return CountedVoters(record.term, frozenset({record.leader, *members}))
+    # The entry at the commit offset is of this term when it is the head and
+    # the head is (the report says no more of where the term began).
+    committed_in_term = (
+        report.head_term == record.term and report.commit_offset == report.head_offset
+    )
+    return CountedVoters(record.term, frozenset({record.leader, *members}), committed_in_term)
 
 
 def address_of(name: str, observed: Observed, status: ClusterStatus) -> str | None:
@@ -228,10 +237,15 @@ class _Planner:
         # Leaders per node, counting first elections planned in this round.
         self._first_leaders: Counter[str] = leader_load(status.shards)
         # Changes under way: removals not finished, but not those of a shard
-        # whose leader is unreachable (nothing is under way there, and it may
-        # stay so for good, without a majority: it must not hold up the rest).
+        # whose leader is unreachable or lost its replica (nothing is under way
+        # there, and it may stay so for good, without a majority: it must not
+        # hold up the rest).
         self.changes_left = settings.max_concurrent_changes - sum(
-            1 for record in status.shards if record.leaving and observed.alive(record.leader)
+            1
+            for record in status.shards
+            if record.leaving
+            and observed.alive(record.leader)
+            and not self._lost_replica(record.leader, record.shard)
         )
 
     # -- the whole plan --------------------------------------------------------------
@@ -392,9 +406,10 @@ class _Planner:
         self, record: ShardRecord, reason: str, preferred: str | None = None
     ) -> Elect | None:
         voters = record.voters
-        answering = sum(1 for name in voters if self._can_answer(record, name))
-        if answering < majority(len(voters)):
-            return None  # no majority can answer: nothing safe to do but wait
+        answering = [name for name in voters if self._can_answer(record, name)]
+        counted = counted_voters(record, self.observed, self.status)
+        if not enough_answers(answering, voters, counted):
+            return None  # too few can answer: nothing safe to do but wait
         return Elect(record.shard, reason, preferred)
 
     def _can_answer(self, record: ShardRecord, name: str) -> bool:

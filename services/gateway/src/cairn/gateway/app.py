@@ -20,6 +20,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cairn.client.errors import ClientError
+from cairn.common.api_docs import serve_docs
 from cairn.gateway import admin, changes, keys, openapi, scans, sessions
 from cairn.gateway.callers import caller_dependency
 from cairn.gateway.cursors import CursorError
@@ -167,7 +168,10 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         lifespan=lifespan,
         # Bodies are small JSON documents except values (raised per route).
         max_body_size=settings.max_json_body_bytes,
+        docs_url=None,
+        redoc_url=None,
     )
+    serve_docs(app)
     app.state.lifecycle = lifecycle
     guarded = [Depends(bearer_auth(settings.token))] if settings.token is not None else []
     guarded.append(Depends(caller_dependency(settings.auth)))

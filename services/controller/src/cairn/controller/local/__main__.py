@@ -34,9 +34,9 @@ def _connecting(cluster: LocalCluster) -> list[str]:
         f"  client TLS:      {client}  (ca.crt, and tls.crt/tls.key of user {LOCAL_USER})",
     ]
     if cluster.public_plaintext:
-        lines.append(f"    e.g.  cairn --address {address} ...  (plaintext)")
+        lines.append(f"    e.g.  ./dev cairn --address {address} ...  (plaintext)")
     else:
-        lines.append(f"    e.g.  cairn --address {address} --tls-dir {client} ...")
+        lines.append(f"    e.g.  ./dev cairn --address {address} --tls-dir {client} ...")
     lines.append(f"    e.g.  curl --cacert {ca} {cluster.controller_url}/v1/cluster")
     return lines
 
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> None:
             lines += [
                 f"  auth:            on; rules and token hashes in {auth.config}",
                 f"    admin token:   {auth.admin_token}",
-                "    connect with:  cairn --token-file <admin token> ...  or the header",
+                "    connect with:  ./dev cairn --token-file <admin token> ...  or the header",
                 "                   Authorization: Bearer <token> (gRPC metadata or HTTP)",
                 "                   (with the client TLS options above: both are needed)",
             ]

@@ -90,9 +90,12 @@ POD_METRICS_PORTS = (METRICS_PORT_STORAGE, METRICS_PORT_HEALTH)
 
 
 def free_port(host: str, preferred: int = 0) -> int:
-    """`preferred` if it can be bound now, else any free port."""
+    """`preferred` if it can be bound now, else any free port. The probe binds
+    with SO_REUSEADDR, as the servers do: a port whose last connections linger
+    in TIME_WAIT (a cluster stopped seconds ago) is free for them."""
     for candidate in (preferred, 0) if preferred else (0,):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 sock.bind((host, candidate))
             except OSError:
@@ -383,6 +386,8 @@ class LocalCluster:
         ports = Ports.load(self.directory / "ports.json")
         fresh = ports is None
         self.ports = Ports(0) if ports is None else ports
+        if not fresh:
+            self._reclaim_conventional_ports()
 
         def new_controller_port() -> None:
             self.ports.controller = self._pick_port(CONTROLLER_PORT)
@@ -409,7 +414,51 @@ class LocalCluster:
         return ["--auth-config", str(self.auth.config)]
 
     def _pick_port(self, conventional: int) -> int:
-        return free_port(self.host, conventional if self.preferred_ports else 0)
+        if not self.preferred_ports:
+            return free_port(self.host)
+        port = free_port(self.host, conventional)
+        if port != conventional:
+            log.warning(
+                "port %d is in use by another process: using %d instead "
+                "(kept in ports.json until %d is free again)",
+                conventional,
+                port,
+                conventional,
+            )
+        return port
+
+    def _reclaim_conventional_ports(self) -> None:
+        """Ports picked on an earlier run because the conventional one was busy
+        give way to it once it is free, so the usual addresses work again."""
+        if not self.preferred_ports:
+            return
+
+        def reclaim(current: int, conventional: int) -> int:
+            if current == conventional or free_port(self.host, conventional) != conventional:
+                return current
+            log.info("port %d is free again: using it instead of %d", conventional, current)
+            return conventional
+
+        ports = self.ports
+        ports.controller = reclaim(ports.controller, CONTROLLER_PORT)
+        if ports.gateway is not None:
+            ports.gateway = reclaim(ports.gateway, GATEWAY_PORT)
+        for name, pod in ports.pods.items():
+            shift = POD_PORT_STRIDE * node_ordinal(name)
+            pod.public = reclaim(pod.public, POD_PORTS[0] + shift)
+            pod.internal = reclaim(pod.internal, POD_PORTS[1] + shift)
+            pod.health = reclaim(pod.health, POD_PORTS[2] + shift)
+        for process, port in ports.metrics.items():
+            ports.metrics[process] = reclaim(port, self._conventional_metrics_port(process))
+        ports.save(self.directory / "ports.json")
+
+    def _conventional_metrics_port(self, process: str) -> int:
+        if process == "controller":
+            return METRICS_PORT_CONTROLLER
+        if process == "gateway":
+            return METRICS_PORT_GATEWAY
+        pod, health, _ = process.partition("-health")
+        return self._pod_metrics_port(pod, 1 if health else 0)
 
     def _start_child(
         self,
