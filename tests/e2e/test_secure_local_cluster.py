@@ -49,16 +49,18 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
         cluster.stop()
 
 
-def _https(cluster: LocalCluster, directory: Path | None = None) -> httpx.Client:
+def _https(
+    cluster: LocalCluster, directory: Path | None = None, token: bool = True
+) -> httpx.Client:
     """A client of the controller checking it by the local CA; with a certificate
-    directory, presenting that certificate."""
+    directory, presenting that certificate; without `token`, sending none."""
     context = ssl.create_default_context(cafile=str(cluster.tls_dir / "ca" / "ca.crt"))
     if directory is not None:
         context.load_cert_chain(directory / "tls.crt", directory / "tls.key")
     # The cluster's auth is on too (the default): the admin API's views need the token.
     headers = (
         {"Authorization": f"Bearer {cluster.auth.admin_token.read_text().strip()}"}
-        if cluster.auth is not None
+        if cluster.auth is not None and token
         else {}
     )
     return httpx.Client(
@@ -97,6 +99,13 @@ def test_every_process_has_a_certificate_and_the_cluster_runs_on_them(
     assert cluster.controller_url.startswith("https://")
     # Sidecar heartbeats went through mutual TLS to the controller.
     _wait_alive(cluster)
+    # Auth guards the admin API but not its description: /docs (served from the
+    # process, issue 47) and the OpenAPI document answer a caller without a token.
+    with _https(cluster, token=False) as anonymous:
+        assert anonymous.get("/v1/nodes").status_code == 401
+        assert anonymous.get("/docs").status_code == 200
+        assert anonymous.get("/openapi.json").status_code == 200
+        assert anonymous.get("/docs/assets/swagger-ui-bundle.js").status_code == 200
     # A client with the printed directory writes and reads over TLS.
     address = cluster.public_address(POD)
     # The pods' client port asks for no client certificate (gRPC Python cannot ask
