@@ -41,8 +41,9 @@ STATE_DIR = re.compile(r"(?<![\w/.])\.cairn/cluster")
 # curl exits 0 on an HTTP error answer, which would let a broken example pass: the
 # README's curl commands run with --fail-with-body (the answer is still printed).
 SHELL_PRELUDE = """\
-set -euo pipefail
-trap 'echo "README command failed (exit status $?): $BASH_COMMAND" >&2' ERR
+set -Eeuo pipefail
+readme_command=""
+trap 'echo "README command failed (exit status $?): $readme_command" >&2' ERR
 curl() { command curl --fail-with-body --no-progress-meter "$@"; }
 readme_background() {
   local out pid i
@@ -67,6 +68,7 @@ readme_background() {
   rm -f "$out"
 }
 """
+_CONTINUATIONS = ("then", "do", "done", "else", "elif", "fi", "esac", ";;", "}", ")")
 
 
 class PlanError(ValueError):
@@ -143,6 +145,10 @@ def shell_script(block: Block, state_dir: Path) -> str:
             lines.append(f"# not run ({block.annotation.reason}): {command.strip()}")
         else:
             command = STATE_DIR.sub(str(state_dir), command)
+            # Named for the failure message; not before a keyword that continues a
+            # compound command, where a line of its own would change its meaning.
+            if command.split()[0] not in _CONTINUATIONS:
+                lines.append(f"readme_command={shlex.quote(command.strip())}")
             if background and command.strip().startswith(background):
                 lines.append(f"readme_background {shlex.quote(command.strip())}")
             else:

@@ -87,7 +87,13 @@ def test_a_failing_command_fails_its_block_and_is_named() -> None:
     )
     result = subprocess.run(steps[0].argv, capture_output=True, text=True, timeout=30, check=False)
     assert result.returncode == 1 and result.stdout == ""
-    assert "README command failed (exit status 1): false" in result.stderr
+    assert "README command failed (exit status 1): false  # no" in result.stderr
+    # Also inside the curl wrapper, and with compound commands left intact.
+    text = "```sh\n./dev run\nfor i in 1; do\n  curl -s http://127.0.0.1:1/\ndone\n```\n"
+    steps = plan(parse_blocks(text), {"default": STATE})
+    result = subprocess.run(steps[0].argv, capture_output=True, text=True, timeout=30, check=False)
+    assert result.returncode == 7, result.stderr
+    assert "README command failed (exit status 7): curl -s http://127.0.0.1:1/" in result.stderr
 
 
 def test_python_with_top_level_await_runs_in_a_coroutine() -> None:
