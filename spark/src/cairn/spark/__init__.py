@@ -1,1 +1,6 @@
-"""Cairn on Spark: the `cairn` data source (cairn.spark.source) and the jobs built on it."""
+"""Cairn on Spark: the `cairn` data source (records: batch read and write) and the
+`cairn-changes` data source (the change stream); the jobs come later (issue 42)."""
+
+from cairn.spark.source import CairnChangesDataSource, CairnDataSource
+
+__all__ = ["CairnChangesDataSource", "CairnDataSource"]
