@@ -90,10 +90,17 @@ class ConnectionSettings:
 class ReadSettings:
     # Rows per Arrow record batch handed to Spark.
     batch_rows: int
+    # Filters on `key` and `shard` become range scans and pruned shards. Off: for
+    # sessions without spark.sql.python.filterPushdown.enabled, where Spark refuses
+    # readers that take filters.
+    pushdown: bool
 
     @classmethod
     def of(cls, options: Mapping[str, str]) -> ReadSettings:
-        return cls(batch_rows=_int(options, "batchRows", 10_000, 1))
+        return cls(
+            batch_rows=_int(options, "batchRows", 10_000, 1),
+            pushdown=_bool(options, "pushdown", True),
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,16 +30,12 @@ class ShardPartition(InputPartition):
 
 
 class CairnReader(DataSourceReader):
+    """Reads every record of the shards (Spark filters the rows)."""
+
     def __init__(self, connection: ConnectionSettings, settings: ReadSettings) -> None:
         self.connection = connection
         self.settings = settings
         self.pushed = Pushed()
-
-    def pushFilters(self, filters: Sequence[Filter]) -> list[Filter]:
-        """Takes what it applies exactly; needs spark.sql.python.filterPushdown.enabled
-        (without it, Spark refuses every read of a reader that has this method)."""
-        self.pushed, rejected = push(list(filters))
-        return rejected
 
     def partitions(self) -> Sequence[InputPartition]:
         with Client(
@@ -105,3 +101,15 @@ class _Batches:
             ],
             schema=RECORD_ARROW,
         )
+
+
+class CairnPushdownReader(CairnReader):
+    """Reads only the ranges that can match the pushed filters. A separate class
+    because Spark refuses every read of a reader that has `pushFilters` unless
+    spark.sql.python.filterPushdown.enabled is true (option pushdown=false picks
+    the plain reader for sessions without it)."""
+
+    def pushFilters(self, filters: Sequence[Filter]) -> list[Filter]:
+        """Takes the filters it applies exactly; the rest go back to Spark."""
+        self.pushed, rejected = push(list(filters))
+        return rejected

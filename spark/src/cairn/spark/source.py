@@ -20,7 +20,7 @@ from pyspark.sql.types import StructType
 
 from cairn.spark.changes import CairnChangeReader
 from cairn.spark.options import ConnectionSettings, ReadSettings, StreamSettings, WriteSettings
-from cairn.spark.read import CairnReader
+from cairn.spark.read import CairnPushdownReader, CairnReader
 from cairn.spark.schema import CHANGE_DDL, RECORD_DDL
 from cairn.spark.write import CairnWriter
 
@@ -36,7 +36,9 @@ class CairnDataSource(DataSource):
         return RECORD_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return CairnReader(ConnectionSettings.of(self.options), ReadSettings.of(self.options))
+        settings = ReadSettings.of(self.options)
+        kind = CairnPushdownReader if settings.pushdown else CairnReader
+        return kind(ConnectionSettings.of(self.options), settings)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         return CairnWriter(
