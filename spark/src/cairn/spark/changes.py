@@ -105,23 +105,35 @@ class CairnChangeReader(DataSourceStreamReader):
             shards = client.shard_map.shard_ids()
             heads = await asyncio.gather(*(client.notification_head(s) for s in shards))
             end = dict(start)
-            remaining = max_rows
-            for shard, head in zip(shards, heads, strict=True):
+
+            async def plan(shard: int, head: int, budget: int | None) -> int:
+                """The shard's end offset; the rows it takes."""
                 position = start.get(str(shard), -1)
-                if position >= head or (remaining is not None and remaining <= 0):
-                    continue
+                if position >= head:
+                    return 0
                 try:
-                    batches = await self._ahead(client, shard, position, head, remaining)
+                    batches = await self._ahead(client, shard, position, head, budget)
                 except errors.NotificationsTrimmed:
                     if self.settings.fail_on_data_loss:
                         raise _lost(shard, position) from None
                     log.warning("%s; skipping to offset %d", _lost(shard, position), head)
                     end[str(shard)] = head
-                    continue
+                    return 0
                 if batches:
                     end[str(shard)] = batches[-1].offset
-                    if remaining is not None:
-                        remaining -= sum(len(b.notifications) for b in batches)
+                return sum(len(b.notifications) for b in batches)
+
+            if max_rows is None:
+                # No budget to share: every shard at once (each may wait the caught-up
+                # time once).
+                await asyncio.gather(
+                    *(plan(s, h, None) for s, h in zip(shards, heads, strict=True))
+                )
+                return end
+            remaining = max_rows
+            for shard, head in zip(shards, heads, strict=True):
+                if remaining > 0:
+                    remaining -= await plan(shard, head, remaining)
             return end
 
     async def _ahead(
