@@ -8,6 +8,7 @@ from cairn.common.hashing import (
     HASH_SPACE_MAX,
     MAX_SHARDS_PER_NAMESPACE,
     HashRange,
+    KeyHash,
     find_range,
     key_hash,
     split_hash_space,
@@ -62,3 +63,12 @@ def test_invalid_shard_counts_are_rejected() -> None:
         except ValueError:
             continue
         raise AssertionError(f"{bad} accepted")
+
+
+def test_the_xxh64_mode_hashes_as_the_oxia_python_client_does() -> None:
+    # oxia 0.2.1 (internal/service_discovery.py): xxhash.xxh64(key).intdigest() & 0xFFFFFFFF
+    for key in ("/a", "/pulsar/brokers/b1", "é/ü", ""):
+        expected = xxhash.xxh64(key.encode()).intdigest() & 0xFFFFFFFF
+        assert KeyHash.XXH64(key) == expected
+        assert KeyHash.XXH3(key) == key_hash(key)
+    assert KeyHash("xxh64") is KeyHash.XXH64

@@ -25,7 +25,13 @@ def taken_port() -> Iterator[int]:
 
 def small_cluster(directory: Path) -> LocalCluster:
     return LocalCluster(
-        directory, pods=1, shards=1, replication_factor=1, preferred_ports=False, gateway=False
+        directory,
+        pods=1,
+        shards=1,
+        replication_factor=1,
+        preferred_ports=False,
+        gateway=False,
+        tls=False,
     )
 
 
@@ -94,7 +100,7 @@ def test_a_start_that_fails_stops_what_it_started(tmp_path: Path, taken_port: in
 def test_metrics_ports_are_picked_once_and_kept(tmp_path: Path) -> None:
     directory = tmp_path / "cluster"
     directory.mkdir()
-    cluster = LocalCluster(directory, preferred_ports=True)
+    cluster = LocalCluster(directory, preferred_ports=True, tls=False)
     conventional = launcher.POD_METRICS_PORTS[0] + launcher.POD_PORT_STRIDE
     assert cluster._pod_metrics_port("storage-1", 0) == conventional
     port = cluster.metrics_port("storage-1", 0)  # 0: any free port

@@ -42,6 +42,7 @@ from cairn.controller.model import (
 )
 from cairn.controller.state.file_store import FileLeaderLock, FileStateStore
 from cairn.controller.state.kube_store import KubernetesLeaderLock, KubernetesStateStore
+from cairn.controller.state.memory_store import MemoryCluster, MemoryLeaderLock, MemoryStateStore
 from cairn.controller.state.store import (
     LeaderLock,
     StateConflict,
@@ -173,8 +174,16 @@ def kube_lock(server: FakeKubeServer, identity: str) -> KubernetesLeaderLock:
     )
 
 
-@pytest.fixture(params=["file", "kubernetes"])
+@pytest.fixture(params=["file", "kubernetes", "memory"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    if request.param == "memory":
+        # The simulation's store (tests/simulation): one cluster, a store per user.
+        cluster = MemoryCluster()
+        return Backend(
+            "memory",
+            lambda: MemoryStateStore(cluster),
+            lambda _identity: MemoryLeaderLock(cluster),
+        )
     if request.param == "file":
         return Backend(
             "file",

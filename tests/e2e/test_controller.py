@@ -141,7 +141,8 @@ def test_leader_crashes_fail_over_and_lose_no_acknowledged_write(
     assert h.bench.verify() > 100
     oxia_acked = oxia_writer.acked()
     assert len(oxia_acked) > 20, oxia_writer.lines[-20:]
-    # The PyPI client 0.2.1 routes by xxh64, not XXH3 (see OXIA-COMPAT.md): its
+    # The PyPI client 0.2.1 routes by XXH64, not the map's XXH3 (see
+    # cairn.common.hashing and the README's "Clients that hash differently"): its
     # keys are on the shards its own hash chose.
     assert h.bench.read_back(oxia_acked, oxia_key_hash) == len(oxia_acked)
     elections = h.admin().get("/v1/elections").json()

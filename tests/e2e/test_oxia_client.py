@@ -1,28 +1,76 @@
-"""The unmodified `oxia` client from PyPI (0.2.1) against a standalone server."""
+"""The unmodified `oxia` client from PyPI (0.2.1) against a standalone server, and
+against three storage pods that replicate over mutual TLS while their client
+ports serve plaintext (`--public-plaintext`: the released client speaks nothing
+else)."""
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import functools
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import oxia
 import oxia.ex
 import pytest
 
+from cairn.common.identity import Role
 from cairn.common.keyorder import compare_hierarchical
-from support.processes import StandaloneProcess
+from support.driver import Driver
+from support.processes import NodeProcess, StandaloneProcess
+from support.tls import TestCertificates, credentials
 
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture(params=[3, 10], ids=lambda n: f"{n}-shards")
+MTLS_PODS = "3-shards-on-mtls-pods"
+
+
+@pytest.fixture(params=[3, 10, MTLS_PODS], ids=lambda n: n if isinstance(n, str) else f"{n}-shards")
 def client(
-    request: pytest.FixtureRequest, standalone_factory: Callable[..., StandaloneProcess]
+    request: pytest.FixtureRequest,
+    standalone_factory: Callable[..., StandaloneProcess],
+    tmp_path: Path,
 ) -> Iterator[oxia.Client]:
+    if request.param == MTLS_PODS:
+        with _mtls_pods(tmp_path) as address, oxia.Client(address) as oxia_client:
+            yield oxia_client
+        return
     server = standalone_factory(request.param)
     with oxia.Client(server.address) as oxia_client:
         yield oxia_client
+
+
+@contextlib.contextmanager
+def _mtls_pods(tmp_path: Path, shards: int = 3) -> Iterator[str]:
+    """Three pods, every shard replicated on all three over mutual TLS, driven by
+    the controller's certificate; the address of one pod's plaintext client port."""
+    certs = TestCertificates(tmp_path / "certs")
+    nodes = [
+        NodeProcess(
+            tmp_path / f"pod-{index}",
+            ("--public-plaintext",),
+            tls_dir=certs.component(Role.STORAGE, f"storage-{index}"),
+        )
+        for index in range(3)
+    ]
+    driver = Driver(credentials=credentials(certs.component(Role.CONTROLLER, "controller")))
+    try:
+        # Side by side: a pod's start is mostly imports, and three in a row are slow.
+        with concurrent.futures.ThreadPoolExecutor(len(nodes)) as starting:
+            list(starting.map(lambda node: node.start(), nodes))
+        for shard in range(shards):
+            driver.elect(shard, nodes)
+        driver.push_map(nodes)
+        for shard in range(shards):
+            driver.wait_caught_up(shard)
+        yield nodes[0].address
+    finally:
+        driver.close()
+        for node in nodes:
+            node.kill()
 
 
 def hierarchical(keys: list[str]) -> list[str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 import shutil
 import signal
 import threading
@@ -36,6 +37,7 @@ from cairn.storage.kv import Column, RocksKv
 from support.driver import Driver
 from support.oxia_writer import OxiaWriter
 from support.processes import NodeProcess
+from support.promtool import samples, scrape
 
 pytestmark = pytest.mark.e2e
 
@@ -285,6 +287,17 @@ def test_a_paused_follower_catches_up_by_snapshot_after_the_leader_trimmed(
         driver.wait_caught_up(SHARD)
         assert "installed a snapshot" in follower.log_text()
         assert_acknowledged_present(leader.address, writers.acked)
+        # The leader's metrics tell the snapshot it sent, and its WAL appends (read
+        # before the replicas are compared: that stops the pods).
+        page = scrape(_metrics_address(leader.log_text()))
+        for name in (
+            "cairn_snapshot_sent_total",
+            "cairn_snapshot_sent_completed_total",
+            "cairn_snapshot_send_duration_seconds_count",
+        ):
+            assert sum(samples(page, name).values()) >= 1, name
+        assert sum(samples(page, "cairn_snapshot_sent_bytes_total").values()) > 0
+        assert sum(samples(page, "cairn_wal_append_duration_seconds_count").values()) >= 300
         assert_replicas_equal(driver, nodes)
     finally:
         driver.close()
@@ -698,3 +711,9 @@ def test_a_pod_sends_no_shard_map_before_the_controllers_first_push(
             assert missing.value.code() == grpc.StatusCode.NOT_FOUND  # type: ignore[attr-defined]
     finally:
         driver.close()
+
+
+def _metrics_address(log_text: str) -> str:
+    match = re.search(r"metrics on http://(\S+)/metrics", log_text)
+    assert match, log_text[-2000:]
+    return match.group(1)

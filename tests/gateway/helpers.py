@@ -41,6 +41,7 @@ class GatewayProcess(PipedProcess):
             sys.executable, "-m", "cairn.gateway",
             "--address", ",".join(self.storage), "--port", "0", "--log-level", "WARNING",
             "--metrics-port", "0",
+            *([] if "--tls-dir" in self.extra_args else ["--insecure"]),
             *(["--controller-url", self.controller_url] if self.controller_url else []),
             *self.extra_args,
         ]  # fmt: skip
@@ -91,7 +92,7 @@ class LocalClusterProcess(PipedProcess):
     def command(self) -> list[str]:
         return [
             sys.executable, "-m", "cairn.controller.local",
-            "--dir", str(self.directory), "--free-ports", "--log-level", "WARNING",
+            "--dir", str(self.directory), "--free-ports", "--log-level", "WARNING", "--insecure",
             "--pods", str(self.pods), "--shards", str(self.shards),
             *(f"--controller-arg={arg}" for arg in self.CONTROLLER_ARGS),
             *(f"--sidecar-arg={arg}" for arg in self.SIDECAR_ARGS),

@@ -128,7 +128,8 @@ class SidecarProcess(PipedProcess):
         self.node_name = node_name
         self.args = (
             "--node-name", node_name, "--storage-internal", storage_internal,
-            "--port", "0", "--log-level", "INFO", "--metrics-port", "0", *extra,
+            "--port", "0", "--log-level", "INFO", "--metrics-port", "0",
+            *([] if "--tls-dir" in extra else ["--insecure"]), *extra,
         )  # fmt: skip
         self.url = ""
 

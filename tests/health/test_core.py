@@ -326,7 +326,7 @@ def test_status_document_before_any_probe() -> None:
 def test_settings_defaults_and_labels() -> None:
     settings = parse_settings(
         [
-            "--node-name", "storage-0", "--storage-internal", "127.0.0.1:6649",
+            "--node-name", "storage-0", "--storage-internal", "127.0.0.1:6649", "--insecure",
             "--label", "zone=eu-1a", "--label", "rack=r1=x",
             "--controller", "http://controller:8080/",
         ]
@@ -340,8 +340,9 @@ def test_settings_defaults_and_labels() -> None:
 
 
 def test_settings_without_controller_send_no_heartbeats() -> None:
-    settings = parse_settings(["--node-name", "s", "--storage-internal", "h:1"])
+    settings = parse_settings(["--node-name", "s", "--storage-internal", "h:1", "--insecure"])
     assert settings.heartbeat_url is None
+    assert settings.tls_dir is None
 
 
 @pytest.mark.parametrize(
@@ -354,13 +355,16 @@ def test_settings_without_controller_send_no_heartbeats() -> None:
         ("--ready-max-lag", "-1"),
         ("--port", "70000"),
         ("--log-level", "verbose"),
+        # Transport security is chosen explicitly: neither, or both, is refused.
+        ("--insecure", "--tls-dir", "certs"),
     ],
 )
 def test_bad_settings_are_refused(
     extra: tuple[str, ...], capsys: pytest.CaptureFixture[str]
 ) -> None:
+    security = () if "--insecure" in extra else ("--insecure",)
     with pytest.raises(SystemExit) as exit_info:
-        parse_settings(["--node-name", "s", "--storage-internal", "h:1", *extra])
+        parse_settings(["--node-name", "s", "--storage-internal", "h:1", *security, *extra])
     assert exit_info.value.code == 2
     capsys.readouterr()
 

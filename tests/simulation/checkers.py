@@ -19,7 +19,7 @@ from simulation.observer import LeaderLog
 
 if TYPE_CHECKING:
     from simulation.replica import SimReplica
-    from simulation.world import World
+    from simulation.world import Locker, World
 
 
 class Violation(AssertionError):
@@ -45,6 +45,7 @@ def check_step(world: World) -> None:
     check_equal_applied_offsets_equal_states(world)
     check_core_mirrors_storage(world)
     check_reads_are_fresh(world)
+    check_one_leader_per_term_across_controllers(world)
 
 
 def check_one_leader_per_term(world: World) -> None:
@@ -65,6 +66,20 @@ def check_one_leader_per_term(world: World) -> None:
             taken = observer.leaders.get(core.term, [])
             if [(t.name, t.incarnation) for t in taken] != [(replica.name, replica.incarnation)]:
                 raise Violation(f"(a) {replica.name} leads term {core.term}, recorded: {taken}")
+
+
+def check_one_leader_per_term_across_controllers(world: World) -> None:
+    """(g) At most one leader per term across every controller: no two
+    controllers (a paused one resumed, and the one that took over) nor one
+    controller twice ever name two members leader of one term (each BecomeLeader
+    sent is a claim, whether or not the pod takes it)."""
+    claims = getattr(world.coordinator, "claims", None)
+    if not claims:
+        return
+    for term, leaders in claims.items():
+        if len(leaders) > 1:
+            who = ", ".join(f"{name} by {by}" for name, by in leaders.items())
+            raise Violation(f"(g) term {term} was given to {len(leaders)} leaders: {who}")
 
 
 def check_acked_writes_in_later_leaders(world: World) -> None:
@@ -194,6 +209,20 @@ def check_reads_are_fresh(world: World) -> None:
                 f"acknowledged before the read began"
             )
     state.reads_checked = len(observer.reads)
+
+
+def check_lock_taken(world: World, taker: Locker) -> None:
+    """(h) An ephemeral record is never held by two live sessions: when a locker's
+    put of the lock is acknowledged, no other locker still believes (its session
+    answered within a timeout, by its own clock) that it holds it."""
+    now = world.env.now
+    for other in world.lockers.values():
+        if other is not taker and other.believes_holding(now):
+            raise Violation(
+                f"(h) {taker.name} took the lock with session {taker.session} at step {now}, "
+                f"but {other.name} still holds it with session {other.session} (alive "
+                f"until step {other.live_until} by its last answered keep-alive)"
+            )
 
 
 # ---- at the end ----------------------------------------------------------------------

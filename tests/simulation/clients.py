@@ -16,9 +16,12 @@ import random
 from dataclasses import dataclass, field
 
 from cairn.proto import oxia_client_pb2 as pb
-from cairn.storage.core.entries import CLIENT_WRITE, decode_entry
+from cairn.proto import storage_internal_pb2 as internal_pb
+from cairn.storage.core.entries import CLIENT_WRITE, CLOSE_SESSION, CREATE_SESSION, decode_entry
 
 KEYS = ("/k/0", "/k/1", "/k/2", "/k/3", "/a", "/a/b", "/a/b/c")
+# The lock the lockers take: an ephemeral record of their session.
+LOCK_KEY = "/lock"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +88,10 @@ class Oracle:
 
     records: dict[str, tuple[int, bytes]] = field(default_factory=dict)
     applied_offset: int = -1
+    # Open sessions (by id: the offset of their CreateSession entry), and the
+    # session owning each ephemeral record.
+    sessions: set[int] = field(default_factory=set)
+    owners: dict[str, int] = field(default_factory=dict)
 
     def apply(self, offset: int, payload: bytes) -> tuple[list[int], list[int]] | None:
         """Apply the entry at `offset`; returns the statuses of its puts and of its
@@ -92,6 +99,16 @@ class Oracle:
         assert offset == self.applied_offset + 1, (offset, self.applied_offset)
         self.applied_offset = offset
         kind, body = decode_entry(payload)
+        if kind == CREATE_SESSION:
+            self.sessions.add(offset)
+            return None
+        if kind == CLOSE_SESSION:
+            assert isinstance(body, internal_pb.CloseSessionEntry)
+            self.sessions.discard(body.session_id)
+            for key in [k for k, owner in self.owners.items() if owner == body.session_id]:
+                del self.owners[key]
+                del self.records[key]
+            return None
         if kind != CLIENT_WRITE:
             return None
         assert isinstance(body, pb.WriteRequest)
@@ -108,6 +125,12 @@ class Oracle:
                 return pb.UNEXPECTED_VERSION_ID
             if expected != -1 and (existing is None or existing[0] != expected):
                 return pb.UNEXPECTED_VERSION_ID
+        if put.HasField("session_id"):
+            if put.session_id not in self.sessions:
+                return pb.SESSION_DOES_NOT_EXIST
+            self.owners[put.key] = put.session_id
+        else:
+            self.owners.pop(put.key, None)
         self.records[put.key] = (offset, put.value)
         return pb.OK
 
@@ -118,4 +141,5 @@ class Oracle:
         if delete.HasField("expected_version_id") and existing[0] != delete.expected_version_id:
             return pb.UNEXPECTED_VERSION_ID
         del self.records[delete.key]
+        self.owners.pop(delete.key, None)
         return pb.OK

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-# The CI set: seeds x steps for each of (3, 5 replicas) x (steady, churn, wipes).
+# The CI set: seeds x steps for each of (3, 5 replicas) x world.PROFILES (steady,
+# lagging, reading, churn, wipes), each under the real controller.
 DEFAULT_SEEDS = 25
 DEFAULT_STEPS = 2000
 

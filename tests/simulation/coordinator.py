@@ -1,5 +1,9 @@
 """A scripted controller for the shard: elections and ensemble changes.
 
+Only scripted scenarios (scenario.py) use it now: they need to elect exactly
+the member they name at the moment they say, which the real controller (see
+controller.py, what the random runs use) rightly refuses to do.
+
 An election: a new term (one more than any term it ever used, which is durable
 in the cluster state), NewTerm to every member, and once a majority answered
 within `election_timeout_steps`, BecomeLeader for the one with the highest head

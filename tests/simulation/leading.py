@@ -17,11 +17,19 @@ from typing import TYPE_CHECKING, Any
 
 from cairn.common.errors import InvalidTerm
 from cairn.proto import storage_internal_pb2 as internal_pb
-from cairn.storage.core.entries import TERM_START, encode_client_write, encode_entry
+from cairn.storage.core.apply import CloseOutcome
+from cairn.storage.core.entries import (
+    CLOSE_SESSION,
+    CREATE_SESSION,
+    TERM_START,
+    encode_client_write,
+    encode_entry,
+)
 from cairn.storage.core.replication.leader import FollowerPhase
 from cairn.storage.core.replication.lease import LeaderLease, takeover_wait_ms
 from cairn.storage.core.replication.replica import Member
 from cairn.storage.core.replication.terms import NO_OFFSET, EntryId
+from cairn.storage.core.sessions import SessionTracker, stored_sessions
 from simulation import messages as m
 from simulation.clients import AckedWrite
 from simulation.context import STEP_MS
@@ -62,6 +70,16 @@ class LeaderRuntime:
         self.own_sessions: set[int] = set()
         # offset -> the client write waiting for its answer
         self.pending: dict[int, PendingWrite] = {}
+        # Sessions (the storage pod's rules, shard.py): the leader's tracker,
+        # re-armed with a full timeout for every stored session once it has taken
+        # over; keep-alives only while serving (taken over, under the lease);
+        # expiry a CloseSession entry.
+        self.client_sessions = SessionTracker()
+        self.sessions_rearmed = False
+        # offset -> (client, request id) of a CreateSession waiting to be applied
+        self.pending_sessions: dict[int, tuple[str, int, int]] = {}
+        # offset -> the session a CloseSession entry closes
+        self.closing: dict[int, int] = {}
         env, log, core = replica.env, replica.log, replica.live_core()
         env.observer.took_office(
             LeaderLog(
@@ -118,6 +136,21 @@ class LeaderRuntime:
         self.pending[offset] = PendingWrite(request_id)
 
     def applied(self, entry: m.LogEntry, result: Any) -> None:
+        created = self.pending_sessions.pop(entry.offset, None)
+        if created is not None:
+            client, request_id, timeout_ms = created
+            env = self.replica.env
+            self.client_sessions.open(entry.offset, timeout_ms, env.now_ms)
+            env.observer.sessions_created.append((client, request_id, entry.offset, env.now))
+            env.count("sessions created")
+            return
+        closed = self.closing.pop(entry.offset, None)
+        if closed is not None:
+            if result is CloseOutcome.MORE:
+                self._close_session(closed)
+            else:
+                self.client_sessions.forget(closed)
+            return
         waiting = self.pending.pop(entry.offset, None)
         if waiting is None:
             return
@@ -134,6 +167,63 @@ class LeaderRuntime:
         )
         self.replica.env.observer.acknowledged(write)
         self.replica.env.count("writes acknowledged")
+
+    # -- sessions ----------------------------------------------------------------------
+
+    def _serving(self) -> bool:
+        """Taken over and under its lease (what reads and keep-alives wait for)."""
+        env = self.replica.env
+        quorum = self.core.quorum
+        holds = self.lease.holds(quorum.voters, env.now_ms, quorum.majority)
+        return self.taken_over() and (holds or not env.rules.reads_need_lease)
+
+    def _rearm_sessions(self) -> None:
+        if self.sessions_rearmed or not self.taken_over():
+            return
+        self.sessions_rearmed = True
+        now_ms = self.replica.env.now_ms
+        for session_id, state in stored_sessions(self.replica.kv):
+            self.client_sessions.open(session_id, 0 if state.closing else state.timeout_ms, now_ms)
+
+    def create_session(self, request: m.CreateSession) -> None:
+        env = self.replica.env
+        if not self.taken_over() or len(self.pending) >= env.rules.max_pending_writes:
+            env.count("sessions refused (taking over or backpressure)")
+            return
+        body = internal_pb.CreateSessionEntry(
+            timeout_ms=request.timeout_ms, client_identity=request.client
+        )
+        offset = self._append(encode_entry(CREATE_SESSION, body.SerializeToString()))
+        self.pending_sessions[offset] = (request.client, request.request_id, request.timeout_ms)
+
+    def keep_alive(self, request: m.KeepAlive) -> None:
+        env = self.replica.env
+        self._rearm_sessions()
+        if not self._serving():
+            env.count("keep-alives refused (taking over or no lease)")
+            return
+        if not self.client_sessions.heartbeat(request.session_id, env.now_ms):
+            env.count("keep-alives of unknown sessions")
+            return
+        env.observer.keepalives.append(
+            (request.client, request.session_id, request.sent_step, env.now)
+        )
+
+    def _expire_sessions(self) -> None:
+        self._rearm_sessions()
+        if not self.sessions_rearmed or not self._serving():
+            return
+        for session_id in self.client_sessions.expired(self.replica.env.now_ms):
+            if self.client_sessions.start_closing(session_id):
+                self.replica.env.log(
+                    f"{self.replica.name}: session {session_id} expired", "sessions expired"
+                )
+                self._close_session(session_id)
+
+    def _close_session(self, session_id: int) -> None:
+        body = internal_pb.CloseSessionEntry(session_id=session_id, reason=internal_pb.EXPIRED)
+        offset = self._append(encode_entry(CLOSE_SESSION, body.SerializeToString()))
+        self.closing[offset] = session_id
 
     def client_read(self, read: m.ClientRead) -> None:
         replica, env = self.replica, self.replica.env
@@ -230,6 +320,10 @@ class LeaderRuntime:
             self.client_write(body.request_id, body.request)
         elif isinstance(body, m.ClientRead):
             self.client_read(body)
+        elif isinstance(body, m.CreateSession):
+            self.create_session(body)
+        elif isinstance(body, m.KeepAlive):
+            self.keep_alive(body)
         elif isinstance(body, m.AddFollower | m.RemoveFollower):
             self._ensemble_change(src, body)
         elif isinstance(body, m.GetStatus) and body.term == self.term:
@@ -248,7 +342,8 @@ class LeaderRuntime:
     def _ensemble_change(self, src: str, body: m.AddFollower | m.RemoveFollower) -> None:
         env = self.replica.env
         if body.term != self.term:
-            env.send(self.replica.name, src, m.Refused(body.term, "ensemble change", "term"))
+            refusal = m.Refused(body.term, "ensemble change", "term", body.call)
+            env.send(self.replica.name, src, refusal)
             return
         if isinstance(body, m.AddFollower):
             self.add_follower(body.follower)
@@ -257,7 +352,7 @@ class LeaderRuntime:
             self.remove_follower(body.follower)
             name = body.follower
         env.log(f"{self.replica.name} ensemble now {sorted(self.core.followers)}")
-        env.send(self.replica.name, src, m.EnsembleChangeResponse(self.term, name))
+        env.send(self.replica.name, src, m.EnsembleChangeResponse(self.term, name, body.call))
 
     def _truncated(self, src: str, answer: m.TruncateResponse) -> None:
         if self.core.progress(src).phase is not FollowerPhase.CONNECTING:
@@ -295,6 +390,7 @@ class LeaderRuntime:
     def pump(self) -> None:
         replica, env = self.replica, self.replica.env
         self.core.on_local_durable(replica.log.synced_offset)
+        self._expire_sessions()
         for name in list(self.core.followers):
             session = self.sessions[name]
             if env.now - session.last_heard_step > env.rules.stream_timeout_steps:

@@ -14,16 +14,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cairn.common.heartbeat import ReplicaReport
 from cairn.storage.core.replication.replica import Member
 from cairn.storage.core.replication.terms import EntryId, TermStart
 from cairn.storage.kv.store import Column
 
 # ---- controller -> storage ----------------------------------------------------------
+#
+# Calls of the real controller (simulation/controller.py) carry `call`, a number
+# the answer echoes (a gRPC call's own reply), and `epoch`, the controller's
+# fencing token: a pod refuses a call that changes it with an older epoch than
+# the newest it has seen. The scripted coordinator sends neither (0).
 
 
 @dataclass(frozen=True, slots=True)
 class NewTerm:
     term: int
+    epoch: int = 0
+    call: int = 0
+    # Create the replica if the pod lacks it (the request carries the shard's
+    # spec); without, such a pod answers "not found". The scripted coordinator
+    # always creates.
+    create: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +45,7 @@ class NewTermResponse:
     commit_offset: int
     # The incarnation of the replica's data (created anew after a wipe).
     incarnation: int = 0
+    call: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,30 +54,74 @@ class BecomeLeader:
     followers: tuple[Member, ...]
     # (follower, incarnation of its data the controller recorded)
     incarnations: tuple[tuple[str, int], ...] = ()
+    epoch: int = 0
+    call: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class BecomeLeaderResponse:
     term: int
     term_start: EntryId
+    call: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class AddFollower:
     term: int
     follower: Member
+    epoch: int = 0
+    call: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class RemoveFollower:
     term: int
     follower: str
+    epoch: int = 0
+    call: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class EnsembleChangeResponse:
     term: int
     follower: str
+    call: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteShard:
+    term: int
+    epoch: int
+    call: int
+
+
+@dataclass(frozen=True, slots=True)
+class PushAssignments:
+    """The shard map (its content does not matter here: only its epoch)."""
+
+    epoch: int
+    call: int
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """The empty answer of DeleteShard and PushAssignments."""
+
+    call: int
+
+
+@dataclass(frozen=True, slots=True)
+class PodStatus:
+    """Coordination.GetStatus of every replica on the pod (the controller's polls)."""
+
+    call: int
+
+
+@dataclass(frozen=True, slots=True)
+class PodStatusResponse:
+    call: int
+    # The shard's replica, if the pod has one (as replica_report_of makes it).
+    reports: tuple[ReplicaReport, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +153,11 @@ class Refused:
     term: int
     request: str
     reason: str
+    call: int = 0
+    # The gRPC code it maps to ("FAILED_PRECONDITION", "NOT_FOUND", ...), and for a
+    # stale controller epoch the newest epoch the pod has seen.
+    code: str = "FAILED_PRECONDITION"
+    epoch_seen: int | None = None
 
 
 # ---- leader -> follower -------------------------------------------------------------
@@ -187,6 +249,20 @@ class ClientWrite:
 
 
 @dataclass(frozen=True, slots=True)
+class CreateSession:
+    request_id: int
+    client: str
+    timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class KeepAlive:
+    session_id: int
+    client: str
+    sent_step: int
+
+
+@dataclass(frozen=True, slots=True)
 class ClientRead:
     """A read of the shard's state; it began when the reader sent it."""
 
@@ -203,6 +279,11 @@ Body = (
     | AddFollower
     | RemoveFollower
     | EnsembleChangeResponse
+    | DeleteShard
+    | PushAssignments
+    | Done
+    | PodStatus
+    | PodStatusResponse
     | GetStatus
     | StatusResponse
     | Refused
@@ -215,9 +296,11 @@ Body = (
     | SnapshotResponse
     | ClientWrite
     | ClientRead
+    | CreateSession
+    | KeepAlive
 )
 
 # gRPC unary coordination calls are at most once: the controller never retries one
 # transparently, so these are never duplicated (a stale AddFollower delivered after
 # its RemoveFollower would silently re-grow the leader's ensemble).
-AT_MOST_ONCE = (NewTerm, BecomeLeader, AddFollower, RemoveFollower)
+AT_MOST_ONCE = (NewTerm, BecomeLeader, AddFollower, RemoveFollower, DeleteShard)

@@ -1,34 +1,120 @@
 """Deliberately broken variants: each must be caught by a checker within a few
 seeds, which shows that the checkers fail when they should.
 
-Each is a SimConfig change: a runtime rule switched off, a controller that
-decides wrongly, or a leader core with a rule undone.
+Each is a SimConfig change (a runtime rule switched off, a leader core with a
+rule undone) and, for the real controller, `patches`: attributes of the real
+controller's code replaced while the mutant runs (test_simulation.py sets them
+with pytest's monkeypatch), each undoing one rule of the planner, the executor,
+`choose_leader` or the keeper. Three of them revert the fixes of issue 38's
+holes: "hole 1: ...", "hole 2: ...", "hole 3: ...".
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
-from cairn.storage.core.replication.leader import FollowerPhase, LeaderCore
-from cairn.storage.core.replication.terms import EntryId
+from cairn.controller import executor, keeper, planner
+from cairn.controller.model import ClusterState, ClusterStatus, ShardRecord
+from cairn.controller.state.store import StateConflict
+from cairn.storage.core.replication.leader import FollowerPhase, FollowerProgress, LeaderCore
+from simulation import replica
 from simulation.context import RuntimeRules
-from simulation.coordinator import Coordinator
 from simulation.world import SimConfig
 
 
-class LowestHeadCoordinator(Coordinator):
+@dataclass(frozen=True)
+class Mutant:
+    config: SimConfig = field(default_factory=SimConfig)
+    # (object, attribute name, replacement)
+    patches: tuple[tuple[object, str, Any], ...] = ()
+
+
+def _lowest_head(
+    heads: Mapping[str, tuple[int, int]], voters: Sequence[str], *args: Any, **kwargs: Any
+) -> str | None:
     """Elects the member with the lowest head: committed entries it lacks are lost."""
+    answered = {name: head for name, head in heads.items() if name in voters}
+    if len(answered) * 2 <= len(voters):
+        return None
+    return min(sorted(answered), key=lambda name: answered[name])
 
-    def choose_leader(self, answers: dict[str, EntryId]) -> str:
-        return min(sorted(answers), key=lambda name: answers[name])
+
+def _always(*args: Any, **kwargs: Any) -> bool:
+    return True
 
 
-class HastyEnsembleCoordinator(Coordinator):
-    """Changes the ensemble again without waiting for the added member to vote or
-    for the leader's term to commit its first entry."""
+def _nothing(*args: Any, **kwargs: Any) -> None:
+    return None
 
-    def _prepare_change(self, leader: tuple[int, str]) -> None:
-        self._change_ensemble(leader)
+
+def _any_follower_may_take_over(self: Any, record: ShardRecord, report: Any, name: str) -> bool:
+    """Hole 2: a leader move or a handover targets any member, caught up or not."""
+    return name != record.leader and name in record.ensemble
+
+
+def _in_step_with_learners(self: Any, record: ShardRecord, report: Any) -> bool:
+    """Hole 2: the ensemble counts as in step (for moves, balancing, changes)
+    once every member is a follower of the leader's, voting or still a learner."""
+    if report.head_term != record.term:
+        return False
+    followers = {follower.internal_address for follower in report.followers}
+    return all(
+        name == record.leader or self._address(name) in followers for name in record.ensemble
+    )
+
+
+def _all_hold_the_commit_offset(self: Any, record: ShardRecord, report: Any) -> set[str]:
+    """Every member counted as holding the commit offset (no waiting for it)."""
+    return set(record.ensemble)
+
+
+async def _update_status_from_stale_state(
+    self: keeper.StateKeeper,
+    change: Callable[[ClusterStatus], ClusterStatus],
+    *,
+    fencing: bool,
+) -> ClusterState:
+    """Hole 3 (keeper): the new status is computed once, from the state this
+    controller holds, and on a conflict written again over the newer state (as
+    keeper.py once retried), with no epoch checked."""
+    state = self.state
+    status = change(state.status)
+    if status == state.status:
+        return state
+    for _ in range(keeper.MAX_CONFLICT_RETRIES):
+        try:
+            self.state = await self.store.write_status(status, self.state.version)
+            return self.state
+        except StateConflict:
+            await self._reload()
+    raise StateConflict("lost every race")
+
+
+def _admit_any(highest: int, epoch: int) -> int:
+    """Hole 3 (pods): every controller's call is taken, whatever its epoch."""
+    return max(highest, epoch)
+
+
+class IncarnationBlindLeaderCore(LeaderCore):
+    """Hole 1 (leader): a follower that answers with another incarnation of its
+    data keeps its progress and its vote (it is not readmitted as a learner)."""
+
+    def _check_incarnation(self, progress: FollowerProgress, incarnation: int | None) -> None:
+        if incarnation is not None:
+            progress.incarnation = incarnation
+
+    def on_ack(
+        self,
+        member: str,
+        term: int,
+        durable_offset: int,
+        applied_offset: int | None = None,
+        incarnation: int | None = None,
+    ) -> int:
+        return super().on_ack(member, term, durable_offset, applied_offset, None)
 
 
 class WindowFromAppliedLeaderCore(LeaderCore):
@@ -57,35 +143,65 @@ class WindowFromAppliedLeaderCore(LeaderCore):
         return super().on_ack(member, term, durable_offset, applied, incarnation)
 
 
-class WipedVotesCoordinator(Coordinator):
-    """Takes a member that lost its disk for the replica it was: its empty (or
-    partly rebuilt) log counts toward an election's majority."""
-
-    def intact(self, name: str, incarnation: int) -> bool:
-        return True
-
-
 def _rules(**changes: bool) -> RuntimeRules:
     return dataclasses.replace(RuntimeRules(), **changes)
 
 
-MUTANTS: dict[str, SimConfig] = {
-    "elect the lowest head": SimConfig(coordinator_class=LowestHeadCoordinator),
-    "ensemble changes without waiting": SimConfig(coordinator_class=HastyEnsembleCoordinator),
-    "commit before the term-start entry": SimConfig(rules=_rules(term_start_rule=False)),
-    "acknowledge unsynced entries": SimConfig(rules=_rules(ack_only_durable=False)),
-    "NewTerm answers an unsynced head": SimConfig(rules=_rules(sync_before_new_term_answer=False)),
-    "Truncate answers an unsynced head": SimConfig(rules=_rules(sync_before_truncate_answer=False)),
-    "act on stale Truncates": SimConfig(rules=_rules(ignore_stale_truncates=False)),
-    "reads without the lease": SimConfig(rules=_rules(reads_need_lease=False)),
-    "a new leader serves before older leases end": SimConfig(
-        rules=_rules(takeover_waits_for_old_leases=False)
+MUTANTS: dict[str, Mutant] = {
+    "elect the lowest head": Mutant(patches=((executor, "choose_leader", _lowest_head),)),
+    # The planner changes the ensemble again without waiting for the leader's
+    # voters to match it and a majority to hold the commit offset.
+    "ensemble changes without waiting": Mutant(
+        patches=(
+            (planner._Planner, "_in_step", _always),
+            (planner._Planner, "_holding", _all_hold_the_commit_offset),
+        )
     ),
-    "send window anchored at the applied offset": SimConfig(
-        leader_core_class=WindowFromAppliedLeaderCore
+    "commit before the term-start entry": Mutant(SimConfig(rules=_rules(term_start_rule=False))),
+    "acknowledge unsynced entries": Mutant(SimConfig(rules=_rules(ack_only_durable=False))),
+    "NewTerm answers an unsynced head": Mutant(
+        SimConfig(rules=_rules(sync_before_new_term_answer=False))
     ),
-    "acknowledge old streams after a new term": SimConfig(
-        rules=_rules(end_streams_on_new_term=False)
+    "Truncate answers an unsynced head": Mutant(
+        SimConfig(rules=_rules(sync_before_truncate_answer=False))
     ),
-    "count wiped members' votes": SimConfig(coordinator_class=WipedVotesCoordinator),
+    "act on stale Truncates": Mutant(SimConfig(rules=_rules(ignore_stale_truncates=False))),
+    "reads without the lease": Mutant(SimConfig(rules=_rules(reads_need_lease=False))),
+    "a new leader serves before older leases end": Mutant(
+        SimConfig(rules=_rules(takeover_waits_for_old_leases=False))
+    ),
+    "send window anchored at the applied offset": Mutant(
+        SimConfig(leader_core_class=WindowFromAppliedLeaderCore)
+    ),
+    "acknowledge old streams after a new term": Mutant(
+        SimConfig(rules=_rules(end_streams_on_new_term=False))
+    ),
+    # Hole 1: incarnations ignored. The controller takes a member that lost its
+    # disk for the replica it was (its empty or partly rebuilt log counts toward
+    # an election's majority), and the leader keeps its pre-wipe vote.
+    "hole 1: a wiped member keeps its vote": Mutant(
+        SimConfig(leader_core_class=IncarnationBlindLeaderCore),
+        patches=((ShardRecord, "intact", _always),),
+    ),
+    # Hole 2: choose_leader counts the majority over every member, learners
+    # included (no report of who the leader counted), and leader moves and
+    # handovers target members that have not caught up, in ensembles that are
+    # not in step (a learner still catching up).
+    "hole 2: a learner is elected": Mutant(
+        patches=(
+            (executor, "counted_voters", _nothing),
+            (planner._Planner, "_may_take_over", _any_follower_may_take_over),
+            (planner._Planner, "_in_step", _in_step_with_learners),
+        )
+    ),
+    # Hole 3: no controller-epoch fencing: the state takes a stale controller's
+    # writes (computed from the state it held, and re-applied after a
+    # conflict), pods its calls.
+    "hole 3: no controller-epoch fencing": Mutant(
+        patches=(
+            (keeper.StateKeeper, "_update_status", _update_status_from_stale_state),
+            (keeper.StateKeeper, "fence", _nothing),
+            (replica, "admit", _admit_any),
+        )
+    ),
 }

@@ -7,6 +7,13 @@ what is in flight when it starts). A message travels on a connection to one
 incarnation of its destination: once that node crashes, what was on its way to
 it is gone, as with TCP; a restarted node never sees a message sent to its
 previous life. Every queue is bounded.
+
+A replication stream (the messages naming one `session`) is one gRPC stream:
+once one of its messages is lost (dropped, cut off, or gone with a crashed
+node), it delivers nothing more, as a broken stream would not; the leader then
+notices the silence and opens another. (Without this, a lost batch of entries
+followed only by heartbeats would leave the stream waiting forever for
+acknowledgements of entries that never arrived.)
 """
 
 from __future__ import annotations
@@ -16,7 +23,21 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from simulation import messages as m
 from simulation.messages import AT_MOST_ONCE, Body
+
+STREAM_MESSAGES = (
+    m.Replicate,
+    m.ReplicateResponse,
+    m.SendSnapshot,
+    m.SnapshotResponse,
+    m.StreamBroken,
+    m.TruncateResponse,
+)
+
+
+def stream_of(body: Body) -> int | None:
+    return body.session if isinstance(body, STREAM_MESSAGES) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +93,8 @@ class Network:
     _queue: list[tuple[int, int, Envelope]] = field(default_factory=list)
     _sequence: int = 0
     _last_session: int = 0
+    # Streams that lost a message: they deliver nothing more.
+    broken_streams: set[int] = field(default_factory=set)
 
     # -- nodes and partitions ----------------------------------------------------------
 
@@ -103,8 +126,16 @@ class Network:
     def send(self, src: str, dst: str, body: Body, now: int) -> None:
         self.stats.sent += 1
         incarnation = self.incarnations.get(dst)
-        if incarnation is None or self.cut(src, dst) or self._chance(self.faults.drop_probability):
+        stream = stream_of(body)
+        if (
+            incarnation is None
+            or self.cut(src, dst)
+            or stream in self.broken_streams
+            or self._chance(self.faults.drop_probability)
+        ):
             self.stats.dropped += 1
+            if stream is not None:
+                self.broken_streams.add(stream)
             return
         copies = 1
         if not isinstance(body, AT_MOST_ONCE) and self._chance(self.faults.duplicate_probability):
@@ -113,6 +144,8 @@ class Network:
         for _ in range(copies):
             if len(self._queue) >= self.max_in_flight:
                 self.stats.overflowed += 1
+                if stream is not None:
+                    self.broken_streams.add(stream)
                 return
             self._sequence += 1
             envelope = Envelope(src, dst, incarnation, body, now)
@@ -126,10 +159,15 @@ class Network:
             if not self._queue or self._queue[0][0] > now:
                 return
             _, _, envelope = heapq.heappop(self._queue)
-            if self.incarnations.get(envelope.dst) != envelope.dst_incarnation or self.cut(
-                envelope.src, envelope.dst
+            stream = stream_of(envelope.body)
+            if (
+                self.incarnations.get(envelope.dst) != envelope.dst_incarnation
+                or self.cut(envelope.src, envelope.dst)
+                or stream in self.broken_streams
             ):
                 self.stats.dropped += 1
+                if stream is not None:
+                    self.broken_streams.add(stream)
                 continue
             self.stats.delivered += 1
             yield envelope

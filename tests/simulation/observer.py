@@ -61,6 +61,10 @@ class Observer:
     # term -> every leadership taken in it (one, unless something is wrong).
     leaders: dict[int, list[LeaderLog]] = field(default_factory=dict)
     leaders_in_order: list[LeaderLog] = field(default_factory=list)
+    # Sessions: (client, request id, session id, step) once created, and
+    # (client, session id, sent step, step) for each keep-alive answered.
+    sessions_created: list[tuple[str, int, int, int]] = field(default_factory=list)
+    keepalives: list[tuple[str, int, int, int]] = field(default_factory=list)
     # applied offset -> (digest of the KV, who had it and when)
     digests: dict[int, tuple[int, str]] = field(default_factory=dict)
 

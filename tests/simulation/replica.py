@@ -21,13 +21,21 @@ The rules (each one is what keeps an invariant in checkers.py true):
 - A log is trimmed only before an offset the KV has applied.
 - A wipe (a lost disk) loses the log, the KV and the term; the replica comes
   back empty with a new incarnation of its data, which every answer reports.
+- Controller epochs (the real controller's calls): the pod keeps the highest
+  epoch it has seen on its disk and refuses a call that changes it with an older
+  one (cairn.storage.core.controller_epoch.admit), before anything else, as the
+  storage pod's Coordination service does.
+- A pod without the shard's replica (a spare node, a wiped disk, a deleted
+  replica) answers calls with "not found", except a NewTerm that creates it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cairn.common.errors import InvalidTerm
+from cairn.common.errors import InvalidTerm, StaleControllerEpoch
+from cairn.common.heartbeat import FollowerReport, ReplicaReport
+from cairn.storage.core.controller_epoch import admit
 from cairn.storage.core.replication.replica import Member, ReplicaCore, Role
 from cairn.storage.core.replication.terms import NO_OFFSET, TermHistory
 from simulation import messages as m
@@ -35,6 +43,10 @@ from simulation.context import Env
 from simulation.leading import LeaderRuntime
 from simulation.network import Envelope
 from simulation.storage import DigestKv, SimLog, apply_entries
+
+# Calls that change a pod: they carry the controller's epoch.
+CHANGING = (m.NewTerm, m.BecomeLeader, m.AddFollower, m.RemoveFollower, m.DeleteShard)
+ROLE_NAMES = {Role.FENCED: "fenced", Role.FOLLOWER: "follower", Role.LEADER: "leader"}
 
 
 def member_of(name: str) -> Member:
@@ -54,7 +66,7 @@ class FollowedStream:
 
 
 class SimReplica:
-    def __init__(self, name: str, env: Env) -> None:
+    def __init__(self, name: str, env: Env, absent: bool = False) -> None:
         self.name = name
         self.member = member_of(name)
         self.env = env
@@ -69,7 +81,9 @@ class SimReplica:
         # entries, nor BecomeLeader: it would take them in whatever term it came
         # back with, for a stale leader, or lead a term it answered before the
         # wipe with an empty log.
-        self.absent = False
+        self.absent = absent
+        # The highest controller epoch seen (durable, on the data disk).
+        self.highest_epoch = 0
         # Volatile state (gone on a crash).
         self.incarnation = 0
         self.core: ReplicaCore | None = None
@@ -119,6 +133,53 @@ class SimReplica:
         self.kv = DigestKv()
         self.data_incarnation = self.env.new_data_incarnation()
         self.absent = True
+        self.highest_epoch = 0
+
+    def delete(self) -> None:
+        """DeleteShard: the replica and its data are gone; the pod stays up."""
+        self.persisted_term = 0
+        self.log = SimLog()
+        self.kv = DigestKv()
+        self.data_incarnation = self.env.new_data_incarnation()
+        self.absent = True
+        self.core = ReplicaCore(shard_id=0, term=0, log=self.log.history(), commit_offset=-1)
+        self.leading = None
+        self.stream = None
+        self.leader_commit_seen = NO_OFFSET
+
+    def status_reports(self) -> tuple[ReplicaReport, ...]:
+        """The shard's replica as GetStatus reports it (none if the pod lacks it)."""
+        core = self.core
+        if core is None or self.absent:
+            return ()
+        followers: tuple[FollowerReport, ...] = ()
+        leading = self.leading
+        if leading is not None:
+            followers = tuple(
+                FollowerReport(
+                    internal_address=name,
+                    acked_offset=progress.acked_offset,
+                    voting=leading.core.is_voting(name),
+                    state=progress.phase.value,
+                    incarnation=progress.incarnation or 0,
+                )
+                for name, progress in leading.core.followers.items()
+            )
+        report = ReplicaReport(
+            shard=0,
+            namespace="default",
+            role=ROLE_NAMES[core.role],
+            term=core.term,
+            head_term=core.head.term,
+            head_offset=core.head.offset,
+            commit_offset=self.commit_offset,
+            durable_offset=self.log.synced_offset,
+            applied_offset=self.kv.applied_offset,
+            leader_internal_address=core.leader.internal_address if core.leader else "",
+            followers=followers,
+            incarnation=self.data_incarnation,
+        )
+        return (report,)
 
     def sync(self) -> None:
         core = self.live_core()
@@ -174,12 +235,41 @@ class SimReplica:
 
     def receive(self, envelope: Envelope) -> None:
         body, src = envelope.body, envelope.src
+        if isinstance(body, m.PodStatus):
+            self.env.send(self.name, src, m.PodStatusResponse(body.call, self.status_reports()))
+            return
+        if isinstance(body, (*CHANGING, m.PushAssignments)):
+            try:
+                self.highest_epoch = admit(self.highest_epoch, body.epoch)
+            except StaleControllerEpoch as error:
+                self.env.count("calls of stale controllers refused")
+                self.env.send(
+                    self.name,
+                    src,
+                    m.Refused(
+                        getattr(body, "term", 0),
+                        type(body).__name__,
+                        str(error),
+                        body.call,
+                        epoch_seen=self.highest_epoch,
+                    ),
+                )
+                return
+        if isinstance(body, m.PushAssignments):
+            self.env.send(self.name, src, m.Done(body.call))
+            return
         if self.absent:
-            if not isinstance(body, m.NewTerm):
+            if not isinstance(body, m.NewTerm) or not body.create:
                 self.env.count("messages to a wiped replica not yet created")
+                call = getattr(body, "call", 0)
+                if call:
+                    refusal = m.Refused(0, type(body).__name__, "no such shard", call, "NOT_FOUND")
+                    self.env.send(self.name, src, refusal)
                 return
             self.absent = False
-        if isinstance(body, m.NewTerm):
+        if isinstance(body, m.DeleteShard):
+            self._delete_shard(src, body)
+        elif isinstance(body, m.NewTerm):
             self._new_term(src, body)
         elif isinstance(body, m.BecomeLeader):
             self._become_leader(src, body)
@@ -194,7 +284,20 @@ class SimReplica:
         elif isinstance(body, m.ClientRead):
             self.env.count("reads refused (not leading)")
         elif isinstance(body, m.AddFollower | m.RemoveFollower):
-            self.env.send(self.name, src, m.Refused(body.term, "ensemble change", "not leader"))
+            refusal = m.Refused(body.term, "ensemble change", "not leader", body.call)
+            self.env.send(self.name, src, refusal)
+
+    def _delete_shard(self, src: str, request: m.DeleteShard) -> None:
+        core = self.live_core()
+        try:
+            core.check_not_older(request.term)
+        except InvalidTerm as error:
+            refusal = m.Refused(request.term, "DeleteShard", str(error), request.call)
+            self.env.send(self.name, src, refusal)
+            return
+        self.env.log(f"{self.name} deletes its replica", "replicas deleted")
+        self.delete()
+        self.env.send(self.name, src, m.Done(request.call))
 
     # -- coordination ------------------------------------------------------------------
 
@@ -203,7 +306,8 @@ class SimReplica:
         try:
             changed = core.fence(request.term)
         except InvalidTerm as error:
-            self.env.send(self.name, src, m.Refused(request.term, "NewTerm", str(error)))
+            refusal = m.Refused(request.term, "NewTerm", str(error), request.call)
+            self.env.send(self.name, src, refusal)
             return
         if changed:
             self.persisted_term = request.term
@@ -216,7 +320,9 @@ class SimReplica:
         self.env.send(
             self.name,
             src,
-            m.NewTermResponse(request.term, core.head, core.commit_offset, self.data_incarnation),
+            m.NewTermResponse(
+                request.term, core.head, core.commit_offset, self.data_incarnation, request.call
+            ),
         )
         self._maybe_crash_after_answering("crashes after answering NewTerm")
 
@@ -225,13 +331,15 @@ class SimReplica:
         try:
             term_start = core.become_leader(request.term, self.member)
         except InvalidTerm as error:
-            self.env.send(self.name, src, m.Refused(request.term, "BecomeLeader", str(error)))
+            refusal = m.Refused(request.term, "BecomeLeader", str(error), request.call)
+            self.env.send(self.name, src, refusal)
             return
         self.leading = LeaderRuntime(
             self, request.term, request.followers, term_start, dict(request.incarnations)
         )
         self.env.log(f"{self.name} leads term {request.term} from {term_start}")
-        self.env.send(self.name, src, m.BecomeLeaderResponse(request.term, term_start))
+        answer = m.BecomeLeaderResponse(request.term, term_start, request.call)
+        self.env.send(self.name, src, answer)
 
     def _stop_leading(self, why: str) -> None:
         if self.leading is not None:

@@ -46,6 +46,7 @@ class Script:
             steps=0,
             rules=rules,
             faults=NetworkFaults.none(),
+            controller="scripted",
             coordinator_class=ScriptedCoordinator,
             leader_core_class=leader_core_class,
         )

@@ -32,43 +32,43 @@ from simulation.context import RuntimeRules
 from simulation.mutants import WindowFromAppliedLeaderCore
 from simulation.scenario import Script
 
-MEMBERS = ("r0", "r1", "r2", "r3", "r4")
+MEMBERS = ("r-0", "r-1", "r-2", "r-3", "r-4")
 
 
 def figure_8(rules: RuntimeRules) -> Script:
     # One entry per message, so a follower can hold an old-term entry without the
     # new term's first entry.
     script = Script(5, dataclasses.replace(rules, max_in_flight_entries=1))
-    r0, r4 = script.replica("r0"), script.replica("r4")
-    assert script.elect("r0") == "r0"
-    first = script.write("r0")
+    r0, r4 = script.replica("r-0"), script.replica("r-4")
+    assert script.elect("r-0") == "r-0"
+    first = script.write("r-0")
     script.run_until(lambda: all(script.replica(n).kv.applied_offset >= first for n in MEMBERS))
 
     # Term 1: r0 logs an entry that reaches only r1, then crashes.
-    script.cut_off("r2", "r3", "r4")
-    old = script.write("r0")
-    script.run_until(lambda: script.replica("r1").log.synced_offset >= old)
-    script.crash("r0")
+    script.cut_off("r-2", "r-3", "r-4")
+    old = script.write("r-0")
+    script.run_until(lambda: script.replica("r-1").log.synced_offset >= old)
+    script.crash("r-0")
     script.heal()
 
     # Term 2: r2, r3 and r4 elect r4, whose first entry (at `old`) reaches no one.
-    script.cut_off("r1")
-    script.coordinator.preferred = "r4"
+    script.cut_off("r-1")
+    script.coordinator.preferred = "r-4"
     script.coordinator.start_election("scripted")
     script.run_until(lambda: r4.leading is not None)
     assert r4.log.head.offset == old
     script.heal()
-    script.cut_off("r4")
+    script.cut_off("r-4")
 
     # Term 3: r0 is back and leads; it brings its term-1 entry at `old` to r2 and r3.
-    script.restart("r0")
-    script.coordinator.preferred = "r0"
+    script.restart("r-0")
+    script.coordinator.preferred = "r-0"
     script.coordinator.start_election("scripted")
     script.run_until(lambda: r0.leading is not None and r0.leading.core.commit_offset >= old)
 
     # r0 and r1 are cut off: r2, r3 and r4 elect the highest head among them.
     script.heal()
-    script.cut_off("r0", "r1")
+    script.cut_off("r-0", "r-1")
     script.coordinator.preferred = None
     script.coordinator.start_election("scripted")
     script.run_until(lambda: script.coordinator.leader is not None)
@@ -95,26 +95,26 @@ def a_follower_answers_truncate_then_loses_power(rules: RuntimeRules) -> Script:
     r1's answer to Truncate as an acknowledgement, commits and answers the client;
     then r0 and r1 lose power."""
     script = Script(3, rules)
-    r0, r1 = script.replica("r0"), script.replica("r1")
-    assert script.elect("r0") == "r0"
-    first = script.write("r0")
+    r0, r1 = script.replica("r-0"), script.replica("r-1")
+    assert script.elect("r-0") == "r-0"
+    first = script.write("r-0")
     script.run_until(lambda: r1.kv.applied_offset >= first)
-    script.cut_off("r2")
-    script.world.held_syncs.add("r1")
-    entry = script.write("r0")
+    script.cut_off("r-2")
+    script.world.held_syncs.add("r-1")
+    entry = script.write("r-0")
     script.run_until(lambda: r1.log.last_offset >= entry)
     assert r1.log.synced_offset < entry
     # r1 goes quiet long enough for r0 to take the stream as broken and start over.
-    script.cut_off("r1")
+    script.cut_off("r-1")
     script.steps(rules.stream_timeout_steps + 2)
     script.heal()
-    script.cut_off("r2")
+    script.cut_off("r-2")
     script.run_until(lambda: r0.kv.applied_offset >= entry)
     assert script.world.observer.acked[-1].offset == entry
-    script.crash("r0")
-    script.crash("r1")
+    script.crash("r-0")
+    script.crash("r-1")
     script.heal()
-    script.restart("r1")
+    script.restart("r-1")
     script.world.held_syncs.clear()
     script.elect()
     script.steps(10)
@@ -136,18 +136,18 @@ def an_elected_replica_loses_power_before_leading(rules: RuntimeRules) -> Script
     controller elects r2, which loses power between answering NewTerm and
     BecomeLeader."""
     script = Script(3, rules)
-    r1, r2 = script.replica("r1"), script.replica("r2")
-    assert script.elect("r0") == "r0"
-    script.world.held_syncs.add("r2")
-    entry = script.write("r0")
+    r1, r2 = script.replica("r-1"), script.replica("r-2")
+    assert script.elect("r-0") == "r-0"
+    script.world.held_syncs.add("r-2")
+    entry = script.write("r-0")
     script.run_until(lambda: bool(script.world.observer.acked) and r2.log.last_offset >= entry)
-    script.cut_off("r0")
-    script.coordinator.preferred = "r2"
+    script.cut_off("r-0")
+    script.coordinator.preferred = "r-2"
     script.coordinator.start_election("scripted")
     term = script.coordinator.highest_term
     script.run_until(lambda: r2.core is not None and r2.core.term == term)
-    script.crash("r2")
-    script.restart("r2")
+    script.crash("r-2")
+    script.restart("r-2")
     script.world.held_syncs.clear()
     script.run_until(lambda: script.coordinator.leader is not None)
     script.steps(10)
@@ -173,30 +173,30 @@ def followers_lag_past_the_window_before_a_new_term(
     elected again. Returns the script and the new term's first offset."""
     rules = RuntimeRules()
     script = Script(3, rules, leader_core_class)
-    r0 = script.replica("r0")
-    assert script.elect("r0") == "r0"
-    first = script.write("r0")
+    r0 = script.replica("r-0")
+    assert script.elect("r-0") == "r-0"
+    first = script.write("r-0")
     script.run_until(lambda: all(script.replica(n).kv.applied_offset >= first for n in MEMBERS[:3]))
-    script.cut_off("r1", "r2")
+    script.cut_off("r-1", "r-2")
     lag = 2 * rules.max_in_flight_entries + 4
     last = first
     for _ in range(lag):
-        last = script.write("r0")
+        last = script.write("r-0")
     script.run_until(lambda: r0.log.synced_offset >= last)
     assert r0.commit_offset == first
     script.heal()
-    assert script.elect("r0", taken_over=False) == "r0"
+    assert script.elect("r-0", taken_over=False) == "r-0"
     term_start = r0.log.last_offset
-    assert term_start - script.replica("r1").log.last_offset > 2 * rules.max_in_flight_entries
+    assert term_start - script.replica("r-1").log.last_offset > 2 * rules.max_in_flight_entries
     return script, term_start
 
 
 def test_a_new_leader_commits_although_its_followers_lag_past_the_window() -> None:
     script, term_start = followers_lag_past_the_window_before_a_new_term(LeaderCore)
-    r0 = script.replica("r0")
+    r0 = script.replica("r-0")
     script.run_until(lambda: r0.commit_offset >= term_start, max_steps=200)
     script.run_until(lambda: r0.leading is not None and r0.leading.taken_over())
-    entry = script.write("r0")
+    entry = script.write("r-0")
     script.run_until(lambda: script.world.observer.acked[-1].offset == entry)
     script.run_until(lambda: converged(script.world), max_steps=200)
     check_liveness(script.world)
@@ -206,7 +206,7 @@ def test_a_send_window_anchored_at_the_applied_offset_never_commits_the_new_term
     script, term_start = followers_lag_past_the_window_before_a_new_term(
         WindowFromAppliedLeaderCore
     )
-    r0 = script.replica("r0")
+    r0 = script.replica("r-0")
     with pytest.raises(AssertionError, match="not reached in 400 steps"):
         script.run_until(lambda: r0.commit_offset >= term_start, max_steps=400)
 
@@ -216,14 +216,14 @@ def an_old_leader_is_cut_off_with_a_reader(rules: RuntimeRules) -> Script:
     replicas and the writing client stay together); r1 is elected and takes a
     write; then the reader reads from r0."""
     script = Script(3, rules)
-    assert script.elect("r0") == "r0"
-    first = script.write("r0")
+    assert script.elect("r-0") == "r-0"
+    first = script.write("r-0")
     script.run_until(lambda: all(script.replica(n).kv.applied_offset >= first for n in MEMBERS[:3]))
-    script.cut_off("r0", "reader-0")
-    assert script.elect("r1", taken_over=False) == "r1"
-    script.write_until_acknowledged("r1")
+    script.cut_off("r-0", "reader-0")
+    assert script.elect("r-1", taken_over=False) == "r-1"
+    script.write_until_acknowledged("r-1")
     script.steps(1)  # the read begins after the step that acknowledged the write
-    script.read("reader-0", "r0")
+    script.read("reader-0", "r-0")
     script.steps(3)
     return script
 

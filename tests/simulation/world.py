@@ -19,12 +19,21 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from cairn.proto import oxia_client_pb2 as pb
 from cairn.storage.core.replication.leader import LeaderCore
 from cairn.storage.core.replication.replica import Role
 from simulation import messages as m
-from simulation.checkers import CheckerState, Violation, check_liveness, check_step, converged
-from simulation.clients import Clients
-from simulation.context import Env, RuntimeRules
+from simulation.checkers import (
+    CheckerState,
+    Violation,
+    check_liveness,
+    check_lock_taken,
+    check_step,
+    converged,
+)
+from simulation.clients import LOCK_KEY, AckedWrite, Clients
+from simulation.context import STEP_MS, Env, RuntimeRules
+from simulation.controller import ControlFaults, Controllers, ControllerSettings
 from simulation.coordinator import NAME as CONTROLLER
 from simulation.coordinator import Coordinator, CoordinatorSettings
 from simulation.network import Envelope, Network, NetworkFaults
@@ -36,6 +45,16 @@ CLIENT = "client"
 # Readers send reads; random partitions may cut one off with some replicas (a
 # client that still reaches an old leader while the others moved on).
 READERS = ("reader-0", "reader-1")
+# Lockers: clients with a session that take an ephemeral lock (LOCK_KEY), keep
+# their session alive, and now and then crash (their session then expires).
+LOCKERS = ("locker-0", "locker-1")
+# Shorter than a pod allows (2 s), as the lease is (RuntimeRules.lease_ms): on
+# the simulation's time scale, leaders change every few seconds, and a session
+# must be able to expire under one leader.
+SESSION_TIMEOUT_MS = 600
+KEEPALIVE_STEPS = 15
+# A request unanswered this long is given up (sent again if still wanted).
+CLIENT_RETRY_STEPS = 60
 # How often the liveness phase sends its write again while none is acknowledged.
 RESEND_STEPS = 20
 TRACE_TAIL_LINES = 40
@@ -47,11 +66,23 @@ class SimConfig:
     steps: int = 1000
     rules: RuntimeRules = field(default_factory=RuntimeRules)
     faults: NetworkFaults = field(default_factory=NetworkFaults)
+    # The controller side: "real" (the real planner, executor and keeper,
+    # simulation/controller.py) or "scripted" (coordinator.py, for scripted
+    # scenarios that need to elect exactly whom they say).
+    controller: str = "real"
     coordinator_class: type[Coordinator] = Coordinator
+    controller_settings: ControllerSettings = field(default_factory=ControllerSettings)
+    control_faults: ControlFaults = field(default_factory=ControlFaults)
+    # Storage pods beyond the ensemble (the real controller's spares).
+    spare_nodes: int = 2
     leader_core_class: type[LeaderCore] = LeaderCore
     client_write_probability: float = 0.4
     # Reads, each step, by a reader; 0 keeps readers out of partitions too.
     client_read_probability: float = 0.0
+    # Each step, each locker acts (session, keep-alive, lock) with this chance;
+    # 0 keeps lockers out (and out of partitions).
+    session_probability: float = 0.0
+    locker_crash_probability: float = 0.004
     sync_probability: float = 0.3
     crash_probability: float = 0.006
     # A correlated crash (a rack losing power): a majority of the replicas at once,
@@ -73,6 +104,9 @@ class SimConfig:
     # a majority with the data they are recorded to hold (the fault model: a
     # shard survives losing the disks of a minority of its members).
     wipe_probability: float = 0.0
+    # A learner (a member the leader is still catching up) stops part-way: it
+    # crashes (and restarts later like any crashed replica), per step and learner.
+    learner_stop_probability: float = 0.0
     random_election_probability: float = 0.004
     ensemble_change_probability: float = 0.006
     # Entries' timestamps advance 10 ms a step: 1 s of retention is 100 steps, so
@@ -85,6 +119,24 @@ class SimConfig:
 
 class SimulationFailure(AssertionError):
     pass
+
+
+@dataclass
+class Locker:
+    """A client holding a session and, at times, the lock. What it believes: its
+    session lives until `live_until` (a timeout after sending the last request
+    the leader answered for it), and it holds the lock while it does."""
+
+    name: str
+    session: int | None = None
+    creating: tuple[int, int] | None = None  # (request id, sent step)
+    live_until: int = -1
+    holds: bool = False
+    acquiring: tuple[int, int] | None = None  # (request id, sent step)
+    last_keepalive_step: int = -1
+
+    def believes_holding(self, now: int) -> bool:
+        return self.holds and now < self.live_until
 
 
 class World:
@@ -102,24 +154,44 @@ class World:
         )
         self.observer = self.env.observer
         self.replicas: dict[str, SimReplica] = {}
-        names = [self._new_replica() for _ in range(config.replicas)]
-        settings = CoordinatorSettings(
-            min_size=max(3, config.replicas - 1),
-            max_size=config.replicas + 1,
-            random_election_probability=config.random_election_probability,
-            ensemble_change_probability=config.ensemble_change_probability,
-        )
-        self.coordinator = config.coordinator_class(
-            self.env,
-            names,
-            settings,
-            self._new_replica,
-            self._is_leading,
-            incarnation_of=lambda name: self.replicas[name].data_incarnation,
-        )
-        self.coordinator.lacks_replica = lambda name: (
-            self.replicas[name].up and self.replicas[name].absent
-        )
+        self.coordinator: Coordinator | Controllers
+        if config.controller == "real":
+            # Every pod starts without the shard's replica: the controller places
+            # the shard and its first election creates them.
+            nodes = [
+                self._new_replica(absent=True) for _ in range(config.replicas + config.spare_nodes)
+            ]
+            # The scripted coordinator's elections "for no reason" are an
+            # operator's leader moves here, and its ensemble changes an
+            # operator's replication factor and scale changes (each a few).
+            faults = dataclasses.replace(
+                config.control_faults,
+                leader_move_probability=config.random_election_probability,
+                operator_probability=config.ensemble_change_probability / 5,
+            )
+            self.coordinator = Controllers(
+                self.env, nodes, config.replicas, config.controller_settings, faults
+            )
+        else:
+            names = [self._new_replica() for _ in range(config.replicas)]
+            settings = CoordinatorSettings(
+                min_size=max(3, config.replicas - 1),
+                max_size=config.replicas + 1,
+                random_election_probability=config.random_election_probability,
+                ensemble_change_probability=config.ensemble_change_probability,
+            )
+            coordinator = config.coordinator_class(
+                self.env,
+                names,
+                settings,
+                self._new_replica,
+                self._is_leading,
+                incarnation_of=lambda name: self.replicas[name].data_incarnation,
+            )
+            coordinator.lacks_replica = lambda name: (
+                self.replicas[name].up and self.replicas[name].absent
+            )
+            self.coordinator = coordinator
         self.clients = Clients(rng)
         self.checks = CheckerState()
         self.faults = True
@@ -132,6 +204,14 @@ class World:
         self.env.net.up(CLIENT, 1)
         for reader in READERS:
             self.env.net.up(reader, 1)
+        self.lockers = {name: Locker(name) for name in LOCKERS}
+        # request id of a lock put -> its locker
+        self.lock_requests: dict[int, str] = {}
+        self.sessions_seen = 0
+        self.keepalives_seen = 0
+        self.lock_acquisitions = 0
+        for name in LOCKERS:
+            self.env.net.up(name, 1)
 
     # -- queries -----------------------------------------------------------------------
 
@@ -149,9 +229,11 @@ class World:
         that the replica leads `term`."""
         replica = self.replicas[name]
         core = replica.core
+        # (The real controller's failure detection is its own: see controller.py.)
+        scripted = not isinstance(self.coordinator, Controllers)
         return (
             core is not None
-            and not self.env.net.cut(name, CONTROLLER)
+            and not (scripted and self.env.net.cut(name, CONTROLLER))
             and core.role is Role.LEADER
             and core.term == term
         )
@@ -172,10 +254,14 @@ class World:
 
     def run(self) -> None:
         """The faulty phase, then the quiet one, then the liveness check."""
-        for _ in range(self.config.steps):
-            self._guarded(self.step)
-        self._guarded(self.quiesce)
-        self._guarded(lambda: check_liveness(self))
+        try:
+            for _ in range(self.config.steps):
+                self._guarded(self.step)
+            self._guarded(self.quiesce)
+            self._guarded(lambda: check_liveness(self))
+        finally:
+            if isinstance(self.coordinator, Controllers):
+                self.coordinator.close()
 
     def _guarded(self, action: Callable[[], None]) -> None:
         try:
@@ -211,9 +297,13 @@ class World:
         self.coordinator.tick(self.faults)
         for replica in self.live_replicas():
             replica.pump()
+        self._lockers_learn()
         for write in self.observer.acked[self.acks_seen :]:
             self.clients.acknowledged(write)
+            self._lock_answered(write)
         self.acks_seen = len(self.observer.acked)
+        if self.faults and self.config.session_probability > 0:
+            self._lockers_act()
         check_step(self)
 
     def quiesce(self) -> None:
@@ -222,15 +312,13 @@ class World:
         self.faults = False
         env.net.faults = NetworkFaults.none()
         env.net.heal()
+        if isinstance(self.coordinator, Controllers):
+            self.coordinator.quiesce()
         ensemble = self.coordinator.ensemble
         # A minority that was down may stay down, as long as the members up then
         # include a majority whose data is intact (a wiped member rebuilt but not
         # yet recorded as caught up does not count: the shard waits for it).
-        intact = {
-            name
-            for name in ensemble
-            if Coordinator.intact(self.coordinator, name, self.replicas[name].data_incarnation)
-        }
+        intact = {name for name in ensemble if self._intact(name)}
         staying_down: list[str] = []
         for name in ensemble:
             if self.replicas[name].up or len(staying_down) >= (len(ensemble) - 1) // 2:
@@ -271,7 +359,7 @@ class World:
         body = envelope.body
         if not isinstance(body, m.ReplicateResponse):
             self.env.log(f"{envelope.src} -> {envelope.dst}: {_brief(body)}")
-        if envelope.dst == CONTROLLER:
+        if envelope.dst not in self.replicas:
             self.coordinator.receive(envelope)
             return
         replica = self.replicas[envelope.dst]
@@ -289,9 +377,17 @@ class World:
         if len(net.partitions) < config.max_partitions and rng.random() < (
             config.partition_probability
         ):
-            nodes = [*self.replicas, CONTROLLER]
+            # Pods without the shard's replica (spares) are left out: cutting
+            # them off changes nothing for the shard.
+            nodes = [name for name, replica in self.replicas.items() if not replica.absent]
+            if isinstance(self.coordinator, Controllers):
+                nodes.extend(Controllers.NAMES)
+            else:
+                nodes.append(CONTROLLER)
             if config.client_read_probability > 0:
                 nodes.extend(READERS)
+            if config.session_probability > 0:
+                nodes.extend(LOCKERS)
             cut_off = frozenset(rng.sample(nodes, rng.randint(1, max(1, len(nodes) // 2))))
             net.partition(cut_off, env.now + rng.randint(5, config.max_partition_steps))
             env.log(f"partition: {sorted(cut_off)} cut off", "partitions")
@@ -315,6 +411,8 @@ class World:
             self.coordinator.crash()
         if config.long_lag_probability > 0:
             self._long_lag()
+        if config.learner_stop_probability:
+            self._stop_learners()
         if config.wipe_probability and rng.random() < config.wipe_probability:
             self._wipe(rng.choice(list(self.replicas.values())))
 
@@ -342,24 +440,64 @@ class World:
         env.net.partition(lagging, self.lag_ends_step)
         env.log(f"long lag: {sorted(lagging)} cut off until {self.lag_ends_step}", "long lags")
 
+    def _stop_learners(self) -> None:
+        leader = self.current_leader()
+        if leader is None or leader.leading is None:
+            return
+        core = leader.leading.core
+        for name, progress in core.followers.items():
+            replica = self.replicas[name]
+            if (
+                replica.up
+                and not core.is_voting(name)
+                and progress.acked_offset >= 0  # part-way: it has taken something
+                and self.env.rng.random() < self.config.learner_stop_probability
+            ):
+                self.env.log(
+                    f"{name} stops part-way through catching up (acked {progress.acked_offset}, "
+                    f"leader at {leader.log.last_offset})",
+                    "learners stopped part-way",
+                )
+                replica.crash()
+
     def _wipe(self, victim: SimReplica) -> None:
         """Within the fault model only: every other member of the ensemble but a
         minority holds the data the controller recorded for it."""
         coordinator = self.coordinator
         ensemble = coordinator.ensemble
         # The correct controller's judgement (a mutant's may differ).
-        intact = [
-            name
-            for name in ensemble
-            if name != victim.name
-            and Coordinator.intact(coordinator, name, self.replicas[name].data_incarnation)
-        ]
+        intact = [name for name in ensemble if name != victim.name and self._intact(name)]
         lost = len(ensemble) - len(intact) - (victim.name in ensemble)
+        if isinstance(coordinator, Controllers):
+            # Members being removed still vote; members still catching up are not
+            # lost, only not (yet) holding everything: what matters is that a
+            # majority of the voters holds all that was acknowledged.
+            voters = coordinator.voters
+            intact = [name for name in voters if name != victim.name and self._intact(name)]
+            lost = 0 if len(intact) * 2 > len(voters) else 1
+            ensemble = voters
         if victim.name in ensemble and (lost > 0 or len(intact) * 2 <= len(ensemble)):
             self.env.count("wipes skipped (a majority would lose its data)")
             return
         self.env.log(f"{victim.name} loses its disk", "wipes")
         victim.wipe()
+
+    def _intact(self, name: str) -> bool:
+        """Does `name` hold the data the controller recorded? (The correct
+        controller's judgement: a mutant's may differ.)"""
+        replica = self.replicas[name]
+        incarnation = replica.data_incarnation
+        if isinstance(self.coordinator, Controllers):
+            # With ensemble changes, a member may also hold less than what was
+            # acknowledged without any wipe: one added and still catching up, or
+            # one whose replica is not created yet. It does not count either.
+            acked = self.observer.ack_max_offsets
+            return (
+                not replica.absent
+                and replica.log.synced_offset >= (acked[-1] if acked else -1)
+                and self.coordinator.intact(name, incarnation)
+            )
+        return Coordinator.intact(self.coordinator, name, incarnation)
 
     def _trim(self, replica: SimReplica) -> None:
         log, applied = replica.log, replica.kv.applied_offset
@@ -389,9 +527,91 @@ class World:
         self.reads_sent += 1
         self.env.send(reader, target, m.ClientRead(self.reads_sent, reader, self.env.now))
 
-    def _new_replica(self) -> str:
-        name = f"r{len(self.replicas)}"
-        self.replicas[name] = SimReplica(name, self.env)
+    # -- lockers -----------------------------------------------------------------------
+
+    def _lockers_learn(self) -> None:
+        """What the leader answered lockers this step: sessions created,
+        keep-alives; and beliefs that ran out."""
+        timeout_steps = SESSION_TIMEOUT_MS // STEP_MS
+        observer, now = self.observer, self.env.now
+        for client, request_id, session_id, _ in observer.sessions_created[self.sessions_seen :]:
+            locker = self.lockers[client]
+            if locker.creating is not None and locker.creating[0] == request_id:
+                locker.session = session_id
+                locker.live_until = locker.creating[1] + timeout_steps
+                locker.last_keepalive_step = now
+                locker.creating = None
+        self.sessions_seen = len(observer.sessions_created)
+        for client, session_id, sent_step, _ in observer.keepalives[self.keepalives_seen :]:
+            locker = self.lockers[client]
+            if locker.session == session_id:
+                locker.live_until = max(locker.live_until, sent_step + timeout_steps)
+        self.keepalives_seen = len(observer.keepalives)
+        for locker in self.lockers.values():
+            if locker.session is not None and now >= locker.live_until:
+                self.env.log(f"{locker.name} takes session {locker.session} as lost")
+                locker.session, locker.holds, locker.acquiring = None, False, None
+
+    def _lock_answered(self, write: AckedWrite) -> None:
+        name = self.lock_requests.pop(write.request_id, None)
+        if name is None:
+            return
+        locker = self.lockers[name]
+        if locker.acquiring is None or locker.acquiring[0] != write.request_id:
+            return
+        locker.acquiring = None
+        response = pb.WriteResponse.FromString(write.response)
+        if response.puts[0].status != pb.OK:
+            return
+        self.lock_acquisitions += 1
+        self.env.log(f"{name} takes the lock (session {locker.session})", "locks taken")
+        check_lock_taken(self, locker)
+        locker.holds = True
+
+    def _lockers_act(self) -> None:
+        env, rng, now = self.env, self.env.rng, self.env.now
+        for locker in self.lockers.values():
+            if rng.random() >= self.config.session_probability:
+                continue
+            if locker.session is not None and rng.random() < self.config.locker_crash_probability:
+                env.log(f"{locker.name} crashes (session {locker.session})", "lockers crashed")
+                locker.session, locker.holds, locker.acquiring = None, False, None
+                continue
+            target = self._client_target(0.9)
+            if locker.session is None:
+                if locker.creating is None or now - locker.creating[1] > CLIENT_RETRY_STEPS:
+                    self.clients.next_request_id += 1
+                    request_id = self.clients.next_request_id
+                    locker.creating = (request_id, now)
+                    body = m.CreateSession(request_id, locker.name, SESSION_TIMEOUT_MS)
+                    env.send(locker.name, target, body)
+                continue
+            if now - locker.last_keepalive_step >= KEEPALIVE_STEPS:
+                locker.last_keepalive_step = now
+                env.send(locker.name, target, m.KeepAlive(locker.session, locker.name, now))
+            elif not locker.holds and (
+                locker.acquiring is None or now - locker.acquiring[1] > CLIENT_RETRY_STEPS
+            ):
+                self.clients.next_request_id += 1
+                request_id = self.clients.next_request_id
+                request = pb.WriteRequest()
+                request.puts.add(
+                    key=LOCK_KEY,
+                    value=locker.name.encode(),
+                    expected_version_id=-1,
+                    session_id=locker.session,
+                )
+                locker.acquiring = (request_id, now)
+                self.lock_requests[request_id] = locker.name
+                env.send(
+                    locker.name, target, m.ClientWrite(request_id, request.SerializeToString())
+                )
+
+    def _new_replica(self, absent: bool = False) -> str:
+        # Named like a StatefulSet's pods (<prefix>-<ordinal>), as the controller
+        # requires.
+        name = f"r-{len(self.replicas)}"
+        self.replicas[name] = SimReplica(name, self.env, absent)
         return name
 
 
@@ -418,9 +638,12 @@ def run_seed(seed: int, config: SimConfig) -> World:
 
 # Fault profiles the tests run. "steady": the defaults, with most steps making
 # progress; "churn": more crashes and power losses, slower syncs (so crashes hit
-# unsynced tails), and frequent elections and ensemble changes; "wipes": churn,
+# unsynced tails), frequent leader moves and ensemble changes (replication factor
+# and scale), and a controller paused past its lease now and then; "wipes": churn,
 # and now and then a replica losing its disk.
 CHURN = SimConfig(
+    control_faults=ControlFaults(pause_probability=0.002, pause_after_call_probability=0.05),
+    learner_stop_probability=0.02,
     sync_probability=0.1,
     crash_probability=0.01,
     power_loss_probability=0.01,
@@ -435,7 +658,10 @@ PROFILES: dict[str, SimConfig] = {
     "lagging": SimConfig(long_lag_probability=0.01),
     # Reads from readers that partitions may cut off with an old leader, beside
     # writes that reach the new one.
-    "reading": SimConfig(client_read_probability=0.4, partition_probability=0.02),
+    # Lockers too: sessions kept alive, an ephemeral lock taken and given up.
+    "reading": SimConfig(
+        client_read_probability=0.4, partition_probability=0.02, session_probability=0.5
+    ),
     "churn": CHURN,
     # Churn, and disks lost (within the fault model: a minority at a time).
     "wipes": dataclasses.replace(CHURN, wipe_probability=0.01),

@@ -37,7 +37,15 @@ class ShardState:
 
 
 class Driver:
-    def __init__(self, namespace: str = "default", epoch: int = 1) -> None:
+    def __init__(
+        self,
+        namespace: str = "default",
+        epoch: int = 1,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
+        """`credentials`: mutual TLS (the controller's certificate) for pods whose
+        internal port requires it; None: plaintext."""
+        self.credentials = credentials
         self.namespace = namespace
         self.epoch = epoch
         self.shards: dict[int, ShardState] = {}
@@ -47,7 +55,11 @@ class Driver:
     def stub(self, node: NodeProcess) -> rpb_grpc.CoordinationStub:
         channel = self._channels.get(node.internal_address)
         if channel is None:
-            channel = grpc.insecure_channel(node.internal_address)
+            channel = (
+                grpc.insecure_channel(node.internal_address)
+                if self.credentials is None
+                else grpc.secure_channel(node.internal_address, self.credentials)
+            )
             self._channels[node.internal_address] = channel
         return rpb_grpc.CoordinationStub(channel)
 

@@ -35,6 +35,13 @@ Where it differs on purpose:
 - no authentication, admission, finalizers, graceful deletion, server-side apply,
   dry run, watch bookmarks or pagination (`limit` is ignored, which the API allows).
 
+Authorization (RBAC), opt-in per client: `enforce_role(role, user_agent=...)` lets
+that client make only the calls the `rbac.authorization.k8s.io/v1` Role's rules
+grant (verbs x resources, with `plural/subresource` and `*` as the API server
+reads them, x apiGroups, x resourceNames), and answers anything else 403
+Forbidden as the API server does. `authorized` records the (apiGroup, resource,
+verb) each such client was granted, `forbidden` what it was refused.
+
 Fault injection: `fail_next()` answers the next matching requests with an error
 status (or drops the connection), `partition()` fails every request of one client
 (clients are told apart by their User-Agent, see `api_client(user_agent=...)`),
@@ -865,6 +872,79 @@ class Request:
         return self.query.get("watch") in ("true", "1")
 
 
+# -- authorization ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PolicyRule:
+    """One rule of a Role, as the RBAC authorizer reads it."""
+
+    api_groups: frozenset[str]
+    resources: frozenset[str]
+    verbs: frozenset[str]
+    resource_names: frozenset[str] = frozenset()
+
+    def allows(self, verb: str, group: str, resource: str, name: str | None) -> bool:
+        base = resource.split("/", 1)[0]
+        return (
+            ("*" in self.verbs or verb in self.verbs)
+            and ("*" in self.api_groups or group in self.api_groups)
+            and (
+                "*" in self.resources
+                or resource in self.resources
+                # `plural/*` grants every subresource of plural (not plural itself).
+                or ("/" in resource and f"{base}/*" in self.resources)
+            )
+            # resourceNames restrict by name; a create (no name yet) never matches them.
+            and (not self.resource_names or (name is not None and name in self.resource_names))
+        )
+
+
+def role_rules(role: Object) -> list[PolicyRule]:
+    """The rules of a Role object (as rendered YAML/JSON); non-resource URLs are
+    not supported (a Role cannot hold them)."""
+    if role.get("kind") != "Role" or role.get("apiVersion") != "rbac.authorization.k8s.io/v1":
+        raise ValueError(f"not an rbac.authorization.k8s.io/v1 Role: {role.get('kind')}")
+    return [
+        PolicyRule(
+            frozenset(rule.get("apiGroups") or ()),
+            frozenset(rule.get("resources") or ()),
+            frozenset(rule.get("verbs") or ()),
+            frozenset(rule.get("resourceNames") or ()),
+        )
+        for rule in role.get("rules") or ()
+    ]
+
+
+@dataclass
+class _Grant:
+    user: str
+    namespace: str
+    rules: list[PolicyRule]
+
+
+def _verb(method: str, route: _Route, query: dict[str, str]) -> str:
+    if route.name is None:
+        if method == "GET":
+            return "watch" if query.get("watch") in ("true", "1") else "list"
+        return {"POST": "create", "DELETE": "deletecollection"}.get(method, method.lower())
+    return {"GET": "get", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(
+        method, method.lower()
+    )
+
+
+def _name_of(route: _Route, query: dict[str, str]) -> str | None:
+    """The name the authorizer sees: the URL's, or for a list or watch a
+    `metadata.name=` field selector's (as the API server does since 1.x)."""
+    if route.name is not None:
+        return route.name
+    for term in _split_terms(query.get("fieldSelector", "")):
+        key, _, value = term.partition("=")
+        if key.strip() == "metadata.name" and not value.startswith("="):
+            return value.strip()
+    return None
+
+
 class _HTTPServer(ThreadingHTTPServer):
     # Handler threads are joined on close; `stop()` unblocks them first.
     daemon_threads = False
@@ -956,6 +1036,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_json(200, {"major": "1", "minor": "31", "gitVersion": "v1.31.0-fake"})
                 return
             route = fake._route(url.path)
+            fake._authorize(request, route)
             if method == "GET" and route.name is None and request.is_watch:
                 self._watch(route, query)
                 return
@@ -1079,7 +1160,11 @@ class FakeKubeServer:
         self._requests: deque[Request] = deque(maxlen=10_000)
         self.internal_errors: list[BaseException] = []
         self._faults: list[_Fault] = []
-        self._lock = threading.Lock()  # guards _faults and _requests
+        self._lock = threading.Lock()  # guards _faults, _requests, _grants and the records
+        self._grants: dict[str, _Grant] = {}
+        # (user agent, apiGroup, resource, verb) of calls RBAC allowed / refused.
+        self._authorized: set[tuple[str, str, str, str]] = set()
+        self._forbidden: list[tuple[str, str, str, str]] = []
         self._clients: list[kubernetes.client.ApiClient] = []
         self._http: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -1187,6 +1272,72 @@ class FakeKubeServer:
                             self._faults.remove(fault)
                     return fault
         return None
+
+    # -- authorization -----------------------------------------------------------------
+
+    def enforce_role(
+        self,
+        role: Object,
+        *,
+        user_agent: str,
+        user: str | None = None,
+        namespace: str = "default",
+    ) -> None:
+        """From now on, the client with this user agent may make only the calls the
+        Role grants, in `namespace` (a RoleBinding's reach), as `user` (for the
+        messages; by default the service account named like the Role)."""
+        rules = role_rules(role)
+        name = role.get("metadata", {}).get("name", "unknown")
+        with self._lock:
+            self._grants[user_agent] = _Grant(
+                user or f"system:serviceaccount:{namespace}:{name}", namespace, rules
+            )
+
+    def authorized(self, user_agent: str) -> set[tuple[str, str, str]]:
+        """(apiGroup, resource, verb) of every call this client was allowed."""
+        with self._lock:
+            return {entry[1:] for entry in self._authorized if entry[0] == user_agent}
+
+    def forbidden(self, user_agent: str | None = None) -> list[tuple[str, str, str]]:
+        """(apiGroup, resource, verb) of every call refused (of one client, or all)."""
+        with self._lock:
+            return [
+                entry[1:]
+                for entry in self._forbidden
+                if user_agent is None or entry[0] == user_agent
+            ]
+
+    def _authorize(self, request: Request, route: _Route) -> None:
+        with self._lock:
+            grant = self._grants.get(request.user_agent)
+        if grant is None:
+            return  # not an enforced client: everything goes, as before
+        verb = _verb(request.method, route, request.query)
+        group = route.rtype.group
+        resource = route.rtype.plural + (f"/{route.subresource}" if route.subresource else "")
+        name = _name_of(route, request.query)
+        record = (request.user_agent, group, resource, verb)
+        allowed = route.namespace == grant.namespace and any(
+            rule.allows(verb, group, resource, name) for rule in grant.rules
+        )
+        with self._lock:
+            if allowed:
+                self._authorized.add(record)
+            else:
+                self._forbidden.append(record)
+        if allowed:
+            return
+        scope = (
+            f' in the namespace "{route.namespace}"' if route.namespace else " at the cluster scope"
+        )
+        named = "" if name is None else f" {json.dumps(name)}"
+        raise ApiError(
+            403,
+            "Forbidden",
+            f'{route.rtype.resource}{named} is forbidden: User "{grant.user}" cannot {verb} '
+            f'resource "{resource}" in API group "{group}"{scope}',
+            {**route.rtype.details(name or ""), "kind": route.rtype.plural},
+        )
 
     # -- test helpers ------------------------------------------------------------------
 

@@ -122,6 +122,7 @@ class StandaloneProcess(PipedProcess):
     def command(self) -> list[str]:
         return [
             sys.executable, "-m", "cairn.storage", "standalone",
+            *([] if "--tls-dir" in self.extra_args else ["--insecure"]),
             "--port", "0", "--data-dir", str(self.data_dir), "--log-level", "WARNING",
             "--metrics-port", "0",
             *(["--shards", str(self.shards)] if self.shards is not None else []),
@@ -158,8 +159,13 @@ class NodeProcess(StandaloneProcess):
     """`cairn-storage node`: a storage pod in a cluster, on ephemeral ports the first
     time and on the same ports after a restart (its ensemble knows it by them)."""
 
-    def __init__(self, data_dir: Path, extra_args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, data_dir: Path, extra_args: tuple[str, ...] = (), tls_dir: Path | None = None
+    ) -> None:
+        """`tls_dir`: the pod's certificates (internal mTLS, public TLS unless
+        `--public-plaintext` is among `extra_args`); None: --insecure."""
         super().__init__(data_dir, None, extra_args)
+        self.tls_dir = tls_dir
         self.port = 0
         self.internal_port = 0
 
@@ -169,6 +175,7 @@ class NodeProcess(StandaloneProcess):
     def command(self) -> list[str]:
         return [
             sys.executable, "-m", "cairn.storage", "node",
+            *(["--tls-dir", str(self.tls_dir)] if self.tls_dir else ["--insecure"]),
             "--port", str(self.port), "--internal-port", str(self.internal_port),
             "--data-dir", str(self.data_dir), "--log-level", "INFO",
             "--metrics-port", "0",

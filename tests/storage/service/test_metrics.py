@@ -63,6 +63,19 @@ def test_storage_metrics_move_with_load(
     assert any(("rpc_method", "Read") in key and value >= 2 for key, value in calls.items())
     for name in ("process_cpu_time_seconds_total", "cairn_process_event_loop_lag_seconds_count"):
         assert samples(after, name), name
+    # Each request on the client's WriteStream, and the WAL appends of the entries.
+    streamed = samples(after, "cairn_rpc_server_stream_request_duration_seconds_count")
+    assert any(("rpc_method", "WriteStream") in k and v >= 3 for k, v in streamed.items())
+    assert samples(after, "cairn_wal_append_duration_seconds_count")[labels] >= 1
+    # Series that exist before their first event: no subscriber, no snapshot sent.
+    assert samples(after, "cairn_notification_subscribers")[labels] == 0
+    assert samples(after, "cairn_snapshot_sent_total")[labels] == 0
+    assert (
+        samples(after, "cairn_requests_rejected_total")[frozenset({("reason", "OVERLOADED")})] == 0
+    )
+    (available,) = samples(after, "cairn_disk_available_bytes").values()
+    (capacity,) = samples(after, "cairn_disk_capacity_bytes").values()
+    assert 0 < available <= capacity
 
     with Client(server.address) as client:
         client.put("/metrics/ephemeral", b"value", ephemeral=True)

@@ -22,6 +22,7 @@ from cairn.client.attempts import Attempts
 from cairn.client.channels import ChannelPool
 from cairn.client.failures import Retry, classify, server_status
 from cairn.client.routing import ShardMap, ShardMapError
+from cairn.common.hashing import KeyHash
 from cairn.proto import oxia_client_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -36,10 +37,12 @@ class ShardMapFollower:
         initial_backoff_s: float,
         max_backoff_s: float,
         on_change: Callable[[], None],
+        key_hash: KeyHash = KeyHash.XXH3,
     ) -> None:
         if not seeds:
             raise ValueError("at least one server address is needed")
         self._pool = pool
+        self._key_hash = key_hash
         self._seeds = list(seeds)
         self.namespace = namespace
         self._initial_backoff_s = initial_backoff_s
@@ -157,7 +160,7 @@ class ShardMapFollower:
             backoff_s = min(backoff_s * 2, self._max_backoff_s)
 
     def _accept(self, message: pb.ShardAssignments) -> None:
-        new_map = ShardMap.from_proto(self.namespace, message)
+        new_map = ShardMap.from_proto(self.namespace, message, self._key_hash)
         self._map = new_map
         self._hints.clear()
         self.version += 1

@@ -9,6 +9,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from cairn.common.tls import ChannelCache, TlsFiles, TlsSource
 from cairn.proto import oxia_client_pb2 as pb
 
 SERVICE = "io.oxia.proto.v1.OxiaClient"
@@ -19,8 +20,11 @@ _KEEPALIVE_MS = 10_000
 
 
 class ChannelPool:
-    def __init__(self, max_message_bytes: int) -> None:
-        self._options = [
+    """`tls`: TLS to every server (None: plaintext). A channel is made again when
+    the files change, so connections made after a rotation use the new ones."""
+
+    def __init__(self, max_message_bytes: int, tls: TlsFiles | None = None) -> None:
+        options = [
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.keepalive_time_ms", _KEEPALIVE_MS),
@@ -29,23 +33,23 @@ class ChannelPool:
             ("grpc.initial_reconnect_backoff_ms", 100),
             ("grpc.max_reconnect_backoff_ms", 2_000),
         ]
-        self._channels: dict[str, Stubs] = {}
+        self._channels = ChannelCache(TlsSource(tls) if tls is not None else None, options)
+        self._stubs: dict[str, Stubs] = {}
         self.closed = False
 
     def stubs(self, address: str) -> Stubs:
-        stubs = self._channels.get(address)
-        if stubs is None:
-            if self.closed:
-                raise RuntimeError("the channel pool is closed")
-            stubs = Stubs(grpc.aio.insecure_channel(address, options=self._options))
-            self._channels[address] = stubs
+        if self.closed:
+            raise RuntimeError("the channel pool is closed")
+        channel = self._channels.get(address)
+        stubs = self._stubs.get(address)
+        if stubs is None or stubs.channel is not channel:
+            stubs = self._stubs[address] = Stubs(channel)
         return stubs
 
     async def close(self) -> None:
         self.closed = True
-        channels, self._channels = list(self._channels.values()), {}
-        for stubs in channels:
-            await stubs.channel.close(grace=None)
+        self._stubs = {}
+        await self._channels.close()
 
 
 def _method(channel: grpc.aio.Channel, kind: str, name: str, response: Any) -> Any:
@@ -71,6 +75,8 @@ class Stubs:
             channel, "unary_stream", "GetShardAssignments", pb.ShardAssignments
         )
         self.write_stream = _method(channel, "stream_stream", "WriteStream", pb.WriteResponse)
+        # Traced writes only (writes.py): a unary call's metadata carries the trace context.
+        self.write = _method(channel, "unary_unary", "Write", pb.WriteResponse)
         self.read = _method(channel, "unary_stream", "Read", pb.ReadResponse)
         self.list = _method(channel, "unary_stream", "List", pb.ListResponse)
         self.range_scan = _method(channel, "unary_stream", "RangeScan", pb.RangeScanResponse)

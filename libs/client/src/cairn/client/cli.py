@@ -38,6 +38,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 from cairn.client import errors
@@ -53,6 +54,8 @@ from cairn.client.cli_status import status_command
 from cairn.client.client import AsyncClient
 from cairn.client.options import ClientOptions
 from cairn.client.records import Comparison
+from cairn.common.hashing import KeyHash
+from cairn.common.tls import TlsConfigError, TlsFiles
 
 DEFAULT_ADDRESS = "127.0.0.1:6648"
 DEFAULT_NAMESPACE = "default"
@@ -115,8 +118,34 @@ def _add_global_options(parser: argparse.ArgumentParser, env: Mapping[str, str],
         help=f"deadline of each call, retries included (default {DEFAULT_TIMEOUT_S:g})",
     )
     parser.add_argument(
+        "--key-hash",
+        choices=[h.value for h in KeyHash],
+        default=default(env.get("CAIRN_KEY_HASH", KeyHash.XXH3.value)),
+        help="how keys map to shards ($CAIRN_KEY_HASH, default xxh3, as the shard map says; "
+        "xxh64 reaches data written by the oxia 0.2.1 Python client)",
+    )
+    parser.add_argument(
         "--json", action="store_true", default=default(False), help="machine-readable output"
     )
+    parser.add_argument(
+        "--tls-dir",
+        type=Path,
+        default=default(env.get("CAIRN_TLS_DIR")),
+        metavar="DIR",
+        help="TLS with a cert-manager style directory: ca.crt, and tls.crt/tls.key if a "
+        "client certificate is wanted ($CAIRN_TLS_DIR; cairn-local prints one)",
+    )
+    parser.add_argument(
+        "--tls-ca",
+        type=Path,
+        default=default(None),
+        metavar="PATH",
+        help="TLS, checking the server by this CA file (instead of --tls-dir)",
+    )
+    parser.add_argument("--tls-cert", type=Path, default=default(None), metavar="PATH",
+                        help="client certificate (with --tls-key)")  # fmt: skip
+    parser.add_argument("--tls-key", type=Path, default=default(None), metavar="PATH",
+                        help="client certificate's key (with --tls-cert)")  # fmt: skip
 
 
 def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
@@ -441,8 +470,30 @@ async def _close_iterator(iterator: Any) -> None:
 _OPEN_ENDED = {"watch", "sequence-updates"}
 
 
+def tls_files(args: argparse.Namespace) -> TlsFiles | None:
+    """The TLS files the options name; None: plaintext. Usage errors exit with 2."""
+    single = (args.tls_ca, args.tls_cert, args.tls_key)
+    if args.tls_dir is not None:
+        if any(path is not None for path in single):
+            raise SystemExit(
+                "cairn: --tls-dir and --tls-ca/--tls-cert/--tls-key exclude each other"
+            )
+        return TlsFiles.in_directory(args.tls_dir)
+    if all(path is None for path in single):
+        return None
+    try:
+        return TlsFiles(args.tls_cert, args.tls_key, args.tls_ca)
+    except TlsConfigError as error:
+        raise SystemExit(f"cairn: {error}") from None
+
+
 def client_options(args: argparse.Namespace) -> ClientOptions:
-    return ClientOptions(request_timeout_s=args.timeout_s, connect_timeout_s=args.timeout_s)
+    return ClientOptions(
+        request_timeout_s=args.timeout_s,
+        connect_timeout_s=args.timeout_s,
+        key_hash=KeyHash(args.key_hash),
+        tls=tls_files(args),
+    )
 
 
 async def _run_data_command(handler: Handler, args: argparse.Namespace, output: Output) -> None:

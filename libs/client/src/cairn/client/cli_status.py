@@ -14,6 +14,7 @@ import httpx
 from cairn.client.cli_output import Output, table
 from cairn.client.client import AsyncClient
 from cairn.client.options import ClientOptions
+from cairn.common.tls import LiveSSLContext, TlsFiles, TlsSource, aio_channel
 from cairn.proto import replication_pb2 as rpb
 from cairn.proto import replication_pb2_grpc as rpb_grpc
 
@@ -22,11 +23,16 @@ from cairn.proto import replication_pb2_grpc as rpb_grpc
 CONTROLLER_TIMEOUT_S = 3.0
 
 
-async def controller_view(admin_url: str, timeout_s: float) -> tuple[dict[str, Any] | None, str]:
+async def controller_view(
+    admin_url: str, timeout_s: float, tls: TlsFiles | None = None
+) -> tuple[dict[str, Any] | None, str]:
     """The cluster, shards and nodes views of the controller's admin API, or None
-    and why not."""
+    and why not. `tls`: the CA (and client certificate) for an https URL."""
+    verify: Any = True
+    if tls is not None:
+        verify = LiveSSLContext(TlsSource(tls), server=False).context
     try:
-        async with httpx.AsyncClient(base_url=admin_url, timeout=timeout_s) as http:
+        async with httpx.AsyncClient(base_url=admin_url, timeout=timeout_s, verify=verify) as http:
             views = {}
             for name in ("cluster", "shards", "nodes"):
                 response = await http.get(f"/v1/{name}")
@@ -117,7 +123,7 @@ def shard_status_document(status: rpb.ShardStatus) -> dict[str, Any]:
 
 
 async def shard_statuses(
-    addresses: Sequence[str], timeout_s: float
+    addresses: Sequence[str], timeout_s: float, tls: TlsFiles | None = None
 ) -> tuple[dict[int, rpb.ShardStatus], list[str]]:
     """GetStatus of every replica at each address (a standalone server serves it
     on its client port): the statuses by shard, and remarks on addresses that did
@@ -125,7 +131,7 @@ async def shard_statuses(
     found: dict[int, rpb.ShardStatus] = {}
     notes = []
     for address in addresses:
-        async with grpc.aio.insecure_channel(address) as channel:
+        async with aio_channel(address, TlsSource(tls) if tls is not None else None) as channel:
             try:
                 response = await rpb_grpc.CoordinationStub(channel).GetStatus(
                     rpb.GetStatusRequest(), timeout=timeout_s
@@ -150,7 +156,7 @@ async def storage_view(args: argparse.Namespace, options: ClientOptions) -> dict
     ) as client:
         shard_map = client.shard_map
     leaders = sorted({info.leader for info in shard_map.shards if info.leader})
-    statuses, notes = await shard_statuses(leaders, args.timeout_s)
+    statuses, notes = await shard_statuses(leaders, args.timeout_s, options.tls)
     return {
         "source": "storage",
         "address": args.address,
@@ -207,7 +213,7 @@ def format_storage_view(view: Mapping[str, Any]) -> str:
 
 async def status_command(args: argparse.Namespace, output: Output, options: ClientOptions) -> None:
     views, why_not = await controller_view(
-        args.admin_url, min(args.timeout_s, CONTROLLER_TIMEOUT_S)
+        args.admin_url, min(args.timeout_s, CONTROLLER_TIMEOUT_S), options.tls
     )
     if views is not None:
         if output.as_json:

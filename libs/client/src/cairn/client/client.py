@@ -16,7 +16,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
+
+from opentelemetry.context import Context
 
 from cairn.client import errors
 from cairn.client.assignments import ShardMapFollower
@@ -37,6 +40,8 @@ from cairn.client.routing import ShardMap
 from cairn.client.scans import KEYS_END, Scans
 from cairn.client.sessions import SessionManager
 from cairn.client.writes import DELETE, DELETE_RANGE, PUT, ShardWriter, WriteOp
+from cairn.common import tracing
+from cairn.common.hashing import KeyHash
 from cairn.proto import oxia_client_pb2 as pb
 
 _OK = pb.OK
@@ -46,6 +51,12 @@ _SESSION_DOES_NOT_EXIST = pb.SESSION_DOES_NOT_EXIST
 # The pipelined requests one WriteStream may have unanswered on the server
 # (Limits.max_inflight_per_write_stream): the bound when batching is off.
 _UNBATCHED_MAX_INFLIGHT = 256
+# The client's span of one write (all its attempts), by kind, when tracing is on.
+_WRITE_SPANS = {
+    PUT: "cairn.client.put",
+    DELETE: "cairn.client.delete",
+    DELETE_RANGE: "cairn.client.delete_range",
+}
 
 
 # Named outside the class, whose `list` method hides the builtin in annotations.
@@ -100,6 +111,7 @@ class AsyncClient:
             options.retry_initial_backoff_s,
             options.retry_max_backoff_s,
             self._map_changed,
+            options.key_hash,
         )
         self._sessions = SessionManager(
             lambda shard: self.create_session(shard),
@@ -122,7 +134,7 @@ class AsyncClient:
         """Connect to any server(s) of the cluster ("host:port", comma-separated or a
         list) and wait for the namespace's shard map."""
         options = options or ClientOptions()
-        pool = ChannelPool(options.max_message_bytes)
+        pool = ChannelPool(options.max_message_bytes, options.tls)
         client = cls(pool, _addresses(address), namespace, options, owns_pool=True)
         try:
             await client._follower.start(options.connect_timeout_s)
@@ -131,10 +143,12 @@ class AsyncClient:
             raise
         return client
 
-    async def for_namespace(self, namespace: str) -> AsyncClient:
-        """A client of another namespace sharing this one's connections; closed with it."""
+    async def for_namespace(self, namespace: str, key_hash: KeyHash | None = None) -> AsyncClient:
+        """A client of another namespace sharing this one's connections; closed with it.
+        `key_hash`: how it routes keys, if not as this client does."""
         self._check_open()
-        child = AsyncClient(self._pool, self._seeds, namespace, self.options, owns_pool=False)
+        options = self.options if key_hash is None else replace(self.options, key_hash=key_hash)
+        child = AsyncClient(self._pool, self._seeds, namespace, options, owns_pool=False)
         await child._follower.start(self.options.connect_timeout_s)
         child._parent = self
         self._children.append(child)
@@ -242,6 +256,18 @@ class AsyncClient:
         proves whether it applied)."""
         loop = self._loop
         op = WriteOp(kind, message, size_bytes, loop)
+        if tracing.ENABLED:
+            with tracing.tracer().start_as_current_span(
+                _WRITE_SPANS[kind], attributes={"cairn.shard": shard}
+            ):
+                op.trace = tracing.current_context()
+                return await self._write_attempts(shard, op, attempts, idempotent)
+        return await self._write_attempts(shard, op, attempts, idempotent)
+
+    async def _write_attempts(
+        self, shard: int, op: WriteOp, attempts: Attempts, idempotent: bool
+    ) -> tuple[Any, bool]:
+        loop = self._loop
         ambiguous_before = False
         while True:
             self._check_open()
@@ -474,9 +500,22 @@ class AsyncClient:
     async def _send_read(
         self, shard: int, message: pb.GetRequest, attempts: Attempts
     ) -> pb.GetResponse:
+        if tracing.ENABLED:
+            with tracing.tracer().start_as_current_span(
+                "cairn.client.get", attributes={"cairn.shard": shard}
+            ):
+                return await self._read_attempts(
+                    shard, message, attempts, tracing.current_context()
+                )
+        return await self._read_attempts(shard, message, attempts, None)
+
+    async def _read_attempts(
+        self, shard: int, message: pb.GetRequest, attempts: Attempts, trace: Context | None
+    ) -> pb.GetResponse:
         while True:
             self._check_open()
             op = ReadOp(message, self._loop)
+            op.trace = trace
             reader = self._readers.get(shard) or self._reader(shard)
             if not reader.try_submit(op):
                 try:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+from cairn.common.hashing import KeyHash
+from cairn.common.tls import TlsFiles
+
 MiB = 1024 * 1024
 
 
@@ -46,6 +49,16 @@ class ClientOptions:
 
     # gRPC message size bound, both ways (the server's limit is larger).
     max_message_bytes: int = 64 * MiB
+
+    # How keys are hashed onto shards: XXH3, as the shard map says and Oxia's Go and
+    # Java clients do; XXH64 only to reach data the `oxia` 0.2.1 Python client wrote
+    # (it hashes that way whatever the map says).
+    key_hash: KeyHash = KeyHash.XXH3
+
+    # TLS to the servers: the CA to check them by (None: the system's roots) and
+    # optionally a client certificate (`TlsFiles.in_directory` for a directory in
+    # cert-manager's layout). None: plaintext. Files are re-read when they change.
+    tls: TlsFiles | None = None
 
     def __post_init__(self) -> None:
         if self.request_timeout_s <= 0 or self.connect_timeout_s <= 0:

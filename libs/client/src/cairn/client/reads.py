@@ -13,18 +13,24 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc.aio
+from opentelemetry.context import Context
+from opentelemetry.trace import SpanKind
 
 from cairn.client import errors
-from cairn.client.channels import ChannelPool
+from cairn.client.channels import SERVICE, ChannelPool
 from cairn.client.failures import Retry, classify, connection_status, server_status, settle
+from cairn.common import tracing
 from cairn.proto import oxia_client_pb2 as pb
 
 
 class ReadOp:
-    __slots__ = ("future", "message")
+    __slots__ = ("future", "message", "trace")
 
     def __init__(self, message: pb.GetRequest, loop: asyncio.AbstractEventLoop) -> None:
         self.message = message
+        # The caller's trace context (tracing on, its span sampled): the Read call
+        # that carries this get is traced, as a child of the first such caller.
+        self.trace: Context | None = None
         self.future: asyncio.Future[Any] = loop.create_future()
 
 
@@ -86,6 +92,29 @@ class ShardReader:
             self._send_more()
 
     async def _read(self, batch: list[ReadOp]) -> None:
+        if tracing.ENABLED:
+            traced = [op.trace for op in batch if op.trace is not None]
+            if traced:
+                # One CLIENT span per Read call (never per get): the first traced
+                # caller is its parent, the others are linked.
+                with tracing.tracer().start_as_current_span(
+                    f"{SERVICE}/Read",
+                    context=traced[0],
+                    kind=SpanKind.CLIENT,
+                    links=tracing.links_to(traced[1:]),
+                    attributes={
+                        "rpc.system": "grpc",
+                        "rpc.service": SERVICE,
+                        "rpc.method": "Read",
+                        "cairn.shard": self.shard,
+                        "cairn.gets": len(batch),
+                    },
+                ) as span:
+                    await self._call(batch, tracing.metadata_for(span))
+                return
+        await self._call(batch, None)
+
+    async def _call(self, batch: list[ReadOp], metadata: list[tuple[str, str]] | None) -> None:
         address = self._leader_of(self.shard)
         if address is None:
             outcome: Any = Retry(connection_status(f"shard {self.shard} has no leader yet"))
@@ -97,6 +126,7 @@ class ShardReader:
             call = self._pool.stubs(address).read(
                 pb.ReadRequest(shard=self.shard, gets=[op.message for op in batch]),
                 timeout=self._answer_timeout_s,
+                metadata=metadata,
             )
             async for response in call:
                 for get in response.gets:

@@ -2,7 +2,8 @@
 
 The routing key is the partition key when one is given, else the record key;
 its XXH3 hash (low 32 bits, as Oxia's reference clients compute it) falls in
-exactly one shard's inclusive hash range.
+exactly one shard's inclusive hash range. A map made with `KeyHash.XXH64` routes
+as the `oxia` 0.2.1 Python client does instead (see cairn.common.hashing).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import bisect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from cairn.common.hashing import HASH_SPACE_MAX, HashRange, key_hash
+from cairn.common.hashing import HASH_SPACE_MAX, HashRange, KeyHash
 from cairn.common.keyorder import KeyOrder
 from cairn.proto import oxia_client_pb2 as pb
 
@@ -34,6 +35,7 @@ class ShardMap:
     namespace: str
     shards: tuple[ShardInfo, ...]
     key_order: KeyOrder = KeyOrder.HIERARCHICAL
+    key_hash: KeyHash = KeyHash.XXH3
     _starts: tuple[int, ...] = field(init=False, repr=False, compare=False)
     _by_id: Mapping[int, ShardInfo] = field(init=False, repr=False, compare=False)
 
@@ -57,7 +59,9 @@ class ShardMap:
         object.__setattr__(self, "_by_id", by_id)
 
     @classmethod
-    def from_proto(cls, namespace: str, message: pb.ShardAssignments) -> ShardMap:
+    def from_proto(
+        cls, namespace: str, message: pb.ShardAssignments, key_hash: KeyHash = KeyHash.XXH3
+    ) -> ShardMap:
         if namespace not in message.namespaces:
             raise ShardMapError(f"the shard map does not list namespace {namespace!r}")
         assignment = message.namespaces[namespace]
@@ -79,11 +83,11 @@ class ShardMap:
             if assignment.key_sorting == pb.KEY_SORTING_NATURAL
             else KeyOrder.HIERARCHICAL
         )
-        return cls(namespace, tuple(shards), order)
+        return cls(namespace, tuple(shards), order, key_hash)
 
     def shard_for(self, key: str, partition_key: str | None = None) -> int:
         """The shard holding `key` (or every key of `partition_key`)."""
-        routing_hash = key_hash(key if partition_key is None else partition_key)
+        routing_hash = self.key_hash(key if partition_key is None else partition_key)
         index = bisect.bisect_right(self._starts, routing_hash) - 1
         return self.shards[index].shard
 

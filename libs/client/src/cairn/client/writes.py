@@ -25,10 +25,13 @@ from typing import Any
 
 import grpc
 import grpc.aio
+from opentelemetry.context import Context
+from opentelemetry.trace import SpanKind, StatusCode
 
 from cairn.client import errors
-from cairn.client.channels import NAMESPACE_HEADER, SHARD_ID_HEADER, ChannelPool
+from cairn.client.channels import NAMESPACE_HEADER, SERVICE, SHARD_ID_HEADER, ChannelPool
 from cairn.client.failures import Retry, classify, connection_status, server_status, settle
+from cairn.common import tracing
 from cairn.proto import oxia_client_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -42,7 +45,7 @@ _OP_OVERHEAD_BYTES = 32
 
 
 class WriteOp:
-    __slots__ = ("future", "kind", "message", "size_bytes", "solo")
+    __slots__ = ("future", "kind", "message", "size_bytes", "solo", "trace")
 
     def __init__(
         self, kind: int, message: Any, size_bytes: int, loop: asyncio.AbstractEventLoop
@@ -52,13 +55,16 @@ class WriteOp:
         self.size_bytes = size_bytes + _OP_OVERHEAD_BYTES
         # Sent alone: after its batch was refused as invalid, to find the culprit.
         self.solo = False
+        # The caller's trace context, when tracing is on and its span is sampled:
+        # the operation then goes in a request of its own (`ShardWriter._send_traced`).
+        self.trace: Context | None = None
         self.future: asyncio.Future[Any] = loop.create_future()
 
     def again(self, loop: asyncio.AbstractEventLoop) -> WriteOp:
         """The same operation for another attempt (a new future; still alone if it
         had to be)."""
         op = WriteOp(self.kind, self.message, 0, loop)
-        op.size_bytes, op.solo = self.size_bytes, self.solo
+        op.size_bytes, op.solo, op.trace = self.size_bytes, self.solo, self.trace
         return op
 
 
@@ -195,6 +201,9 @@ class ShardWriter:
             batch = self._take()
             if not (batch.puts or batch.deletes or batch.ranges):
                 continue  # everything taken had expired
+            if batch.ops()[0].trace is not None:
+                await self._send_traced(stream, batch)
+                continue
             stream.inflight.append(batch)
             stream.inflight_ops += batch.size()
             batch.watchdog = self._loop.call_later(
@@ -226,6 +235,58 @@ class ShardWriter:
                 log.exception("shard %d: unexpected failure sending a write", self.shard)
                 self._break(stream, connection_status("the write could not be sent"), cancel=True)
 
+    async def _send_traced(self, stream: _Stream, batch: _Batch) -> None:
+        """Send a traced caller's operation as a unary Write, whose metadata carries
+        the trace context (a WriteStream has metadata once, for all its requests),
+        under a CLIENT span. Writes keep their order: it waits for the stream's
+        unanswered requests first, and the writer sends nothing else meanwhile."""
+        ops = batch.ops()
+        outcomes: list[tuple[WriteOp, Any]]
+        try:
+            while stream.inflight and not stream.broken:
+                self._wake.clear()
+                await self._wake.wait()
+            with tracing.tracer().start_as_current_span(
+                f"{SERVICE}/Write",
+                context=ops[0].trace,
+                kind=SpanKind.CLIENT,
+                attributes={
+                    "rpc.system": "grpc",
+                    "rpc.service": SERVICE,
+                    "rpc.method": "Write",
+                    "server.address": stream.address,
+                    "cairn.shard": self.shard,
+                },
+            ) as span:
+                try:
+                    async with asyncio.timeout(self._answer_timeout_s):
+                        response = await self._pool.stubs(stream.address).write(
+                            batch.request(self.shard), metadata=tracing.metadata_for(span)
+                        )
+                    outcomes = self._resolve(batch, response)
+                except grpc.aio.AioRpcError as error:
+                    span.set_status(StatusCode.ERROR, error.code().name)
+                    outcome = classify(server_status(error), sent=True)
+                    outcomes = [(op, outcome) for op in ops]
+                except TimeoutError:
+                    span.set_status(StatusCode.ERROR, "no answer in time")
+                    outcome = Retry(connection_status("no answer in time"), ambiguous=True)
+                    outcomes = [(op, outcome) for op in ops]
+        except asyncio.CancelledError:  # the writer is closing
+            for op in ops:
+                settle(op.future, errors.ClientClosed("the client is closed"))
+            raise
+        except RuntimeError as error:  # the pool is closed
+            outcomes = [(op, errors.ClientClosed(str(error))) for op in ops]
+        except Exception:
+            # Never let the writer die: every later write of the shard would hang.
+            log.exception("shard %d: unexpected failure sending a traced write", self.shard)
+            unsent = Retry(connection_status("the write could not be sent"), ambiguous=True)
+            outcomes = [(op, unsent) for op in ops]
+        for op, outcome in outcomes:
+            settle(op.future, outcome)
+        self._wake.set()
+
     def _ready(self, stream: _Stream | None) -> bool:
         """Whether to send a batch now. With nothing in flight: as soon as anything
         is queued. With a batch in flight (and room for another): once at least half
@@ -244,13 +305,13 @@ class ShardWriter:
     def _take(self) -> _Batch:
         batch = _Batch()
         queue = self._queue
-        if queue[0].solo:
+        if queue[0].solo or queue[0].trace is not None:
             batch.add(queue.popleft())
         else:
             count = 0
             size = 0
             limit_ops, limit_bytes = self._max_batch_ops, self._max_batch_bytes
-            while queue and count < limit_ops and not queue[0].solo:
+            while queue and count < limit_ops and not queue[0].solo and queue[0].trace is None:
                 op = queue[0]
                 if count and size + op.size_bytes > limit_bytes:
                     break

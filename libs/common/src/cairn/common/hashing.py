@@ -5,11 +5,17 @@ partition key when one is given, else the record key) with XXH3-64, seed 0, and
 keeps the low 32 bits. A namespace with n shards splits the 32-bit space into n
 contiguous inclusive ranges of `0xFFFFFFFF // n + 1` hashes each; the last
 range ends at 0xFFFFFFFF.
+
+Not every client does that: the `oxia` 0.2.1 Python client hashes with XXH64
+(low 32 bits) whatever the shard map says, so it puts two thirds of the keys of
+a three-shard namespace on other shards than XXH3 clients look for them. Tools
+that must read or write what such a client wrote route by `KeyHash.XXH64`.
 """
 
 from __future__ import annotations
 
 import bisect
+import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -24,6 +30,21 @@ MAX_SHARDS_PER_NAMESPACE = 65536
 def key_hash(routing_key: str) -> int:
     """The 32-bit routing hash of a key, as Oxia's reference clients compute it."""
     return xxhash.xxh3_64_intdigest(routing_key.encode("utf-8")) & HASH_SPACE_MAX
+
+
+def xxh64_key_hash(routing_key: str) -> int:
+    """The 32-bit routing hash of the `oxia` 0.2.1 Python client."""
+    return xxhash.xxh64_intdigest(routing_key.encode("utf-8")) & HASH_SPACE_MAX
+
+
+class KeyHash(enum.Enum):
+    """How a client hashes routing keys onto the shards' hash ranges."""
+
+    XXH3 = "xxh3"  # the shard map's XXHASH3 router: Oxia's Go and Java clients, Cairn's
+    XXH64 = "xxh64"  # the `oxia` 0.2.1 Python client
+
+    def __call__(self, routing_key: str) -> int:
+        return key_hash(routing_key) if self is KeyHash.XXH3 else xxh64_key_hash(routing_key)
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,11 +34,13 @@ import gc
 import logging
 import os
 import resource
+import ssl
 import threading
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
@@ -61,6 +63,8 @@ from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, V
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from prometheus_client import CollectorRegistry, start_http_server
+
+from cairn.common.tls import LiveSSLContext, TlsConfigError, TlsSource
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -352,6 +356,18 @@ def add_metrics_arguments(parser: argparse.ArgumentParser, default_port: int) ->
         help=f"port of the Prometheus /metrics endpoint (default {default_port}; "
         "0 picks a free one; off: no endpoint)",
     )
+    parser.add_argument(
+        "--metrics-plaintext",
+        action="store_true",
+        help="serve /metrics over plain HTTP even when the process has --tls-dir",
+    )
+
+
+def metrics_tls_dir(args: argparse.Namespace) -> Path | None:
+    """The certificate directory /metrics serves TLS with: the process's own
+    (`--tls-dir`) unless `--metrics-plaintext`."""
+    tls_dir: Path | None = getattr(args, "tls_dir", None)
+    return None if args.metrics_plaintext else tls_dir
 
 
 class Telemetry:
@@ -365,9 +381,12 @@ class Telemetry:
         metrics_host: str = "127.0.0.1",
         metrics_port: int | None = None,
         otlp_exporter: MetricExporter | None = None,
+        metrics_tls_dir: Path | None = None,
     ) -> None:
         """`metrics_port` None serves no endpoint; `otlp_exporter` (tests) overrides
-        the one the environment would configure."""
+        the one the environment would configure. `metrics_tls_dir`: serve /metrics
+        over TLS with that certificate directory (reloaded when it changes; no
+        client certificate asked for: scrapers rarely have one)."""
         attributes: dict[str, str] = {"service.name": service_name}
         if instance_id:
             attributes["service.instance.id"] = instance_id
@@ -397,6 +416,8 @@ class Telemetry:
         self.meter: Meter = self.provider.get_meter("cairn")
         self._metrics_host = metrics_host
         self._metrics_port = metrics_port
+        self._metrics_tls_dir = metrics_tls_dir
+        self.scheme = "https" if metrics_tls_dir is not None else "http"
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self.address: str | None = None
@@ -429,9 +450,7 @@ class Telemetry:
             self._lag_task = asyncio.get_running_loop().create_task(self._measure_loop_lag())
         if self._metrics_port is not None:
             try:
-                self._server, self._thread = start_http_server(
-                    self._metrics_port, self._metrics_host, self.registry
-                )
+                self._server, self._thread = self._start_http_server()
             except OSError as error:
                 # Metrics are not worth refusing to serve for: say so, loudly, and go on.
                 log.error(
@@ -444,8 +463,30 @@ class Telemetry:
             port = self._server.server_port
             host = self._metrics_host
             self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-            log.info("metrics on http://%s/metrics", self.address)
+            log.info("metrics on %s://%s/metrics", self.scheme, self.address)
         return self.address
+
+    def _start_http_server(self) -> tuple[Any, threading.Thread]:
+        assert self._metrics_port is not None
+        if self._metrics_tls_dir is None:
+            return start_http_server(self._metrics_port, self._metrics_host, self.registry)
+        source = TlsSource.from_directory(self._metrics_tls_dir)
+        files = source.files
+        if files.certificate is None or files.key is None:
+            raise TlsConfigError(f"{self._metrics_tls_dir} has no tls.crt and tls.key")
+        server, thread = start_http_server(
+            self._metrics_port,
+            self._metrics_host,
+            self.registry,
+            certfile=str(files.certificate),
+            keyfile=str(files.key),
+        )
+        # prometheus_client made the context from the files; its listening socket
+        # keeps it, and a rotated certificate is loaded into it in place.
+        listening = server.socket
+        assert isinstance(listening, ssl.SSLSocket), "prometheus_client wraps the socket"
+        LiveSSLContext(source, server=True, context=listening.context).keep_fresh_in_thread()
+        return server, thread
 
     def shutdown(self) -> None:
         if self._lag_task is not None:

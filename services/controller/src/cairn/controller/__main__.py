@@ -2,9 +2,16 @@
 
     cairn-controller --state-dir ./state                  (file store, the default)
     cairn-controller --state kubernetes --cluster cairn    (CairnCluster resource)
+    cairn-controller --state kubernetes --statefulset cairn-storage
+                       (also keeps that StatefulSet's replicas in step with the spec)
 
 Serves the admin API and the heartbeat endpoint on --port (default 6650); prints
-`cairn-controller listening on http://HOST:PORT` once it does.
+`cairn-controller listening on http(s)://HOST:PORT` once it does.
+
+Transport security is chosen explicitly: `--tls-dir DIR` (cert-manager layout)
+serves HTTPS (client certificates verified when presented; heartbeats need the
+sending pod's sidecar certificate) and calls the pods' internal ports over
+mutual TLS; `--insecure` is plaintext everywhere.
 """
 
 from __future__ import annotations
@@ -15,13 +22,20 @@ import logging
 import os
 import signal
 import socket
-import sys
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 
-from cairn.common.telemetry import METRICS_PORT_CONTROLLER, Telemetry, add_metrics_arguments
+from cairn.common.logs import add_log_arguments, setup_logging
+from cairn.common.telemetry import (
+    METRICS_PORT_CONTROLLER,
+    Telemetry,
+    add_metrics_arguments,
+    metrics_tls_dir,
+)
+from cairn.common.tls import add_transport_arguments, server_ssl_context
+from cairn.common.tls_asgi import uvicorn_tls_options
 from cairn.controller.api import create_app
 from cairn.controller.metrics import ControllerMetrics
 from cairn.controller.model import default_spec
@@ -52,6 +66,13 @@ def _parser() -> argparse.ArgumentParser:
         default="app.kubernetes.io/component=storage",
         help="label selector of the storage pods (Kubernetes: pod events)",
     )
+    parser.add_argument(
+        "--statefulset",
+        default=None,
+        metavar="NAME",
+        help="the storage StatefulSet whose replicas follow spec.storage.replicas "
+        "(Kubernetes; default: the pod count is left to whoever starts the pods)",
+    )
     first = parser.add_argument_group("first start (the stored spec wins afterwards)")
     first.add_argument("--shards", type=int, default=3, help="shards of the default namespace")
     first.add_argument("--replication-factor", type=int, default=3)
@@ -62,8 +83,10 @@ def _parser() -> argparse.ArgumentParser:
     timing.add_argument("--replace-after-ms", type=int, default=30_000)
     timing.add_argument("--rebalance-after-ms", type=int, default=10_000)
     timing.add_argument("--startup-grace-ms", type=int, default=3_000)
+    add_transport_arguments(parser, "plaintext HTTP and pod calls (development only)")
     add_metrics_arguments(parser, METRICS_PORT_CONTROLLER)
     parser.add_argument("--log-level", default="INFO")
+    add_log_arguments(parser)
     return parser
 
 
@@ -100,15 +123,31 @@ async def _serve(args: argparse.Namespace) -> None:
             replace_after_ms=args.replace_after_ms, rebalance_after_ms=args.rebalance_after_ms
         ),
         startup_grace_ms=args.startup_grace_ms,
+        tls_dir=args.tls_dir,
     )
     spec = default_spec(args.shards, args.replication_factor, args.storage_pods)
-    controller = Controller(store, lock, spec, settings)
+    pod_count = None
+    if args.statefulset:
+        if api is None:
+            raise SystemExit("--statefulset needs --state kubernetes")
+        from cairn.controller.kube_scale import StatefulSetScale
+
+        pod_count = StatefulSetScale(api, args.kube_namespace, args.statefulset)
+    controller = Controller(store, lock, spec, settings, pod_count=pod_count)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((args.host, args.port))
     host, port = sock.getsockname()[:2]
+    ssl_context = server_ssl_context(args.tls_dir, require_client_cert=False)
     server = uvicorn.Server(
-        uvicorn.Config(create_app(controller), log_level="warning", lifespan="off")
+        uvicorn.Config(
+            create_app(controller, require_identity=ssl_context is not None),
+            log_level="warning",
+            lifespan="off",
+            # log_config None: uvicorn's loggers write through setup_logging's handler.
+            log_config=None,
+            **uvicorn_tls_options(ssl_context),
+        )
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -119,17 +158,23 @@ async def _serve(args: argparse.Namespace) -> None:
         if http.done():
             http.result()
         await asyncio.sleep(0.01)
-    print(f"{LISTENING} http://{host}:{port}", flush=True)
+    scheme = "https" if ssl_context is not None else "http"
+    print(f"{LISTENING} {scheme}://{host}:{port}", flush=True)
+    reload_tls = asyncio.create_task(ssl_context.keep_fresh()) if ssl_context is not None else None
     telemetry = Telemetry(
         "cairn-controller",
         args.identity,
         metrics_host=args.metrics_host,
         metrics_port=args.metrics_port,
+        metrics_tls_dir=metrics_tls_dir(args),
     )
     ControllerMetrics(telemetry, controller, loop)
     metrics_address = telemetry.start()
     if metrics_address is not None:
-        print(f"cairn-controller metrics on http://{metrics_address}/metrics", flush=True)
+        print(
+            f"cairn-controller metrics on {telemetry.scheme}://{metrics_address}/metrics",
+            flush=True,
+        )
     pods = None
     if api is not None:
         from cairn.controller.kube_pods import PodWatcher
@@ -151,16 +196,14 @@ async def _serve(args: argparse.Namespace) -> None:
             pods.stop()
         await controller.close()
         stopped.cancel()
+        if reload_tls is not None:
+            reload_tls.cancel()
         telemetry.shutdown()
 
 
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    setup_logging("cairn-controller", args.log_level, args.log_format, node=args.identity)
     try:
         import uvloop
 

@@ -10,11 +10,17 @@ Changes of desired state (replication factor, pod count, drains) are written to
 the cluster spec (on Kubernetes: the custom resource's spec, so kubectl and this
 API always agree); a leader move is a request recorded in the status.
 Errors are RFC 9457 problem documents.
+
+With TLS (`require_identity`), a heartbeat is taken only from the sidecar of
+the pod it is about (its client certificate names `sidecar/<pod>`): 401 without
+a certificate, 403 with another one (cairn.common.access). The admin API's
+rules are per principal (issue 39's authorization, not here).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import replace
 from typing import Any
 
@@ -22,7 +28,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from cairn.common.access import Verdict, decide_heartbeat
 from cairn.common.heartbeat import HeartbeatError, parse_heartbeat
+from cairn.common.identity import asgi_peer_principal
 from cairn.controller.fencing import ControllerFenced
 from cairn.controller.model import (
     MAX_REPLICATION_FACTOR,
@@ -38,6 +46,7 @@ from cairn.controller.model import (
 from cairn.controller.planner import election_blocked
 from cairn.controller.runtime import Controller
 
+log = logging.getLogger(__name__)
 MAX_HEARTBEAT_BYTES = 4 * 1024 * 1024
 
 
@@ -61,7 +70,20 @@ class LeaderMoveRequest(BaseModel):
     node: str
 
 
-def create_app(controller: Controller) -> FastAPI:
+def _admit_heartbeat(request: Request, node: str) -> None:
+    """Raise a 401/403 Problem unless the caller is `node`'s own sidecar."""
+    principal = asgi_peer_principal(request.scope)
+    verdict = decide_heartbeat(principal, node)
+    if verdict is Verdict.ALLOW:
+        return
+    who = str(principal) if principal is not None else "no client certificate"
+    log.warning("refused a heartbeat for %s from %s", node, who)
+    if verdict is Verdict.UNAUTHENTICATED:
+        raise Problem(401, "Unauthenticated", "a heartbeat needs a sidecar's client certificate")
+    raise Problem(403, "Forbidden", f"{who} may not send heartbeats for {node}")
+
+
+def create_app(controller: Controller, require_identity: bool = False) -> FastAPI:
     app = FastAPI(
         title="Cairn controller",
         description="Cluster views and operations, and the health sidecars' heartbeats.",
@@ -109,9 +131,11 @@ def create_app(controller: Controller) -> FastAPI:
             raise Problem(413, "Heartbeat too large", f"{len(body)} bytes")
         try:
             beat = parse_heartbeat(json.loads(body))
-            controller.observer.on_heartbeat(beat)
         except (HeartbeatError, ValueError) as error:
             raise Problem(400, "Bad heartbeat", str(error)) from None
+        if require_identity:
+            _admit_heartbeat(request, beat.node)
+        controller.observer.on_heartbeat(beat)
         return {"accepted": True}
 
     # -- views ---------------------------------------------------------------------------

@@ -62,10 +62,10 @@ from cairn.controller.model import (
     ShardRecord,
     ShardState,
 )
-from cairn.controller.observer import Observer
+from cairn.controller.observed import NodeViews
 from cairn.controller.placement import leader_load
 from cairn.controller.planner import counted_voters, incarnations_to_record
-from cairn.controller.pods import Fenced, PodAddress, PodClient
+from cairn.controller.pods import Fenced, PodAddress, PodCalls
 from cairn.proto import oxia_client_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -110,8 +110,8 @@ class Executor:
     def __init__(
         self,
         keeper: StateKeeper,
-        pods: PodClient,
-        observer: Observer,
+        pods: PodCalls,
+        observer: NodeViews,
         wall_ms: Callable[[], int] = wall_clock_ms,
         straggler_grace_s: float = 0.1,
     ) -> None:

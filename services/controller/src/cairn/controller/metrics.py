@@ -57,8 +57,11 @@ class ControllerMetrics:
         # Elections counted from the status' bounded history as it grows (this
         # process's view: a new controller starts from zero, as counters do).
         self._seen: set[tuple[int, int, str]] = set()
-        self._elections: dict[str, int] = {}
-        self._durations: dict[str, LatencyCounter] = {}
+        # Every kind at 0 from the start: a series born at 1 hides its first
+        # election from rate() and increase() (they need a sample before it).
+        kinds = [kind for _, kind in _REASON_KINDS] + ["other"]
+        self._elections: dict[str, int] = dict.fromkeys(kinds, 0)
+        self._durations: dict[str, LatencyCounter] = {kind: LatencyCounter() for kind in kinds}
         self._snapshot = LoopSnapshot(self._take, loop)
         telemetry.before_collect(self._snapshot.invalidate)
         self._register(telemetry)

@@ -3,8 +3,9 @@ reads, rebuilt by the observer (heartbeats, health watches, status polls)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from cairn.common.heartbeat import ReplicaReport
 
@@ -44,3 +45,18 @@ class Observed:
             if node.internal_address == internal_address:
                 return node.name
         return None
+
+
+class NodeViews(Protocol):
+    """What the executor asks of failure detection (the Observer; the
+    simulation's observer of simulated pods)."""
+
+    def node(self, name: str) -> NodeView | None:
+        """One node's view as of now."""
+        ...
+
+    def view(self) -> Observed: ...
+
+    async def refresh(self, names: Iterable[str]) -> None:
+        """Poll these nodes' status now (after acting on them)."""
+        ...

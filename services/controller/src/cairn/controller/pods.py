@@ -6,10 +6,9 @@ newer controller epoch (STALE_CONTROLLER_EPOCH) raises ControllerFenced."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -19,6 +18,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from cairn.common.errors import StaleControllerEpoch
 from cairn.common.heartbeat import ReplicaReport, replica_report_of
 from cairn.common.keyorder import KeyOrder
+from cairn.common.tls import ChannelCache, TlsSource
 from cairn.controller.fencing import ControllerFenced
 from cairn.controller.model import NamespaceSpec
 from cairn.proto import oxia_client_pb2 as pb
@@ -102,19 +102,55 @@ def spec_message(namespace: NamespaceSpec) -> rpb.ShardSpec:
     )
 
 
+class PodCalls(Protocol):
+    """The calls the executor makes into storage pods (PodClient over gRPC; the
+    simulation's over its simulated network). Failures are grpc.aio.AioRpcError,
+    and ControllerFenced for a pod that has seen a newer controller epoch."""
+
+    async def new_term(
+        self, address: str, shard: int, term: int, namespace: NamespaceSpec | None, epoch: int
+    ) -> Fenced: ...
+
+    async def become_leader(
+        self,
+        leader: PodAddress,
+        shard: int,
+        term: int,
+        followers: Sequence[PodAddress],
+        epoch: int,
+        incarnations: Mapping[str, int] | None = None,
+    ) -> None: ...
+
+    async def add_follower(
+        self, leader_address: str, shard: int, term: int, follower: PodAddress, epoch: int
+    ) -> None: ...
+
+    async def remove_follower(
+        self, leader_address: str, shard: int, term: int, follower_internal: str, epoch: int
+    ) -> None: ...
+
+    async def delete_shard(self, address: str, shard: int, term: int, epoch: int) -> None: ...
+
+    async def replica_status(self, address: str, shard: int) -> ReplicaReport: ...
+
+    async def push_assignments(
+        self, address: str, assignments: pb.ShardAssignments, version: int, epoch: int
+    ) -> None: ...
+
+
 class PodClient:
-    def __init__(self, rpc_timeout_s: float = 5.0) -> None:
+    """`tls`: the controller's certificate directory; pods' internal ports are
+    mutual TLS and accept coordination only from the controller's identity.
+    None: plaintext (a cluster run with --insecure)."""
+
+    def __init__(self, rpc_timeout_s: float = 5.0, tls: TlsSource | None = None) -> None:
         self.rpc_timeout_s = rpc_timeout_s
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._channels = ChannelCache(tls, CHANNEL_OPTIONS)
 
     def _channel(self, address: str) -> grpc.aio.Channel:
-        channel = self._channels.get(address)
-        if channel is None:
-            if len(self._channels) >= MAX_CHANNELS:
-                raise RuntimeError(f"more than {MAX_CHANNELS} pod channels")
-            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
-            self._channels[address] = channel
-        return channel
+        if len(self._channels) >= MAX_CHANNELS:
+            raise RuntimeError(f"more than {MAX_CHANNELS} pod channels")
+        return self._channels.get(address)
 
     def _coordination(self, address: str) -> rpb_grpc.CoordinationStub:
         return rpb_grpc.CoordinationStub(self._channel(address))
@@ -231,5 +267,4 @@ class PodClient:
             call.cancel()
 
     async def close(self) -> None:
-        channels, self._channels = list(self._channels.values()), {}
-        await asyncio.gather(*(channel.close() for channel in channels), return_exceptions=True)
+        await self._channels.close()

@@ -9,16 +9,24 @@ cluster state, and stops as soon as the state or a pod shows a newer one
 (cairn.controller.fencing).
 Failed actions back off per shard, so one stuck shard never stalls the others
 or spins the loop.
+
+On Kubernetes the leader also keeps the storage StatefulSet's replica count in
+step with the spec (`PodCount`, implemented by cairn.controller.kube_scale; the
+count to ask for is cairn.controller.scaling's pure decision).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
 
+from cairn.common.tls import TlsSource
 from cairn.controller.actions import Action, shard_of
 from cairn.controller.executor import Executor
 from cairn.controller.fencing import ControllerFenced
@@ -27,6 +35,7 @@ from cairn.controller.model import ClusterSpec
 from cairn.controller.observer import DetectionSettings, Observer, monotonic_ms
 from cairn.controller.planner import PlannerSettings, plan
 from cairn.controller.pods import PodClient
+from cairn.controller.scaling import statefulset_replicas
 from cairn.controller.state.store import LeaderLock, StateStore
 
 log = logging.getLogger(__name__)
@@ -47,6 +56,20 @@ class RuntimeSettings:
     tick_ms: int = 500
     max_parallel_actions: int = 16
     rpc_timeout_s: float = 5.0
+    # The controller's certificate directory (cert-manager layout): its calls to
+    # the pods' internal ports are mutual TLS. None: plaintext.
+    tls_dir: Path | None = None
+    # The pod count (PodCount) is read, and corrected if need be, this often.
+    pod_count_interval_ms: int = 2_000
+
+
+class PodCount(Protocol):
+    """The number of storage pods the platform runs (a StatefulSet's replicas).
+    Errors are the implementation's own; the runtime logs them and retries."""
+
+    async def replicas(self) -> int: ...
+
+    async def scale(self, replicas: int) -> None: ...
 
 
 class Controller:
@@ -57,15 +80,22 @@ class Controller:
         initial_spec: ClusterSpec,
         settings: RuntimeSettings | None = None,
         clock_ms: Callable[[], int] = monotonic_ms,
+        pod_count: PodCount | None = None,
     ) -> None:
+        """`pod_count`: the storage pods to keep in step with the spec (None: the
+        platform starts them, e.g. the local launcher or docker compose)."""
         self.store = store
+        self.pod_count = pod_count
         self.lock = lock
         self.initial_spec = initial_spec
         self.settings = settings or RuntimeSettings()
         self.clock_ms = clock_ms
-        self.pods = PodClient(self.settings.rpc_timeout_s)
+        tls = TlsSource.from_directory(self.settings.tls_dir) if self.settings.tls_dir else None
+        self.pods = PodClient(self.settings.rpc_timeout_s, tls)
         self.observer = Observer(self.pods, self.settings.detection, clock_ms)
         self.wake = asyncio.Event()
+        # Set on every spec change: the pod count is checked at once then.
+        self._spec_changed = asyncio.Event()
         self.leading = asyncio.Event()
         self.keeper: StateKeeper | None = None
         self.executor: Executor | None = None
@@ -91,6 +121,8 @@ class Controller:
             asyncio.create_task(self._push_to_joiners()),
             asyncio.create_task(self._push_periodically()),
         ]
+        if self.pod_count is not None:
+            self._tasks.append(asyncio.create_task(self._keep_pod_count(self.pod_count)))
         loop = asyncio.create_task(self._reconcile())
         lost = asyncio.create_task(self.lock.lost.wait())
         fenced = asyncio.create_task(self.keeper.fenced.wait())
@@ -222,6 +254,7 @@ class Controller:
                         await keeper.reload()
                         log.info("spec changed (generation %d)", keeper.state.generation)
                         self.wake.set()
+                        self._spec_changed.set()
                 log.warning("the feed of cluster state changes ended; following again")
             except Exception:
                 log.exception("following cluster state changes failed (retry in %d ms)", delay_ms)
@@ -241,3 +274,36 @@ class Controller:
         while True:
             await asyncio.sleep(self.settings.push_interval_ms / 1000)
             executor.push_assignments()
+
+    async def _keep_pod_count(self, pod_count: PodCount) -> None:
+        """The pod count follows `spec.storage.replicas`: up at once, down only
+        past pods that hold no shard (see cairn.controller.scaling). It is read
+        every time, not remembered: someone may have scaled it by hand."""
+        keeper = self.keeper
+        assert keeper is not None
+        delay_ms = BACKOFF_MIN_MS
+        while True:
+            # Cleared before reading the spec: a change from now on wakes the wait below.
+            self._spec_changed.clear()
+            pause_ms = self.settings.pod_count_interval_ms
+            try:
+                current = await pod_count.replicas()
+                state = keeper.state
+                wanted = statefulset_replicas(state.spec, state.status, current)
+                if wanted != current:
+                    log.info(
+                        "scaling %s from %d to %d pods (the spec wants %d)",
+                        pod_count,
+                        current,
+                        wanted,
+                        state.spec.storage_pods,
+                    )
+                    await pod_count.scale(wanted)
+                delay_ms = BACKOFF_MIN_MS
+            except Exception as error:  # retried: the count must not stay wrong for good
+                log.warning("keeping the pod count failed (retry in %d ms): %s", delay_ms, error)
+                pause_ms = delay_ms
+                delay_ms = min(BACKOFF_MAX_MS, delay_ms * 2)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(pause_ms / 1000):
+                    await self._spec_changed.wait()

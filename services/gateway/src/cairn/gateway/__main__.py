@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import math
 import os
 import signal
 import socket
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -25,7 +23,17 @@ from types import FrameType
 import uvicorn
 
 from cairn.client.options import ClientOptions
-from cairn.common.telemetry import METRICS_PORT_GATEWAY, Telemetry, add_metrics_arguments
+from cairn.common import tracing
+from cairn.common.hashing import KeyHash
+from cairn.common.logs import add_log_arguments, node_name, setup_logging
+from cairn.common.telemetry import (
+    METRICS_PORT_GATEWAY,
+    Telemetry,
+    add_metrics_arguments,
+    metrics_tls_dir,
+)
+from cairn.common.tls import TlsFiles, add_transport_arguments, server_ssl_context
+from cairn.common.tls_asgi import uvicorn_tls_options
 from cairn.gateway import metrics
 from cairn.gateway.app import Lifecycle, create_app
 from cairn.gateway.settings import GatewaySettings
@@ -85,9 +93,46 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULTS.max_open_feeds,
         help="change feed streams served at once (more get 503)",
     )
+    parser.add_argument(
+        "--key-hash",
+        dest="key_hashes",
+        action="append",
+        default=[],
+        metavar="NAMESPACE=xxh64",
+        help="route a namespace's keys as the oxia 0.2.1 Python client does (xxh64) to reach "
+        "the data it wrote; default xxh3, as the shard map says (repeatable)",
+    )
+    add_transport_arguments(
+        parser, tls_dir_help=": HTTPS here, TLS to the storage pods and the controller"
+    )
+    parser.add_argument(
+        "--storage-plaintext",
+        action="store_true",
+        help="dial the storage pods' client ports in plaintext (pods run --public-plaintext)",
+    )
     add_metrics_arguments(parser, METRICS_PORT_GATEWAY)
-    parser.add_argument("--log-level", default="WARNING")
+    parser.add_argument(
+        "--log-level", default="WARNING", help="(WARNING; the access log shows at INFO anyway)"
+    )
+    add_log_arguments(parser)
     return parser
+
+
+def _key_hashes(values: list[str]) -> dict[str, KeyHash]:
+    hashes = {}
+    for value in values:
+        namespace, sep, name = value.partition("=")
+        try:
+            if not sep or not namespace:
+                raise ValueError
+            hashes[namespace] = KeyHash(name)
+        except ValueError:
+            choices = ", ".join(h.value for h in KeyHash)
+            raise SystemExit(
+                f"cairn-gateway: --key-hash takes NAMESPACE=HASH with HASH one of {choices}, "
+                f"not {value!r}"
+            ) from None
+    return hashes
 
 
 def _token(token_file: Path | None) -> str | None:
@@ -111,7 +156,14 @@ def settings_from(args: argparse.Namespace) -> GatewaySettings:
                 request_timeout_s=args.request_timeout_s,
                 connect_timeout_s=args.connect_timeout_s,
                 client_identity=CLIENT_IDENTITY,
+                tls=(
+                    TlsFiles.in_directory(args.tls_dir)
+                    if args.tls_dir is not None and not args.storage_plaintext
+                    else None
+                ),
             ),
+            key_hashes=_key_hashes(args.key_hashes),
+            tls_dir=args.tls_dir,
             feed_keepalive_interval_s=args.feed_keepalive_s,
             max_open_feeds=args.max_open_feeds,
         )
@@ -132,8 +184,8 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def _url(host: str, port: int) -> str:
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+def _url(host: str, port: int, scheme: str = "http") -> str:
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
 
 async def _serve(
@@ -144,6 +196,10 @@ async def _serve(
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     bound_port = sock.getsockname()[1]
+    # Client certificates are verified when presented (CERT_OPTIONAL) and reach the
+    # app as the ASGI TLS extension (identity.asgi_peer_principal); none is required.
+    ssl_context = server_ssl_context(settings.tls_dir, require_client_cert=False)
+    scheme = "https" if ssl_context is not None else "http"
     app = create_app(settings)
     lifecycle: Lifecycle = app.state.lifecycle
     loop = asyncio.get_running_loop()
@@ -151,11 +207,15 @@ async def _serve(
         lambda: loop.call_soon_threadsafe(lifecycle.begin_drain),
         uvicorn.Config(
             metrics.HttpMetrics(app),
-            log_level=log_level.lower(),
+            # Logging is set up by setup_logging: uvicorn's loggers write through the
+            # process's one handler (and format), and its access log shows at INFO.
+            log_config=None,
+            log_level=None,
             timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s),
             h11_max_incomplete_event_size=settings.max_request_head_bytes,
             # The gateway's own answer for every error: no server banner.
             server_header=False,
+            **uvicorn_tls_options(ssl_context),
         ),
     )
     stop = asyncio.Event()
@@ -167,17 +227,22 @@ async def _serve(
             http.result()
             return
         await asyncio.sleep(0.01)
-    print(f"{LISTENING} {_url(host, bound_port)}", flush=True)
+    print(f"{LISTENING} {_url(host, bound_port, scheme)}", flush=True)
+    reload_tls = asyncio.create_task(ssl_context.keep_fresh()) if ssl_context else None
     telemetry = Telemetry(
         "cairn-gateway",
         _url(host, bound_port),
         metrics_host=args.metrics_host,
         metrics_port=args.metrics_port,
+        metrics_tls_dir=metrics_tls_dir(args),
     )
     metrics.register(telemetry)
     metrics_address = telemetry.start()
     if metrics_address is not None:
-        print(f"cairn-gateway: metrics on http://{metrics_address}/metrics", flush=True)
+        print(
+            f"cairn-gateway: metrics on {telemetry.scheme}://{metrics_address}/metrics",
+            flush=True,
+        )
     stopped = asyncio.create_task(stop.wait())
     try:
         await asyncio.wait({http, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -186,16 +251,20 @@ async def _serve(
         server.should_exit = True
         await http
         stopped.cancel()
+        if reload_tls is not None:
+            reload_tls.cancel()
         telemetry.shutdown()
+        tracing.shutdown()
 
 
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    node = node_name()
+    setup_logging("cairn-gateway", args.log_level, args.log_format, node=node, access_log=True)
+    # With tracing on, FastAPI's own telemetry (it follows the global tracer provider
+    # this sets) makes each request's SERVER span from its traceparent header; the
+    # client library's spans are its children.
+    tracing.configure("cairn-gateway", node)
     settings = settings_from(args)
     try:
         import uvloop

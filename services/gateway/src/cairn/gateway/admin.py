@@ -22,6 +22,7 @@ import httpx
 from fastapi import APIRouter, Path
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from cairn.common.tls import LiveSSLContext, TlsSource
 from cairn.gateway.openapi import errors
 from cairn.gateway.problems import Code, Problem, problem_for_controller
 from cairn.gateway.settings import GatewaySettings
@@ -147,17 +148,28 @@ class LeaderMoveRequest(BaseModel):
     node: str = Field(min_length=1, max_length=253, description="A member of the shard")
 
 
+def _controller_client(settings: GatewaySettings) -> httpx.AsyncClient:
+    if settings.tls_dir is None:
+        return httpx.AsyncClient(
+            base_url=settings.controller_url or "", timeout=settings.controller_timeout_s
+        )
+    # The gateway's certificate, loaded afresh before requests once the files change.
+    tls = LiveSSLContext(TlsSource.from_directory(settings.tls_dir), server=False)
+    return httpx.AsyncClient(
+        base_url=settings.controller_url or "",
+        timeout=settings.controller_timeout_s,
+        verify=tls.context,
+        event_hooks={"request": [tls.httpx_request_hook]},
+    )
+
+
 class Controller:
     """The controller's admin API over HTTP (one connection pool)."""
 
     def __init__(self, settings: GatewaySettings) -> None:
         self.url = settings.controller_url
         self._retry_after_s = settings.retry_after_s
-        self._http = (
-            httpx.AsyncClient(base_url=self.url, timeout=settings.controller_timeout_s)
-            if self.url
-            else None
-        )
+        self._http = _controller_client(settings) if self.url else None
 
     async def close(self) -> None:
         if self._http is not None:

@@ -15,10 +15,11 @@ import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cairn.client.client import AsyncClient
 from cairn.client.errors import ClientError, NamespaceNotFound
+from cairn.common.hashing import KeyHash
 from cairn.gateway.problems import Code, Problem
 from cairn.gateway.settings import GatewaySettings
 
@@ -56,10 +57,13 @@ class ClientPool:
             if self._root is None:
                 settings = self._settings
                 try:
+                    root_hash = settings.key_hashes.get(settings.root_namespace)
                     self._root = await AsyncClient.connect(
                         list(settings.storage_addresses),
                         namespace=settings.root_namespace,
-                        options=settings.client_options,
+                        options=settings.client_options
+                        if root_hash is None
+                        else replace(settings.client_options, key_hash=root_hash),
                     )
                 except NamespaceNotFound:
                     raise Problem(
@@ -108,7 +112,11 @@ class ClientPool:
                 if self._closed:
                     raise Problem(Code.UNAVAILABLE, "the gateway is shutting down")
                 await self._make_room()
-                entry = _Entry(await root.for_namespace(namespace))
+                entry = _Entry(
+                    await root.for_namespace(
+                        namespace, self._settings.key_hashes.get(namespace, KeyHash.XXH3)
+                    )
+                )
                 self._siblings[namespace] = entry
             self._siblings.move_to_end(namespace)
             return entry

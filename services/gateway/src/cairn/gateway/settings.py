@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from cairn.client.options import ClientOptions
+from cairn.common.hashing import KeyHash
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -43,6 +46,15 @@ class GatewaySettings:
     # is a sibling of it sharing its connections.
     root_namespace: str = "default"
     client_options: ClientOptions = field(default_factory=ClientOptions)
+    # Namespaces whose keys are routed otherwise than by XXH3 (the `oxia` 0.2.1
+    # Python client's XXH64, to reach the data it wrote).
+    key_hashes: Mapping[str, KeyHash] = field(default_factory=dict)
+    # The gateway's certificate directory (cert-manager layout; it names
+    # `gateway/<name>`): presented to the controller, and its CA checks the
+    # controller's certificate. The HTTPS listener and the storage clients
+    # (`client_options.tls`) are set up from the same directory by __main__.
+    # None: plaintext to the controller.
+    tls_dir: Path | None = None
 
     # Request bodies. A value is the storage pods' limit (4 MiB); a JSON body
     # (sessions, admin actions) is small.

@@ -1,9 +1,15 @@
 """`cairn-storage`: run a storage pod.
 
-cairn-storage standalone --port 6648 --shards 3 --data-dir ./data
-cairn-storage standalone --data-dir ./data \
+cairn-storage standalone --port 6648 --shards 3 --data-dir ./data --tls-dir ./certs
+cairn-storage standalone --data-dir ./data --insecure \
     --namespace-spec default:3 --namespace-spec pulsar:8:natural:notifications=off
-cairn-storage node --port 6648 --internal-port 6649 --data-dir ./data
+cairn-storage node --port 6648 --internal-port 6649 --data-dir ./data --tls-dir ./certs
+cairn-storage node ... --tls-dir ./certs --public-plaintext   (for plaintext-only clients)
+
+Transport security is chosen explicitly: `--tls-dir` (a directory in
+cert-manager's layout: tls.crt, tls.key, ca.crt) or `--insecure` (plaintext on
+every port). With `--tls-dir`, a node's internal port is mutual TLS and only
+the controller may coordinate, only pods may replicate.
 """
 
 from __future__ import annotations
@@ -19,8 +25,16 @@ from pathlib import Path
 
 import uvloop
 
+from cairn.common import tracing
 from cairn.common.keyorder import KeyOrder
-from cairn.common.telemetry import METRICS_PORT_STORAGE, Telemetry, add_metrics_arguments
+from cairn.common.logs import add_log_arguments, node_name, setup_logging
+from cairn.common.telemetry import (
+    METRICS_PORT_STORAGE,
+    Telemetry,
+    add_metrics_arguments,
+    metrics_tls_dir,
+)
+from cairn.common.tls import add_transport_arguments
 from cairn.storage.config import (
     DEFAULT_NAMESPACE,
     DEFAULT_WAL_RETENTION_BYTES,
@@ -151,7 +165,16 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     node.add_argument(
         "--internal-advertise", default=None, help="host:port other pods and the controller dial"
     )
+    node.add_argument(
+        "--public-plaintext",
+        action="store_true",
+        help="serve the client port without TLS (released Oxia clients speak only plaintext);"
+        " the internal port stays mutual TLS",
+    )
     for command in (standalone, node):
+        add_transport_arguments(
+            command, "plaintext on every port, no caller identities (development only)"
+        )
         command.add_argument(
             "--wal-segment-bytes",
             type=int,
@@ -199,6 +222,7 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         )
         add_metrics_arguments(command, METRICS_PORT_STORAGE)
         command.add_argument("--log-level", default="INFO")
+        add_log_arguments(command)
     return parser, standalone
 
 
@@ -262,11 +286,18 @@ def _start_metrics(
         instance,
         metrics_host=args.metrics_host,
         metrics_port=args.metrics_port,
+        metrics_tls_dir=metrics_tls_dir(args),
     )
-    StorageMetrics(telemetry, server.directory, server.client_service, asyncio.get_running_loop())
+    StorageMetrics(
+        telemetry,
+        server.directory,
+        server.client_service,
+        asyncio.get_running_loop(),
+        server.config.data_dir,
+    )
     address = telemetry.start()
     if address is not None:
-        print(f"cairn-storage metrics on http://{address}/metrics", flush=True)
+        print(f"cairn-storage metrics on {telemetry.scheme}://{address}/metrics", flush=True)
     return telemetry
 
 
@@ -283,6 +314,8 @@ async def _run_standalone(config: StandaloneConfig, args: argparse.Namespace) ->
         print(f"cairn-storage: {error}", file=sys.stderr)
         return 2
     print(f"cairn-storage listening on {address}", flush=True)
+    transport = "plaintext" if config.tls_dir is None else "TLS"
+    print(f"cairn-storage transport: client port {transport}", flush=True)
     print(f"cairn-storage data in {config.data_dir.resolve()}", flush=True)
     telemetry = _start_metrics(args, address, server)
     _freeze_startup_objects()
@@ -290,6 +323,7 @@ async def _run_standalone(config: StandaloneConfig, args: argparse.Namespace) ->
     log.info("shutting down")
     await server.stop()
     telemetry.shutdown()
+    tracing.shutdown()
     return 0
 
 
@@ -302,6 +336,9 @@ async def _run_node(config: NodeConfig, args: argparse.Namespace) -> int:
     me = await server.start()
     print(f"cairn-storage listening on {me.public_address}", flush=True)
     print(f"cairn-storage internal on {me.internal_address}", flush=True)
+    public = "plaintext" if config.tls_dir is None or config.public_plaintext else "TLS"
+    internal = "plaintext" if config.tls_dir is None else "mutual TLS"
+    print(f"cairn-storage transport: client port {public}, internal port {internal}", flush=True)
     print(f"cairn-storage data in {config.data_dir.resolve()}", flush=True)
     telemetry = _start_metrics(args, me.internal_address, server)
     _freeze_startup_objects()
@@ -309,6 +346,7 @@ async def _run_node(config: NodeConfig, args: argparse.Namespace) -> int:
     log.info("shutting down")
     await server.stop()
     telemetry.shutdown()
+    tracing.shutdown()
     return 0
 
 
@@ -324,9 +362,10 @@ def _freeze_startup_objects() -> None:
 def main(argv: list[str] | None = None) -> int:
     parser, standalone = _parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    node = node_name()
+    setup_logging("cairn-storage", args.log_level, args.log_format, node=node)
+    # Before the servers exist: they take the tracing interceptor only if it is on.
+    tracing.configure("cairn-storage", node)
     if args.command == "node":
         node_config = NodeConfig(
             data_dir=args.data_dir,
@@ -340,7 +379,11 @@ def main(argv: list[str] | None = None) -> int:
             wal_spare_segments=_wal_spare_segments(args),
             wal_retention=_wal_retention(args),
             limits=_limits(args),
+            tls_dir=args.tls_dir,
+            public_plaintext=args.public_plaintext,
         )
+        if args.public_plaintext and args.tls_dir is None:
+            parser.error("--public-plaintext goes with --tls-dir (--insecure is plaintext already)")
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             return runner.run(_run_node(node_config, args))
     namespaces = _namespaces(args, standalone)
@@ -355,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         wal_spare_segments=_wal_spare_segments(args),
         wal_retention=_wal_retention(args),
         limits=_limits(args),
+        tls_dir=args.tls_dir,
     )
     # uvloop: cheaper per-message event-loop work under grpc.aio (see BASELINES.md).
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

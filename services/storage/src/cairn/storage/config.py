@@ -202,6 +202,8 @@ class StandaloneConfig:
     wal_retention: WalRetention = field(
         default_factory=lambda: WalRetention(DEFAULT_WAL_RETENTION_BYTES, DEFAULT_WAL_RETENTION_MS)
     )
+    # The server's certificate directory (cert-manager layout); None: plaintext.
+    tls_dir: Path | None = None
 
     def __post_init__(self) -> None:
         if self.wal_segment_size_bytes < 4096:
@@ -235,3 +237,10 @@ class NodeConfig:
     wal_retention: WalRetention = field(
         default_factory=lambda: WalRetention(DEFAULT_WAL_RETENTION_BYTES, DEFAULT_WAL_RETENTION_MS)
     )
+    # The pod's certificate directory (cert-manager layout: tls.crt, tls.key, ca.crt).
+    # Given: the internal port is mutual TLS (callers need a certificate from the
+    # CA, and their role decides what they may call) and the public port serves
+    # TLS, unless `public_plaintext`. None: both ports plaintext (chosen
+    # explicitly by the command line's --insecure; tests build it directly).
+    tls_dir: Path | None = None
+    public_plaintext: bool = False

@@ -55,6 +55,7 @@ class ShardDirectory:
         self._layouts: dict[str, NamespaceLayout] = {}
         self._replicas: dict[int, ShardReplica] = {}
         self._shard_namespace: dict[int, str] = {}
+        self._hash_ranges: dict[int, HashRange] = {}
         self._version = 0
         # The version of the last map the controller pushed (pods in a cluster).
         self._pushed_version = -1
@@ -75,6 +76,7 @@ class ShardDirectory:
         self._layouts[layout.name] = layout
         for placement in layout.shards:
             self._shard_namespace[placement.shard_id] = layout.name
+            self._hash_ranges[placement.shard_id] = placement.hash_range
         self._replicas.update(replicas)
         async with self._changed:
             self._version += 1
@@ -89,6 +91,11 @@ class ShardDirectory:
         self._layouts = {layout.name: layout for layout in layouts}
         self._shard_namespace = {
             placement.shard_id: layout.name for layout in layouts for placement in layout.shards
+        }
+        self._hash_ranges = {
+            placement.shard_id: placement.hash_range
+            for layout in layouts
+            for placement in layout.shards
         }
         async with self._changed:
             self._version += 1
@@ -129,6 +136,10 @@ class ShardDirectory:
         if not replica.serving:
             await replica.wait_serving()
         return replica
+
+    def hash_range(self, shard_id: int) -> HashRange | None:
+        """The shard's hash range in the map; None before the map names it."""
+        return self._hash_ranges.get(shard_id)
 
     def _leader_address(self, shard_id: int) -> str | None:
         owner = self._shard_namespace.get(shard_id)

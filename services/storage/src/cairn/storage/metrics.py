@@ -11,13 +11,16 @@ that. Labels: `namespace` and `shard` (bounded by the shards this pod hosts), `f
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Observation
 
+from cairn.common.errors import CairnError
 from cairn.common.telemetry import LatencyCounter, LoopSnapshot, Telemetry
 from cairn.proto import replication_pb2 as rpb
 from cairn.storage.directory import ShardDirectory
@@ -38,6 +41,18 @@ ROCKSDB_PROPERTIES = {
 }
 # Of the database as a whole: its block cache.
 ROCKSDB_BLOCK_CACHE = "rocksdb.block-cache-usage"
+
+
+def _reasons(error: type[CairnError]) -> set[str]:
+    found = {error.reason}
+    for subclass in error.__subclasses__():
+        found |= _reasons(subclass)
+    return found
+
+
+# Every reason of the error tree at 0, so that each has a series before its first
+# rejection (rate() and alerts see the first one too).
+_NO_REJECTIONS = dict.fromkeys(sorted(_reasons(CairnError)), 0)
 
 
 @dataclass
@@ -72,6 +87,10 @@ class ShardSample:
     snapshots_started: int
     snapshots_completed: int
     snapshot_bytes: int
+    snapshots_sent_started: int
+    snapshots_sent_completed: int
+    snapshots_sent_failed: int
+    snapshot_sent_bytes: int
     # follower internal address -> (lag in entries, lag in seconds)
     followers: dict[str, tuple[int, float]] = field(default_factory=dict)
     rocksdb: dict[str, int] = field(default_factory=dict)
@@ -146,6 +165,10 @@ def sample(replica: ShardReplica, now_ms: int) -> ShardSample:
         snapshots_started=replica.snapshots_started,
         snapshots_completed=replica.snapshots_completed,
         snapshot_bytes=replica.snapshot_bytes,
+        snapshots_sent_started=replica.snapshots_sent_started,
+        snapshots_sent_completed=replica.snapshots_sent_completed,
+        snapshots_sent_failed=replica.snapshots_sent_failed,
+        snapshot_sent_bytes=replica.snapshot_sent_bytes,
         followers=followers,
         rocksdb=_rocksdb(replica),
     )
@@ -156,6 +179,7 @@ class PodSample:
     shards: list[ShardSample]
     notification_subscribers: dict[int, int]
     sequence_subscribers: dict[int, int]
+    misrouted_writes: dict[int, int]
     rejected: dict[str, int]
     shard_labels: dict[int, dict[str, Any]]
 
@@ -169,9 +193,13 @@ class StorageMetrics:
         directory: ShardDirectory,
         service: ClientService,
         loop: Any,
+        data_dir: Path | None = None,
     ) -> None:
+        """`data_dir`: the pod's data directory, whose file system's space is published
+        (what "disk nearly full" is measured on)."""
         self.directory = directory
         self.service = service
+        self.data_dir = data_dir
         self._snapshot = LoopSnapshot(self._take, loop)
         telemetry.before_collect(self._snapshot.invalidate)
         self._register(telemetry)
@@ -188,7 +216,8 @@ class StorageMetrics:
             shards=shards,
             notification_subscribers=dict(self.service.notification_subscribers),
             sequence_subscribers=dict(self.service.sequence_subscribers),
-            rejected=dict(REJECTED_BY_REASON),
+            misrouted_writes=dict(self.service.misrouted_writes),
+            rejected={**_NO_REJECTIONS, **REJECTED_BY_REASON},
             shard_labels={s.labels["shard"]: s.labels for s in shards},
         )
 
@@ -329,6 +358,30 @@ class StorageMetrics:
                 lambda s: s.snapshot_bytes,
             ),
             (
+                "cairn.snapshot.sent",
+                "{snapshot}",
+                "snapshots this replica, as leader, began to send to a follower",
+                lambda s: s.snapshots_sent_started,
+            ),
+            (
+                "cairn.snapshot.sent_completed",
+                "{snapshot}",
+                "snapshots sent and installed by the follower",
+                lambda s: s.snapshots_sent_completed,
+            ),
+            (
+                "cairn.snapshot.sent_failed",
+                "{snapshot}",
+                "snapshots whose sending failed (the follower gets a new one)",
+                lambda s: s.snapshots_sent_failed,
+            ),
+            (
+                "cairn.snapshot.sent_bytes",
+                "By",
+                "snapshot chunk bytes sent",
+                lambda s: s.snapshot_sent_bytes,
+            ),
+            (
                 "cairn.fold.entries",
                 "{entry}",
                 "log entries made of collected write requests (folding.py; one or more each)",
@@ -401,6 +454,13 @@ class StorageMetrics:
             description="open GetSequenceUpdates streams",
         )
         meter.create_observable_counter(
+            "cairn.requests.misrouted",
+            [self._subscribers(lambda pod: pod.misrouted_writes)],
+            unit="{request}",
+            description="write requests whose first key the shard map's XXH3 routes to "
+            "another shard (a client hashing keys another way)",
+        )
+        meter.create_observable_counter(
             "cairn.requests.rejected",
             [self._rejected],
             unit="{request}",
@@ -425,6 +485,18 @@ class StorageMetrics:
             lambda: self._latencies(lambda r: r.snapshot_latency),
         )
         telemetry.observe_histograms(
+            "cairn.snapshot.send.duration",
+            "s",
+            "from a snapshot's first chunk sent to the follower's answer that it installed it",
+            lambda: self._latencies(lambda r: r.snapshot_send_latency),
+        )
+        telemetry.observe_histograms(
+            "cairn.wal.append.duration",
+            "s",
+            "WAL appends (written, not yet synced): an entry as leader, a batch as follower",
+            lambda: self._latencies(lambda r: r.wal_append_latency),
+        )
+        telemetry.observe_histograms(
             "cairn.wal.sync.duration",
             "s",
             "WAL group syncs (write and fdatasync of every record appended since the last)",
@@ -446,6 +518,36 @@ class StorageMetrics:
                 for method, counter in self.service.call_latency.items()
             ],
         )
+        telemetry.observe_histograms(
+            "cairn.rpc.server.stream.request.duration",
+            "s",
+            "each request's duration on a client stream (a WriteStream lives as long as "
+            "its client: its call duration says nothing), by method",
+            lambda: [
+                (
+                    {
+                        "rpc.system": "grpc",
+                        "rpc.service": "io.oxia.proto.v1.OxiaClient",
+                        "rpc.method": method,
+                    },
+                    counter,
+                )
+                for method, counter in self.service.stream_request_latency.items()
+            ],
+        )
+        if self.data_dir is not None:
+            meter.create_observable_up_down_counter(
+                "cairn.disk.available",
+                [self._disk(lambda st: st.f_bavail * st.f_frsize)],
+                unit="By",
+                description="bytes free for the pod on the file system of its data directory",
+            )
+            meter.create_observable_up_down_counter(
+                "cairn.disk.capacity",
+                [self._disk(lambda st: st.f_blocks * st.f_frsize)],
+                unit="By",
+                description="size of the file system of the pod's data directory",
+            )
 
     def _latencies(
         self, counter: Callable[[ShardReplica], LatencyCounter]
@@ -491,13 +593,30 @@ class StorageMetrics:
         return callback
 
     def _subscribers(self, counts: Callable[[PodSample], dict[int, int]]) -> Callable[..., Any]:
+        """Counts the service keeps by shard id (open streams, misrouted writes),
+        labelled as the shard."""
+
         def callback(_: CallbackOptions) -> Iterable[Observation]:
             pod = self._snapshot.get()
+            # Every hosted shard, 0 when none: a series that appears only with the
+            # first event reads as "no data" on a dashboard and hides that event
+            # from rate().
+            by_shard = counts(pod)
             return [
-                Observation(count, pod.shard_labels[shard_id])
-                for shard_id, count in counts(pod).items()
-                if shard_id in pod.shard_labels
+                Observation(by_shard.get(shard_id, 0), labels)
+                for shard_id, labels in pod.shard_labels.items()
             ]
+
+        return callback
+
+    def _disk(self, value: Callable[[os.statvfs_result], int]) -> Callable[..., Any]:
+        def callback(_: CallbackOptions) -> Iterable[Observation]:
+            # statvfs is a system call of a few microseconds, on the scrape's thread.
+            assert self.data_dir is not None
+            try:
+                return [Observation(value(os.statvfs(self.data_dir)))]
+            except OSError:
+                return []
 
         return callback
 

@@ -8,6 +8,12 @@ the controller's first NewTerm for it (which carries the shard's spec, stored in
 stored replica comes back fenced, to be given a role again by the controller.
 The highest controller epoch seen is kept in `controller-epoch` (calls of older
 controllers are refused, see cairn.storage.controller_epoch).
+
+With a certificate directory (`NodeConfig.tls_dir`) the internal port is mutual
+TLS and every call on it is checked against cairn.common.access's table (only
+the controller coordinates, only pods replicate); the public port serves TLS
+with the same certificate, or plaintext when the operator chose
+`public_plaintext` (released Oxia clients speak nothing else).
 """
 
 from __future__ import annotations
@@ -21,7 +27,9 @@ import grpc
 
 from cairn.common.errors import ShardNotFound
 from cairn.common.files import write_atomically
+from cairn.common.grpc_access import InternalAccessInterceptor
 from cairn.common.keyorder import KeyOrder
+from cairn.common.tls import TlsSource, grpc_server_credentials
 from cairn.storage.config import NodeConfig, ShardSpec
 from cairn.storage.controller_epoch import EPOCH_FILE, ControllerEpochFence
 from cairn.storage.core.replication.replica import Member
@@ -68,7 +76,10 @@ class NodeServer:
         self.config = config
         self.directory = ShardDirectory(pushed_map=True)
         self.client_service = ClientService(self.directory, config.limits)
-        self.peers = PeerChannels()
+        # Read now: a pod without a usable certificate must not start.
+        self.tls = TlsSource.from_directory(config.tls_dir) if config.tls_dir else None
+        self.peers = PeerChannels(self.tls)
+        self.access = InternalAccessInterceptor()
         self.me = Member("", "")
         self.health = HealthService()
         self.epochs = ControllerEpochFence(config.data_dir / EPOCH_FILE)
@@ -80,9 +91,25 @@ class NodeServer:
 
     async def start(self) -> Member:
         config = self.config
-        public, internal = new_server(config.limits), new_server(config.limits)
-        port = public.add_insecure_port(f"{config.bind_host}:{config.port}")
-        internal_port = internal.add_insecure_port(f"{config.bind_host}:{config.internal_port}")
+        public_address = f"{config.bind_host}:{config.port}"
+        internal_address = f"{config.bind_host}:{config.internal_port}"
+        public = new_server(config.limits)
+        if self.tls is None:
+            internal = new_server(config.limits)
+            internal_port = internal.add_insecure_port(internal_address)
+            port = public.add_insecure_port(public_address)
+        else:
+            # Without TLS there is no identity to check: the table applies only here.
+            internal = new_server(config.limits, [self.access])
+            internal_port = internal.add_secure_port(
+                internal_address, grpc_server_credentials(self.tls, require_client_cert=True)
+            )
+            if config.public_plaintext:
+                port = public.add_insecure_port(public_address)
+            else:
+                port = public.add_secure_port(
+                    public_address, grpc_server_credentials(self.tls, require_client_cert=False)
+                )
         if port == 0 or internal_port == 0:
             raise OSError(f"could not bind {config.bind_host}:{config.port}/{config.internal_port}")
         self.me = Member(

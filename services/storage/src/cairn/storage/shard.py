@@ -136,6 +136,8 @@ log = logging.getLogger(__name__)
 SESSION_CHECK_INTERVAL_S = 0.25
 # How often a shard compares its WAL size with the retention.
 WAL_RETENTION_CHECK_INTERVAL_S = 1.0
+# Snapshot transfers last seconds to minutes: their own bucket bounds, in seconds.
+SNAPSHOT_DURATION_BOUNDS_S = (1.0, 5.0, 15.0, 60.0, 300.0, 1800.0)
 # WAL trimming for every shard of the process, beside (never behind) their fsyncs.
 _MAINTENANCE_EXECUTOR = ThreadPoolExecutor(2, thread_name_prefix="wal-trim")
 
@@ -328,7 +330,15 @@ class ShardReplica:
         self.sessions_created = self.sessions_expired = 0
         self.folds = self.folded_requests = self.folded_operations = 0
         self.snapshots_started = self.snapshots_completed = self.snapshot_bytes = 0
-        self.snapshot_latency = LatencyCounter((1.0, 5.0, 15.0, 60.0, 300.0, 1800.0))
+        self.snapshot_latency = LatencyCounter(SNAPSHOT_DURATION_BOUNDS_S)
+        # The leader's side of snapshots (replication/sender.py counts them here, on
+        # the replica, so that they outlive the leader role that sent them).
+        self.snapshots_sent_started = self.snapshots_sent_completed = 0
+        self.snapshots_sent_failed = self.snapshot_sent_bytes = 0
+        self.snapshot_send_latency = LatencyCounter(SNAPSHOT_DURATION_BOUNDS_S)
+        # WAL appends (the write into the page cache; the fsync is wal_sync_latency):
+        # one per entry as leader, one per received batch as follower.
+        self.wal_append_latency = LatencyCounter()
         self._tasks: list[asyncio.Task[None]] = []
         self._start_tasks()
 
@@ -688,10 +698,12 @@ class ShardReplica:
             # what we hold durably, and waiting would stop us reading the commit
             # offset that lets us apply. What waits to be applied is bounded apart.
             self.core.check_entries(term, entries[0].offset)
+            started_ns = time.perf_counter_ns()
             try:
                 self.wal.append_many(entries)
             except (OSError, WalError) as error:
                 raise Unavailable(f"shard {self.shard_id} cannot write its log: {error}") from error
+            self.wal_append_latency.record_since(started_ns)
             for entry in entries:
                 self.core.log.append(entry.term, entry.offset)
                 if self._keeps_in_memory(entry):
@@ -905,6 +917,7 @@ class ShardReplica:
         assert leader is not None
         timestamp_ms = max(self._clock_ms(), self._last_timestamp_ms)
         entry = WalEntry(self.core.term, self.core.log.last_offset + 1, timestamp_ms, payload)
+        started_ns = time.perf_counter_ns()
         try:
             self.wal.append(entry)
         except (OSError, WalError) as error:
@@ -912,6 +925,7 @@ class ShardReplica:
             # shard stays consistent and takes the next one (a WAL that could not undo
             # a partial write refuses appends until reopened: WalError).
             raise Unavailable(f"shard {self.shard_id} cannot write its log: {error}") from error
+        self.wal_append_latency.record_since(started_ns)
         self.core.log.append(entry.term, entry.offset)
         self._last_timestamp_ms = timestamp_ms
         # A caller that goes away may cancel this future; the entry still commits and

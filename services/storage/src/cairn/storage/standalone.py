@@ -32,6 +32,7 @@ from cairn.common.errors import CairnError
 from cairn.common.files import write_atomically
 from cairn.common.hashing import split_hash_space
 from cairn.common.keyorder import KeyOrder
+from cairn.common.tls import TlsSource, grpc_server_credentials
 from cairn.proto import replication_pb2 as rpb
 from cairn.storage.config import DEFAULT_NAMESPACE, NamespaceConfig, ShardSpec, StandaloneConfig
 from cairn.storage.core.replication.replica import Member
@@ -241,7 +242,13 @@ class StandaloneServer:
         self.directory.default_namespace = default_namespace(config, layout)
         limits = config.limits
         server = new_server(limits)
-        port = server.add_insecure_port(f"{config.bind_host}:{config.port}")
+        bind = f"{config.bind_host}:{config.port}"
+        if config.tls_dir is None:
+            port = server.add_insecure_port(bind)
+        else:
+            # TLS for clients (a standalone server has no internal port).
+            tls = TlsSource.from_directory(config.tls_dir)
+            port = server.add_secure_port(bind, grpc_server_credentials(tls, False))
         if port == 0:
             raise OSError(f"could not bind {config.bind_host}:{config.port}")
         self.address = config.advertised_address or advertised_address(config.bind_host, port)

@@ -12,6 +12,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from cairn.common.logs import setup_logging
 from cairn.health.service import LISTENING_PREFIX, run
 from cairn.health.settings import Settings, parse_settings
 
@@ -23,8 +24,8 @@ def _announce(address: str) -> None:
     print(f"{LISTENING_PREFIX}{address}", flush=True)
 
 
-def _announce_metrics(address: str) -> None:
-    print(f"cairn-health: metrics on http://{address}/metrics", flush=True)
+def _announce_metrics(address: str, scheme: str = "http") -> None:
+    print(f"cairn-health: metrics on {scheme}://{address}/metrics", flush=True)
 
 
 async def _main(settings: Settings) -> int:
@@ -40,7 +41,13 @@ async def _main(settings: Settings) -> int:
         settings.heartbeat_url or "nobody",
     )
     try:
-        await run(settings, stop, on_listening=_announce, on_metrics=_announce_metrics)
+        scheme = "https" if settings.tls_dir and not settings.metrics_plaintext else "http"
+        await run(
+            settings,
+            stop,
+            on_listening=_announce,
+            on_metrics=lambda address: _announce_metrics(address, scheme),
+        )
     except OSError as error:
         where = f"{settings.host}:{settings.port}"
         print(f"cairn-health: cannot serve on {where}: {error}", file=sys.stderr)
@@ -51,10 +58,7 @@ async def _main(settings: Settings) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_settings(argv)
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    setup_logging("cairn-health", settings.log_level, settings.log_format, node=settings.node_name)
     # httpx logs every request at INFO: a line per heartbeat. The pusher logs what
     # matters (failures, recovery).
     for noisy in ("httpx", "httpcore"):

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import grpc
 
 from cairn.common.telemetry import LatencyCounter
+from cairn.common.tls import ChannelCache, TlsSource
 from cairn.health.core import PodStatus, ProbeRecord, pod_status_of
 from cairn.proto import replication_pb2 as rpb
 from cairn.proto import replication_pb2_grpc as rpb_grpc
@@ -31,13 +32,16 @@ class Prober:
         interval_ms: int,
         timeout_ms: int,
         clock_s: Callable[[], float] = time.monotonic,
+        tls: TlsSource | None = None,
     ) -> None:
+        """`tls`: the sidecar's certificate (the pod's internal port is mutual TLS)."""
         self.target = target
+        self.tls = tls
         self.interval_s = interval_ms / 1000
         self.timeout_s = timeout_ms / 1000
         self.record = ProbeRecord()
         self._clock_s = clock_s
-        self._channel: grpc.aio.Channel | None = None
+        self._channels: ChannelCache | None = None
         # Metrics (metrics.py): probes by result, and their durations.
         self.probes_ok = 0
         self.probes_failed = 0
@@ -45,9 +49,10 @@ class Prober:
 
     async def run(self) -> None:
         """Probe until cancelled (one probe at a time: a slow one delays the next)."""
-        self._channel = grpc.aio.insecure_channel(
-            self.target,
-            options=[
+        # A cache of one: the channel is made again when the certificate changes.
+        self._channels = ChannelCache(
+            self.tls,
+            [
                 ("grpc.initial_reconnect_backoff_ms", RECONNECT_INITIAL_BACKOFF_MS),
                 ("grpc.min_reconnect_backoff_ms", RECONNECT_INITIAL_BACKOFF_MS),
                 ("grpc.max_reconnect_backoff_ms", RECONNECT_MAX_BACKOFF_MS),
@@ -64,8 +69,8 @@ class Prober:
                 next_at_s = max(next_at_s, now_s)
                 await asyncio.sleep(next_at_s - now_s)
         finally:
-            channel, self._channel = self._channel, None
-            await channel.close()
+            channels, self._channels = self._channels, None
+            await channels.close()
 
     async def probe_once(self) -> None:
         was_ok = self.record.last_probe_ok
@@ -89,8 +94,8 @@ class Prober:
         self.record = self.record.after_success(pod, self._clock_s())
 
     async def _get_status(self) -> PodStatus:
-        assert self._channel is not None
-        stub = rpb_grpc.CoordinationStub(self._channel)
+        assert self._channels is not None
+        stub = rpb_grpc.CoordinationStub(self._channels.get(self.target))
         # The gRPC deadline ends a call to a hung (stopped) pod; the asyncio timeout
         # also bounds whatever of the call the deadline might not cover, so that a
         # probe never blocks the sidecar for longer than the probe timeout.

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import httpx
 
 from cairn.common.heartbeat import Heartbeat, heartbeat_document
+from cairn.common.tls import LiveSSLContext
 
 log = logging.getLogger(__name__)
 
@@ -118,11 +119,22 @@ class HeartbeatPusher:
         return False
 
 
-def new_client(timeout_ms: int) -> httpx.AsyncClient:
+def new_client(timeout_ms: int, tls: LiveSSLContext | None = None) -> httpx.AsyncClient:
+    """`tls`: the sidecar's certificate, presented to the controller (which takes
+    a heartbeat only from the pod's own sidecar), and the CA to check it by."""
     # One connection is enough: one request at a time. The controller is dialled
     # directly: a proxy from the environment would only add a way to fail.
+    if tls is None:
+        return httpx.AsyncClient(
+            timeout=timeout_ms / 1000,
+            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+            trust_env=False,
+        )
     return httpx.AsyncClient(
         timeout=timeout_ms / 1000,
         limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
         trust_env=False,
+        verify=tls.context,
+        # A rotated certificate is loaded before the request that may dial anew.
+        event_hooks={"request": [tls.httpx_request_hook]},
     )

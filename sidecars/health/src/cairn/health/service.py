@@ -15,6 +15,8 @@ import uvicorn
 
 from cairn.common.heartbeat import Heartbeat
 from cairn.common.telemetry import Telemetry
+from cairn.common.tls import LiveSSLContext, TlsSource
+from cairn.common.tls_asgi import uvicorn_tls_options
 from cairn.health import metrics
 from cairn.health.api import create_app
 from cairn.health.core import Verdict, build_heartbeat, liveness, readiness, status_document
@@ -84,9 +86,9 @@ def bind(host: str, port: int) -> socket.socket:
     return socket.create_server((host, port), family=family)
 
 
-def http_address(sock: socket.socket) -> str:
+def http_address(sock: socket.socket, scheme: str = "http") -> str:
     host, port = sock.getsockname()[:2]
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
 
 async def run(
@@ -98,10 +100,14 @@ async def run(
     """Serve until `stop` is set. `on_listening` gets the HTTP base address once
     requests are answered, `on_metrics` the metrics endpoint's `host:port` (when
     there is one). Raises if a part of the sidecar fails on its own."""
+    tls = TlsSource.from_directory(settings.tls_dir) if settings.tls_dir else None
     prober = Prober(
-        settings.storage_internal, settings.probe_interval_ms, settings.probe_timeout_ms
+        settings.storage_internal, settings.probe_interval_ms, settings.probe_timeout_ms, tls=tls
     )
     sidecar = Sidecar(settings, prober)
+    # The kubelet's HTTPS probes present no certificate: none is required here.
+    server_tls = LiveSSLContext(tls, server=True) if tls is not None else None
+    client_tls = LiveSSLContext(tls, server=False) if tls is not None else None
     server = _EmbeddedServer(
         uvicorn.Config(
             create_app(sidecar),
@@ -112,6 +118,7 @@ async def run(
             log_config=None,
             log_level=settings.log_level.lower(),
             timeout_graceful_shutdown=HTTP_GRACE_S,
+            **uvicorn_tls_options(server_tls),
         )
     )
     async with contextlib.AsyncExitStack() as stack:
@@ -122,6 +129,7 @@ async def run(
             settings.node_name,
             metrics_host=settings.metrics_host,
             metrics_port=settings.metrics_port,
+            metrics_tls_dir=None if settings.metrics_plaintext else settings.tls_dir,
         )
         stack.callback(telemetry.shutdown)
         metrics.register(telemetry, prober, sidecar)
@@ -134,9 +142,13 @@ async def run(
             tasks[asyncio.create_task(work, name=name)] = name
 
         start("prober", prober.run())
+        if server_tls is not None:
+            start("tls-reload", server_tls.keep_fresh())
         url = settings.heartbeat_url
         if url is not None:
-            client = await stack.enter_async_context(new_client(settings.heartbeat_timeout_ms))
+            client = await stack.enter_async_context(
+                new_client(settings.heartbeat_timeout_ms, client_tls)
+            )
             pusher = HeartbeatPusher(
                 url,
                 settings.heartbeat_interval_ms,
@@ -157,7 +169,7 @@ async def run(
                 [listening_task, stop_task, *tasks], return_when=asyncio.FIRST_COMPLETED
             )
             if server.listening.is_set() and on_listening is not None:
-                on_listening(http_address(sock))
+                on_listening(http_address(sock, "https" if server_tls else "http"))
             done, _ = await asyncio.wait([stop_task, *tasks], return_when=asyncio.FIRST_COMPLETED)
         finally:
             others = [stop_task, listening_task, *(t for t in tasks if t is not http_task)]

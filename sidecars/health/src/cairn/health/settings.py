@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urlsplit
 
+from cairn.common.logs import add_log_arguments
 from cairn.common.telemetry import METRICS_PORT_HEALTH, add_metrics_arguments
+from cairn.common.tls import add_transport_arguments
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8081
@@ -31,10 +34,16 @@ class Settings:
     liveness_failure_ms: int = 30_000
     ready_max_lag_entries: int = 1000
     log_level: str = "INFO"
+    log_format: str = "text"
     # The Prometheus /metrics endpoint (None: none; the command line's default is
     # METRICS_PORT_HEALTH).
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None
+    # The sidecar's certificate directory (cert-manager layout; its certificate
+    # names `sidecar/<node name>`): HTTPS on its own port, mutual TLS to the
+    # pod's internal port and to the controller. None: plaintext everywhere.
+    tls_dir: Path | None = None
+    metrics_plaintext: bool = False
 
     @property
     def heartbeat_url(self) -> str | None:
@@ -116,10 +125,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="ENTRIES",
         help="most entries a leader's voting follower may lag its commit for /readyz (1000)",
     )
+    add_transport_arguments(parser)
     add_metrics_arguments(parser, METRICS_PORT_HEALTH)
     parser.add_argument(
         "--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", help="(INFO)"
     )
+    add_log_arguments(parser)
     return parser
 
 
@@ -154,6 +165,9 @@ def parse_settings(argv: Sequence[str] | None = None) -> Settings:
         liveness_failure_ms=args.liveness_failure_ms,
         ready_max_lag_entries=args.ready_max_lag,
         log_level=args.log_level,
+        log_format=args.log_format,
         metrics_host=args.metrics_host,
         metrics_port=args.metrics_port,
+        tls_dir=args.tls_dir,
+        metrics_plaintext=args.metrics_plaintext,
     )

@@ -342,6 +342,8 @@ def running_cluster(directory: Path, pods: int, shards: int) -> Iterator[Failove
         controller_args=FAST_CONTROLLER_ARGS,
         sidecar_args=FAST_SIDECAR_ARGS,
         preferred_ports=False,
+        # Its probes dial plaintext channels; the cost of failover is measured without TLS.
+        tls=False,
     )
     stop = threading.Event()
 

@@ -2,6 +2,8 @@
 
     cairn-local --dir .cairn            controller + 3 storage pods with sidecars + gateway
     cairn-local --dir .cairn --pods 5 --shards 8
+    cairn-local --dir .cairn --public-plaintext   clients' port in plaintext (Oxia clients)
+    cairn-local --dir .cairn --insecure           no TLS anywhere (development only)
 
 Stops cleanly on Ctrl-C; run it again on the same directory to resume with the
 data (the ports chosen on the first run are kept in <dir>/ports.json).
@@ -10,13 +12,33 @@ data (the ports chosen on the first run are kept in <dir>/ports.json).
 from __future__ import annotations
 
 import argparse
-import logging
 import signal
 import sys
 from pathlib import Path
 from types import FrameType
 
-from cairn.controller.local.launcher import LocalCluster
+from cairn.common.logs import add_log_arguments, setup_logging
+from cairn.controller.local.launcher import LOCAL_USER, LocalCluster
+
+
+def _connecting(cluster: LocalCluster) -> list[str]:
+    """How a client connects: which ports speak TLS, and with what files."""
+    client = cluster.client_tls_dir
+    if client is None:
+        return ["  security:        none (--insecure): plaintext everywhere"]
+    ca = client / "ca.crt"
+    address = cluster.public_address(sorted(cluster.pods)[0])
+    public = "plaintext (--public-plaintext)" if cluster.public_plaintext else "TLS"
+    lines = [
+        f"  security:        local CA {ca}; internal traffic mutual TLS; client ports {public}",
+        f"  client TLS:      {client}  (ca.crt, and tls.crt/tls.key of user {LOCAL_USER})",
+    ]
+    if cluster.public_plaintext:
+        lines.append(f"    e.g.  cairn --address {address} ...  (plaintext)")
+    else:
+        lines.append(f"    e.g.  cairn --address {address} --tls-dir {client} ...")
+    lines.append(f"    e.g.  curl --cacert {ca} {cluster.controller_url}/v1/cluster")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -46,23 +68,44 @@ def main(argv: list[str] | None = None) -> None:
         help="pick free ports instead of the conventional ones (first start only; for "
         "several clusters on one machine, and tests)",
     )
-    parser.add_argument("--log-level", default="INFO")
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s"
+    security = parser.add_mutually_exclusive_group()
+    security.add_argument(
+        "--public-plaintext",
+        action="store_true",
+        help="serve the pods' client ports without TLS (released Oxia clients speak only "
+        "plaintext); everything else stays TLS, internal traffic mutual TLS",
     )
+    security.add_argument(
+        "--insecure",
+        action="store_true",
+        help="no TLS anywhere, no local CA (development only)",
+    )
+    parser.add_argument("--log-level", default="INFO")
+    add_log_arguments(parser)
+    args = parser.parse_args(argv)
+    setup_logging(
+        "cairn-local",
+        args.log_level,
+        args.log_format,
+        text_format="%(asctime)s %(levelname)s %(message)s",
+    )
+    # Every process of the cluster logs in the launcher's format (an explicit
+    # --*-arg --log-format, coming later, wins).
+    chosen = ["--log-format", args.log_format] if args.log_format != "text" else []
     cluster = LocalCluster(
         args.dir,
         pods=args.pods,
         shards=args.shards,
         replication_factor=args.replication_factor,
         host=args.host,
-        controller_args=args.controller_arg,
-        pod_args=args.pod_arg,
-        sidecar_args=args.sidecar_arg,
+        controller_args=[*chosen, *args.controller_arg],
+        pod_args=[*chosen, *args.pod_arg],
+        sidecar_args=[*chosen, *args.sidecar_arg],
         preferred_ports=not args.free_ports,
         gateway=not args.no_gateway,
-        gateway_args=args.gateway_arg,
+        gateway_args=[*chosen, *args.gateway_arg],
+        tls=not args.insecure,
+        public_plaintext=args.public_plaintext,
     )
 
     def on_signal(signum: int, _: FrameType | None) -> None:
@@ -86,8 +129,10 @@ def main(argv: list[str] | None = None) -> None:
         if metrics:
             lines.append("  metrics:         (Prometheus, one endpoint per process)")
             lines += [
-                f"    {name:<18} http://{address}/metrics" for name, address in metrics.items()
+                f"    {name:<18} {cluster.scheme}://{address}/metrics"
+                for name, address in metrics.items()
             ]
+        lines += _connecting(cluster)
         lines += [
             f"  cluster state:   {cluster.state_dir / 'cluster.json'}",
             f"  logs:            {cluster.logs_dir}",

@@ -9,6 +9,18 @@ Everything lives under one directory:
     <dir>/pods/storage-N/       each storage pod's data
     <dir>/logs/*.log            one log per process
     <dir>/processes.json        the running processes' pids (for tooling/tests)
+    <dir>/tls/ca/               the local certificate authority (ca.crt, ca.key)
+    <dir>/tls/<process>/        each process's certificate (tls.crt, tls.key, ca.crt)
+    <dir>/tls/client/           a user certificate for clients (CN local-admin)
+
+Secure by default: the launcher makes a local CA on the first start (kept and
+reused afterwards) and a certificate for every process, naming it by a SPIFFE
+id (`spiffe://cairn/storage/storage-0`, `.../sidecar/storage-0`,
+`.../controller/controller`, `.../gateway/gateway`). Internal traffic is mutual
+TLS, the pods' client ports, the controller, the gateway, the sidecars and the
+metrics endpoints serve TLS. `public_plaintext` serves the pods' client ports in
+plaintext (for clients that speak nothing else); `tls=False` is plaintext
+everywhere (tests and benchmarks that choose it).
 
 The launcher plays the part Kubernetes plays in production: it keeps
 `spec.storage.replicas` pods running (a StatefulSet), restarts a process that
@@ -31,7 +43,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from cairn.common.certs import LOCAL_HOSTS, CertificateAuthority, has_certificate
 from cairn.common.files import write_atomically
+from cairn.common.identity import Principal, Role
 from cairn.common.telemetry import (
     METRICS_PORT_CONTROLLER,
     METRICS_PORT_GATEWAY,
@@ -48,6 +62,8 @@ from cairn.controller.state.store import CorruptState, StateNotFound
 
 log = logging.getLogger(__name__)
 POD_PREFIX = "storage"
+# The common name of the user certificate made for clients (<dir>/tls/client).
+LOCAL_USER = "local-admin"
 RESTART_DELAY_MIN_S = 0.5
 RESTART_DELAY_MAX_S = 30.0
 # A process up this long has its restart delay reset.
@@ -148,7 +164,8 @@ class Child:
             self.command,
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            # POD_NAME: the process's name in its log lines and traces (logs.node_name).
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "POD_NAME": self.name},
             start_new_session=True,  # Ctrl-C reaches the launcher, which stops us in order
         )
         self.started_at = time.monotonic()
@@ -219,7 +236,11 @@ class LocalCluster:
         preferred_ports: bool = True,
         gateway: bool = True,
         gateway_args: Sequence[str] = (),
+        tls: bool = True,
+        public_plaintext: bool = False,
     ) -> None:
+        self.tls = tls
+        self.public_plaintext = public_plaintext
         self.preferred_ports = preferred_ports
         self.directory = directory.resolve()
         self.initial_pods = pods
@@ -249,14 +270,42 @@ class LocalCluster:
         return self.directory / "logs"
 
     @property
+    def tls_dir(self) -> Path:
+        return self.directory / "tls"
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls else "http"
+
+    @property
     def controller_url(self) -> str:
-        return f"http://{self.host}:{self.ports.controller}"
+        return f"{self.scheme}://{self.host}:{self.ports.controller}"
 
     @property
     def gateway_url(self) -> str | None:
         if self.ports.gateway is None:
             return None
-        return f"http://{self.host}:{self.ports.gateway}"
+        return f"{self.scheme}://{self.host}:{self.ports.gateway}"
+
+    @property
+    def client_tls_dir(self) -> Path | None:
+        """What a client connects with (the CA, and a user certificate), if TLS."""
+        return self.tls_dir / "client" if self.tls else None
+
+    def _certificates(self, process: str, principal: Principal | None) -> list[str]:
+        """`--tls-dir <dir>` with the process's certificate (issued on first use),
+        or `--insecure` when the cluster runs without TLS."""
+        if not self.tls:
+            return ["--insecure"]
+        directory = self.tls_dir / process
+        if not has_certificate(directory):
+            authority = CertificateAuthority.create_or_load(self.tls_dir / "ca")
+            hosts = (*LOCAL_HOSTS, self.host)
+            if principal is None:
+                authority.issue_user(LOCAL_USER, directory)
+            else:
+                authority.issue_component(principal, directory, hosts)
+        return ["--tls-dir", str(directory)]
 
     def public_address(self, name: str) -> str:
         return f"{self.host}:{self.ports.pods[name].public}"
@@ -324,6 +373,9 @@ class LocalCluster:
     def _start(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.logs_dir.mkdir(exist_ok=True)
+        if self.tls:
+            # A user certificate for clients (the CLI's --tls-dir), made once.
+            self._certificates("client", None)
         ports = Ports.load(self.directory / "ports.json")
         fresh = ports is None
         self.ports = Ports(0) if ports is None else ports
@@ -396,6 +448,7 @@ class LocalCluster:
                 "--storage-pods",
                 str(self.initial_pods),
                 *self._metrics_args("controller", METRICS_PORT_CONTROLLER),
+                *self._certificates("controller", Principal(Role.CONTROLLER, "controller")),
                 *self.controller_args,
             ],
             self.logs_dir / "controller.log",
@@ -429,6 +482,8 @@ class LocalCluster:
                     "--data-dir",
                     str(data_dir),
                     *self._metrics_args(name, self._pod_metrics_port(name, 0)),
+                    *self._certificates(name, Principal(Role.STORAGE, name)),
+                    *(["--public-plaintext"] if self.tls and self.public_plaintext else []),
                     *self.pod_args,
                 ],
                 self.logs_dir / f"{name}.log",
@@ -458,6 +513,7 @@ class LocalCluster:
                 "--port",
                 str(ports.health),
                 *self._metrics_args(f"{name}-health", self._pod_metrics_port(name, 1)),
+                *self._certificates(f"{name}-health", Principal(Role.SIDECAR, name)),
                 *self.sidecar_args,
             ],
             self.logs_dir / f"{name}-health.log",
@@ -497,6 +553,8 @@ class LocalCluster:
                     "--port",
                     str(self.ports.gateway),
                     *self._metrics_args("gateway", METRICS_PORT_GATEWAY),
+                    *self._certificates("gateway", Principal(Role.GATEWAY, "gateway")),
+                    *(["--storage-plaintext"] if self.tls and self.public_plaintext else []),
                     *self.gateway_args,
                 ],
                 self.logs_dir / "gateway.log",

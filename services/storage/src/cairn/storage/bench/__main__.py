@@ -93,6 +93,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from cairn.storage.bench import security
 from cairn.storage.bench.cluster import Cluster, ClusterError, running_cluster
 from cairn.storage.bench.fsync_probe import FsyncSpec, run_fsync_probe
 from cairn.storage.bench.load import CONNECT_TIMEOUT_S
@@ -268,6 +269,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     target.add_argument(
         "--server-pid", type=int, help="pid of the --address server, to report its CPU per op"
+    )
+    security_options = target.add_mutually_exclusive_group()
+    security_options.add_argument(
+        "--tls",
+        nargs="?",
+        const="all",
+        choices=security.TLS_MODES,
+        default=None,
+        help="spawned server/pods with a throwaway CA: TLS client ports and mutual TLS "
+        "between pods ('all', the default), or mutual TLS between pods only ('internal')",
+    )
+    security_options.add_argument(
+        "--tls-dir",
+        type=Path,
+        default=None,
+        help="dial the --address server over TLS with this directory's ca.crt "
+        "(and tls.crt/tls.key if present)",
     )
     target.add_argument("--spawn-timeout-s", type=_positive(float, 600), default=60.0)
     target.add_argument("--stop-timeout-s", type=_positive(float, 600), default=10.0)
@@ -1014,7 +1032,12 @@ async def amain(args: argparse.Namespace) -> list[Row]:
                 spawned_server(
                     shards=args.shards,
                     data_dir=args.data_dir,
-                    extra_args=["--log-level", "WARNING", *args.server_arg],
+                    extra_args=[
+                        "--log-level",
+                        "WARNING",
+                        *security.spawned_args("server", standalone=True),
+                        *args.server_arg,
+                    ],
                     start_timeout_s=args.spawn_timeout_s,
                     stop_timeout_s=args.stop_timeout_s,
                 )
@@ -1041,6 +1064,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         _validate(args)
     except UsageError as error:
         parser.error(str(error))
+    if (args.tls is not None or args.tls_dir is not None) and args.procs > 1:
+        # Load processes are spawned afresh and would not inherit the transport.
+        parser.error("--tls and --tls-dir work with --procs 1 only")
+    if args.tls is not None:
+        security.enable_spawned_tls(args.tls)
+    elif args.tls_dir is not None:
+        security.enable_client_tls(args.tls_dir)
+    print(f"# transport: {security.describe()}", flush=True)
     started_s = time.monotonic()
     try:
         rows = asyncio.run(amain(args))

@@ -33,6 +33,7 @@ from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import oxia_client_pb2_grpc as pb_grpc
 from cairn.proto import replication_pb2 as rpb
 from cairn.proto import replication_pb2_grpc as rpb_grpc
+from cairn.storage.bench import security
 from cairn.storage.bench.rpc import CHANNEL_OPTIONS, NAMESPACE, describe
 from cairn.storage.bench.server import (
     LISTENING_LINE,
@@ -86,6 +87,8 @@ def node_command(data_dir: Path, extra_args: Sequence[str]) -> list[str]:
         str(data_dir),
         "--metrics-port",
         "0",
+        # Plaintext unless the caller gives a certificate directory.
+        *([] if "--tls-dir" in extra_args else ["--insecure"]),
         *extra_args,
     ]
 
@@ -150,15 +153,15 @@ class Cluster:
     def pids(self) -> tuple[int, ...]:
         return tuple(pod.pid for pod in self.pods)
 
-    def _channel(self, address: str) -> grpc.aio.Channel:
+    def _channel(self, address: str, internal: bool = False) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            channel = security.channel(address, CHANNEL_OPTIONS, internal)
             self._channels[address] = channel
         return channel
 
     def coordination(self, pod: Pod) -> Any:
-        return rpb_grpc.CoordinationStub(self._channel(pod.internal_address))
+        return rpb_grpc.CoordinationStub(self._channel(pod.internal_address, internal=True))
 
     async def spawn_pod(self) -> Pod:
         """One more pod, stopped (SIGTERM, then SIGKILL) when the cluster is."""
@@ -171,7 +174,7 @@ class Cluster:
         process = await stack.enter_async_context(
             spawned_process(
                 f"pod {index}",
-                node_command(data_dir, self.node_args),
+                node_command(data_dir, [*security.spawned_args(f"pod-{index}"), *self.node_args]),
                 # The internal line comes after the listening line: both are there.
                 INTERNAL_LINE,
                 self.start_timeout_s,

@@ -17,6 +17,7 @@ import grpc.aio
 
 from cairn.common.hashing import key_hash
 from cairn.proto import oxia_client_pb2 as pb
+from cairn.storage.bench import security
 
 SERVICE_NAME = "io.oxia.proto.v1.OxiaClient"
 _SERVICE = f"/{SERVICE_NAME}/"
@@ -73,7 +74,7 @@ def describe(error: BaseException) -> str:
 
 async def fetch_shards(address: str, timeout_s: float) -> list[ShardInfo]:
     """The first ShardAssignments message of namespace `default` (then cancels the stream)."""
-    async with grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
+    async with security.channel(address, CHANNEL_OPTIONS) as channel:
         method = channel.unary_stream(
             METHOD_ASSIGNMENTS,
             request_serializer=pb.ShardAssignmentsRequest.SerializeToString,
@@ -117,10 +118,7 @@ class Channels:
     def get(self, address: str) -> grpc.aio.Channel:
         channels = self._channels.get(address)
         if channels is None:
-            channels = [
-                grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
-                for _ in range(self._count)
-            ]
+            channels = [security.channel(address, CHANNEL_OPTIONS) for _ in range(self._count)]
             self._channels[address] = channels
         self._next += 1
         return channels[self._next % len(channels)]

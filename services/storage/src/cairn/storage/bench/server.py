@@ -92,6 +92,8 @@ def server_command(data_dir: Path, shards: int, extra_args: Sequence[str]) -> li
         # A free port, so that runs side by side do not clash (--server-arg overrides).
         "--metrics-port",
         "0",
+        # Plaintext unless the caller gives a certificate directory.
+        *([] if "--tls-dir" in extra_args else ["--insecure"]),
         *extra_args,
     ]
 

@@ -1,8 +1,16 @@
-"""gRPC channels to other storage pods, one per internal address, reused."""
+"""gRPC channels to other storage pods, one per internal address, reused.
+
+With TLS (the pod's own certificate directory), the channels are mutual TLS:
+the pod presents its certificate (role storage) and checks the peer's against
+the cluster CA. A channel is made again when the certificate files change, so
+connections made after a rotation present the new certificate.
+"""
 
 from __future__ import annotations
 
 import grpc
+
+from cairn.common.tls import ChannelCache, TlsSource
 
 # Keepalive pings find a peer that vanished (a killed pod, a cut network) without
 # waiting for TCP to time out.
@@ -16,17 +24,11 @@ _CHANNEL_OPTIONS = [
 
 
 class PeerChannels:
-    def __init__(self) -> None:
-        self._channels: dict[str, grpc.aio.Channel] = {}
+    def __init__(self, tls: TlsSource | None = None) -> None:
+        self._cache = ChannelCache(tls, _CHANNEL_OPTIONS)
 
     def get(self, address: str) -> grpc.aio.Channel:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
-            self._channels[address] = channel
-        return channel
+        return self._cache.get(address)
 
     async def close(self) -> None:
-        channels, self._channels = self._channels, {}
-        for channel in channels.values():
-            await channel.close(None)
+        await self._cache.close()

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-import grpc
+from collections.abc import Sequence
 
+import grpc
+import grpc.aio
+
+from cairn.common import tracing
 from cairn.storage.config import Limits
 
 # The most frequent keep-alive ping a client may send (the Cairn client pings every
@@ -11,7 +15,9 @@ from cairn.storage.config import Limits
 CLIENT_PING_MIN_INTERVAL_MS = 5_000
 
 
-def new_server(limits: Limits) -> grpc.aio.Server:
+def new_server(
+    limits: Limits, interceptors: Sequence[grpc.aio.ServerInterceptor] = ()
+) -> grpc.aio.Server:
     """A grpc.aio server with the storage pod's transport limits (the benchmark's null
     server uses it too, so that its ceiling is measured under the same settings)."""
     return grpc.aio.server(
@@ -29,4 +35,6 @@ def new_server(limits: Limits) -> grpc.aio.Server:
             ("grpc.http2.min_ping_interval_without_data_ms", CLIENT_PING_MIN_INTERVAL_MS),
         ],
         maximum_concurrent_rpcs=limits.max_concurrent_rpcs,
+        # A span per RPC when tracing is on; none of its interceptors when it is off.
+        interceptors=[*tracing.server_interceptors(), *interceptors] or None,
     )

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import math
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -15,6 +17,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
+from cairn.common import tracing
 from cairn.common.errors import CairnError, InvalidRequest, NotificationsTrimmed
 from cairn.common.telemetry import LatencyCounter
 from cairn.proto import oxia_client_pb2 as pb
@@ -24,6 +27,7 @@ from cairn.storage.core import reads
 from cairn.storage.core.fastpath import has_plain_puts
 from cairn.storage.core.notification_filter import change_filter
 from cairn.storage.core.notifications import stored_batches, trimmed_before
+from cairn.storage.core.routing_check import misrouted, routing_key_of_write
 from cairn.storage.core.sequences import SequenceSearchTooLong, highest_sequence_key
 from cairn.storage.core.validation import (
     validate_range,
@@ -37,7 +41,9 @@ from cairn.storage.rpc.status import abort
 from cairn.storage.shard import ShardReplica
 
 SERVICE_NAMES = ("io.oxia.proto.v1.OxiaClient", "io.streamnative.oxia.proto.OxiaClient")
+log = logging.getLogger(__name__)
 SHARD_ID_HEADER = "shard-id"
+MISROUTED_LOG_INTERVAL_S = 60.0
 NAMESPACE_HEADER = "namespace"
 
 
@@ -59,11 +65,23 @@ class ClientService:
     def __init__(self, directory: ShardDirectory, limits: Limits) -> None:
         self.directory = directory
         self.limits = limits
-        # Metrics (metrics.py publishes them): call durations of the unary-like
-        # methods, and the streams open per shard id.
-        self.call_latency = {"Write": LatencyCounter(), "Read": LatencyCounter()}
+        # Metrics (metrics.py publishes them): call durations of the calls that end
+        # (unary, and the bounded server streams: a read's chunks, a list's, a scan's),
+        # each request's duration on a WriteStream (the call itself lives as long as
+        # its client), and the streams open per shard id.
+        self.call_latency = {
+            "Write": LatencyCounter(),
+            "Read": LatencyCounter(),
+            "List": LatencyCounter(),
+            "RangeScan": LatencyCounter(),
+        }
+        self.stream_request_latency = {"WriteStream": LatencyCounter()}
         self.notification_subscribers: dict[int, int] = {}
         self.sequence_subscribers: dict[int, int] = {}
+        # Write requests whose first key XXH3 routes to another shard, per shard id
+        # (core/routing_check.py), and when each shard last said so in the log.
+        self.misrouted_writes: dict[int, int] = {}
+        self._misrouted_logged: dict[int, tuple[float, int]] = {}
 
     # ---- shard map ------------------------------------------------------------------
 
@@ -90,7 +108,7 @@ class ClientService:
     # ---- writes ---------------------------------------------------------------------
 
     async def _submit_one(
-        self, raw: bytes, header_shard: int | None
+        self, raw: bytes, header_shard: int | None, peer: str
     ) -> tuple[ShardReplica, asyncio.Future[bytes]]:
         request: pb.WriteRequest = _parse(pb.WriteRequest, raw)
         if request.HasField("shard"):
@@ -102,15 +120,62 @@ class ClientService:
         shard = self.directory.leader_shard(shard_id)
         plain_puts = has_plain_puts(raw)
         validate_write(request, self.limits, len(raw), plain_puts)
+        routing_key = routing_key_of_write(request)
+        if misrouted(routing_key, self.directory.hash_range(shard_id)):
+            self._count_misrouted(shard_id, routing_key, peer)
         return shard, await shard.submit(raw, request, plain_puts)
+
+    def _count_misrouted(self, shard_id: int, key: str | None, peer: str) -> None:
+        """Count a misrouted write; say so in the log at most once a minute per shard."""
+        count = self.misrouted_writes.get(shard_id, 0) + 1
+        self.misrouted_writes[shard_id] = count
+        now_s = time.monotonic()
+        logged_s, logged_count = self._misrouted_logged.get(shard_id, (-math.inf, 0))
+        if now_s - logged_s < MISROUTED_LOG_INTERVAL_S:
+            return
+        self._misrouted_logged[shard_id] = (now_s, count)
+        log.warning(
+            "shard %d: %d write request(s) since the last report were sent here although "
+            "the shard map's XXH3 routes their keys elsewhere (the last from %s, key %r): a "
+            "client hashing keys another way (the oxia 0.2.1 Python client hashes with "
+            "XXH64) puts data where XXH3 clients do not find it",
+            shard_id,
+            count - logged_count,
+            peer,
+            (key or "")[:100],
+        )
 
     async def write(self, raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
         """Raw bytes in and out: the request goes to the WAL as received, and the
         response comes hand-encoded from the apply step."""
+        if tracing.ENABLED:
+            return await self._write_traced(raw, context)
         started_ns = time.perf_counter_ns()
         try:
-            shard, future = await self._submit_one(raw, None)
+            shard, future = await self._submit_one(raw, None, context.peer())
             response = await future
+        except CairnError as error:
+            await abort(context, error)
+        shard.write_latency.record_since(started_ns)
+        self.call_latency["Write"].record_since(started_ns)
+        return response
+
+    async def _write_traced(self, raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        """`write` with the leader's two steps as spans (one per request, never per
+        operation): append (validate, then log the entry or join the fold) and
+        commit (fsync, a quorum of the ensemble durable, apply)."""
+        tracer = tracing.tracer()
+        started_ns = time.perf_counter_ns()
+        try:
+            with tracer.start_as_current_span("cairn.shard.append") as span:
+                shard, future = await self._submit_one(raw, None, context.peer())
+                attributes: dict[str, str | int] = {
+                    "cairn.shard": shard.shard_id,
+                    "cairn.namespace": shard.namespace,
+                }
+                span.set_attributes(attributes)
+            with tracer.start_as_current_span("cairn.shard.commit", attributes=attributes):
+                response = await future
         except CairnError as error:
             await abort(context, error)
         shard.write_latency.record_since(started_ns)
@@ -139,6 +204,7 @@ class ClientService:
         )
 
         loop = asyncio.get_running_loop()
+        peer = context.peer()
 
         async def read_requests() -> None:
             try:
@@ -146,7 +212,7 @@ class ClientService:
                     started_ns = time.perf_counter_ns()
                     shard: ShardReplica | None
                     try:
-                        shard, future = await self._submit_one(raw, header_shard)
+                        shard, future = await self._submit_one(raw, header_shard, peer)
                     except CairnError as error:
                         shard, future = None, loop.create_future()
                         future.set_exception(error)
@@ -154,6 +220,7 @@ class ClientService:
             finally:
                 await in_flight.put(None)
 
+        stream_latency = self.stream_request_latency["WriteStream"]
         reader = asyncio.create_task(read_requests())
         try:
             while (taken := await in_flight.get()) is not None:
@@ -164,6 +231,7 @@ class ClientService:
                     await abort(context, error)
                 if shard is not None:
                     shard.write_latency.record_since(started_ns)
+                    stream_latency.record_since(started_ns)
                 yield response
             await reader  # surfaces a failure to read the request stream
         finally:
@@ -205,6 +273,7 @@ class ClientService:
     async def list(
         self, request: pb.ListRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.ListResponse]:
+        started_ns = time.perf_counter_ns()
         try:
             shard, index = await self._range_target(request, context)
         except CairnError as error:
@@ -226,10 +295,12 @@ class ClientService:
                 keys, size = [], 0
         if keys:
             yield pb.ListResponse(keys=keys)
+        self.call_latency["List"].record_since(started_ns)
 
     async def range_scan(
         self, request: pb.RangeScanRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.RangeScanResponse]:
+        started_ns = time.perf_counter_ns()
         try:
             shard, index = await self._range_target(request, context)
         except CairnError as error:
@@ -258,6 +329,7 @@ class ClientService:
                 chunk, size = pb.RangeScanResponse(), 0
         if chunk.records:
             yield chunk
+        self.call_latency["RangeScan"].record_since(started_ns)
 
     # ---- notifications --------------------------------------------------------------
 
