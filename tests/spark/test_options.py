@@ -4,11 +4,13 @@ to the executors holds settings only."""
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 
 import pytest
 from pyspark.sql.datasource import StringStartsWith
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
+from cairn.common.tls import TlsFiles
 from cairn.spark.changes import CairnChangeReader
 from cairn.spark.options import (
     ConnectionSettings,
@@ -31,9 +33,31 @@ def test_connection_options() -> None:
     )
     with pytest.raises(OptionError, match="address"):
         ConnectionSettings.of({})
-    # Security options are refused by name until the client supports them.
+    # Tokens are refused by name until the client supports them.
     with pytest.raises(OptionError, match="token"):
         ConnectionSettings.of({"address": "a:1", "token": "x"})
+
+
+def test_tls_options_become_the_clients_tls_files(tmp_path: Path) -> None:
+    assert ConnectionSettings.of({"address": "a:1"}).client_options().tls is None
+    system_roots = ConnectionSettings.of({"address": "a:1", "tls": "true"})
+    assert system_roots.client_options().tls == TlsFiles(None, None, None)
+    server_only = ConnectionSettings.of({"address": "a:1", "tlsCaFile": "/c/ca.pem"})
+    assert server_only.client_options().tls == TlsFiles(None, None, Path("/c/ca.pem"))
+    mutual = ConnectionSettings.of(
+        {"address": "a:1", "tlscafile": "ca", "tlsCertFile": "crt", "tlsKeyFile": "key"}
+    )
+    assert mutual.client_options().tls == TlsFiles(Path("crt"), Path("key"), Path("ca"))
+    (tmp_path / "tls.crt").write_text("x")
+    directory = ConnectionSettings.of({"address": "a:1", "tlsDir": str(tmp_path)})
+    assert directory.client_options().tls == TlsFiles.in_directory(tmp_path)
+    assert pickle.loads(pickle.dumps(directory)) == directory
+    with pytest.raises(OptionError, match="tlsKeyFile"):
+        ConnectionSettings.of({"address": "a:1", "tlsCertFile": "crt"})
+    with pytest.raises(OptionError, match="tlsDir"):
+        ConnectionSettings.of({"address": "a:1", "tlsDir": "d", "tlsCaFile": "ca"})
+    with pytest.raises(OptionError, match="false"):
+        ConnectionSettings.of({"address": "a:1", "tls": "false", "tlsCaFile": "ca"})
 
 
 def test_write_and_read_options() -> None:

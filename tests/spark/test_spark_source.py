@@ -1,12 +1,10 @@
-"""The `cairn` and `cairn-changes` data sources on a real Spark (local[2], one
-session for the module: its start-up takes 15-35 s, more on a loaded machine)
-against a real standalone server with 4 shards."""
+"""The `cairn` and `cairn-changes` data sources on a real Spark (local[2], the
+run's one session: see conftest.py) against a real standalone server with 4
+shards, shared by the module's tests (each under its own key prefix)."""
 
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,43 +15,15 @@ import pyarrow.dataset as ds
 import pytest
 
 from cairn.client.sync import Client
-from cairn.spark import CairnChangesDataSource, CairnDataSource
+from cairn.common.identity import Role
 from cairn.spark.options import ConnectionSettings, ReadSettings
 from cairn.spark.read import CairnPushdownReader
 from support.processes import StandaloneProcess
+from support.tls import TestCertificates
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SHARDS = 4
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    # The executors' Python workers run this interpreter (with the workspace's
-    # packages), and nothing listens beyond loopback.
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("cairn-spark-tests")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        # Needed by any reader with pushFilters (Spark refuses its reads otherwise).
-        .config("spark.sql.python.filterPushdown.enabled", "true")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    session.dataSource.register(CairnDataSource)
-    session.dataSource.register(CairnChangesDataSource)
-    try:
-        yield session
-    finally:
-        session.stop()
 
 
 @pytest.fixture(scope="module")
@@ -192,12 +162,16 @@ def test_bulk_write_reads_back_equal_and_create_only_changes_nothing(
     assert len(summary["shards"]) == SHARDS
     print(f"bulk write: {count} rows in {elapsed_s:.1f} s ({count / elapsed_s:.0f} rows/s)")
 
-    back = records(spark, server.address).where("key like '/bulk/%'")
-    before = back.selectExpr("key", "value", "version_id").cache()
-    assert before.count() == count
-    assert source.exceptAll(before.select("key", "value")).count() == 0
-    with Client(server.address) as client:
-        assert client.get("/bulk/012345").value == b"value-12345"
+    # Read back through the `oxia` client (its range scan asks every shard).
+    with oxia.Client(server.address) as oxia_client:
+        before = {
+            key: (value, version.version_id())
+            for key, value, version in oxia_client.range_scan("/bulk/", "/bulk//")
+        }
+    assert len(before) == count
+    assert {key: value for key, (value, _) in before.items()} == {
+        f"/bulk/{i:06d}": f"value-{i}".encode() for i in range(count)
+    }
 
     again_path = tmp_path / "create-only.json"
     (
@@ -210,9 +184,33 @@ def test_bulk_write_reads_back_equal_and_create_only_changes_nothing(
     )
     again = json.loads(again_path.read_text())
     assert again["rows"] == 0 and again["conflicts"] == count
-    after = records(spark, server.address).where("key like '/bulk/%'")
-    assert before.exceptAll(after.selectExpr("key", "value", "version_id")).count() == 0
-    before.unpersist()
+    with oxia.Client(server.address) as oxia_client:
+        after = {
+            key: (value, version.version_id())
+            for key, value, version in oxia_client.range_scan("/bulk/", "/bulk//")
+        }
+    assert after == before
+
+
+def test_reads_and_writes_over_tls(spark: Any, tmp_path: Path) -> None:
+    certs = TestCertificates(tmp_path / "certs")
+    pod_dir = certs.component(Role.STORAGE, "storage-0")
+    secure = StandaloneProcess(tmp_path / "tls-server", 2, ("--tls-dir", str(pod_dir)))
+    secure.start()
+    try:
+        frame = spark.createDataFrame(
+            [(f"/tls/{i}", b"secret") for i in range(10)], "key string, value binary"
+        )
+        tls = {"address": secure.address, "tlsCaFile": str(certs.ca_file)}
+        frame.write.format("cairn").options(**tls).mode("append").save()
+        # With the pod's own directory (cert-manager's layout): mutual TLS.
+        back = records(spark, secure.address, tlsDir=str(pod_dir)).collect()
+        assert sorted((row.key, row.value) for row in back) == sorted(
+            (f"/tls/{i}", b"secret") for i in range(10)
+        )
+        assert {row.shard for row in back} == {0, 1}
+    finally:
+        secure.stop()
 
 
 def test_overwrite_needs_a_prefix_and_replaces_only_it(

@@ -10,16 +10,21 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from cairn.client.options import ClientOptions
+from cairn.common.tls import TlsConfigError, TlsFiles
 
 WRITE_MODES = ("upsert", "create-only")
 
-# HOOK(security): TLS and bearer-token options, once the client library has them
-# (issue 39 and its branches). Until then they are refused by name, so that a job
-# asking for a secure connection never silently runs in plaintext. To add them:
-# read them in `ConnectionSettings.of` and pass them on in `client_options`.
-SECURITY_OPTIONS = ("tls", "tlsCaFile", "tlsCertFile", "tlsKeyFile", "token", "tokenFile")
+# TLS: `tlsDir` (a directory in cert-manager's layout: ca.crt, and tls.crt/tls.key
+# for a client certificate), or the files one by one (`tlsCaFile`, `tlsCertFile`,
+# `tlsKeyFile`), or `tls=true` alone (the system's roots). The paths are read on
+# the driver AND on every executor, so they must exist on each of them.
+TLS_FILE_OPTIONS = ("tlsCaFile", "tlsCertFile", "tlsKeyFile")
+# Bearer tokens: the client library has no token support yet. Refused by name, so
+# that a job asking for one never silently runs without it.
+UNSUPPORTED_OPTIONS = ("token", "tokenFile")
 
 
 class OptionError(ValueError):
@@ -67,23 +72,68 @@ class ConnectionSettings:
     address: str
     namespace: str
     request_timeout_s: float
+    # TLS files as strings (paths on every machine of the job); None: plaintext.
+    tls: TlsPaths | None = None
 
     @classmethod
     def of(cls, options: Mapping[str, str]) -> ConnectionSettings:
         address = _get(options, "address")
         if not address:
             raise OptionError("option 'address' (any storage pod's client address) is required")
-        for name in SECURITY_OPTIONS:
+        for name in UNSUPPORTED_OPTIONS:
             if _get(options, name) is not None:
                 raise OptionError(
-                    f"option {name!r} is not supported yet: TLS and tokens come with the "
-                    "client library's security support"
+                    f"option {name!r} is not supported yet: the client library has no bearer tokens"
                 )
         timeout_s = _int(options, "requestTimeoutMs", 30_000, 1) / 1000
-        return cls(address, _get(options, "namespace") or "default", timeout_s)
+        return cls(
+            address, _get(options, "namespace") or "default", timeout_s, TlsPaths.of(options)
+        )
 
     def client_options(self) -> ClientOptions:
-        return ClientOptions(request_timeout_s=self.request_timeout_s)
+        tls = self.tls.files() if self.tls is not None else None
+        return ClientOptions(request_timeout_s=self.request_timeout_s, tls=tls)
+
+
+@dataclass(frozen=True, slots=True)
+class TlsPaths:
+    """The TLS options: the CA to check the servers by (None: the system's roots)
+    and optionally a client certificate with its key."""
+
+    ca: str | None
+    certificate: str | None
+    key: str | None
+
+    @classmethod
+    def of(cls, options: Mapping[str, str]) -> TlsPaths | None:
+        directory = _get(options, "tlsDir")
+        files = {name: _get(options, name) for name in TLS_FILE_OPTIONS}
+        enabled = _bool(options, "tls", directory is not None or any(files.values()))
+        if directory is not None and any(files.values()):
+            raise OptionError("option 'tlsDir' excludes 'tlsCaFile', 'tlsCertFile', 'tlsKeyFile'")
+        if not enabled:
+            if directory is not None or any(files.values()):
+                raise OptionError("TLS files are given but option 'tls' is false")
+            return None
+        if directory is not None:
+            found = TlsFiles.in_directory(Path(directory))
+            return cls(
+                str(found.ca) if found.ca is not None else None,
+                str(found.certificate) if found.certificate is not None else None,
+                str(found.key) if found.key is not None else None,
+            )
+        paths = cls(files["tlsCaFile"], files["tlsCertFile"], files["tlsKeyFile"])
+        paths.files()  # a certificate without its key (or the reverse) fails here
+        return paths
+
+    def files(self) -> TlsFiles:
+        def path(value: str | None) -> Path | None:
+            return Path(value) if value is not None else None
+
+        try:
+            return TlsFiles(path(self.certificate), path(self.key), path(self.ca))
+        except TlsConfigError as error:
+            raise OptionError(f"options 'tlsCertFile'/'tlsKeyFile': {error}") from None
 
 
 @dataclass(frozen=True, slots=True)
