@@ -57,7 +57,7 @@ class CairnReader(DataSourceReader):
         with Client(
             connection.address, namespace=connection.namespace, options=connection.client_options()
         ) as client:
-            builder = _Batches(connection.namespace, partition.shard, self.settings.batch_rows)
+            builder = RecordBatches(connection.namespace, partition.shard, self.settings.batch_rows)
             accepts = self.pushed.keys.accepts
             for start, end in partition.ranges:
                 for record in client.shard_scan(partition.shard, start, end):
@@ -67,7 +67,7 @@ class CairnReader(DataSourceReader):
                 yield builder.take()
 
 
-class _Batches:
+class RecordBatches:
     """Records gathered into Arrow batches of at most `batch_rows` rows."""
 
     def __init__(self, namespace: str, shard: int, batch_rows: int) -> None:
