@@ -30,7 +30,7 @@ from cairn.client.client import AsyncClient
 from cairn.client.records import NotificationBatch
 from cairn.client.sync import Client
 from cairn.spark.options import ConnectionSettings, ReadSettings, StreamSettings
-from cairn.spark.schema import CHANGE_ARROW
+from cairn.spark.schema import change_arrow
 
 log = logging.getLogger(__name__)
 
@@ -223,5 +223,5 @@ def _changes(namespace: str, batches: list[NotificationBatch]) -> pa.RecordBatch
             pa.array(version, pa.int64()),
             pa.array(range_end, pa.string()),
         ],
-        schema=CHANGE_ARROW,
+        schema=change_arrow(),
     )

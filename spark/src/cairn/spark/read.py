@@ -18,7 +18,7 @@ from cairn.client.sync import Client
 from cairn.spark.keyspace import KeyRange, narrowed
 from cairn.spark.options import ConnectionSettings, ReadSettings
 from cairn.spark.pushdown import Pushed, push
-from cairn.spark.schema import RECORD_ARROW
+from cairn.spark.schema import record_arrow
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ class RecordBatches:
                 pa.array([v.client_identity for v in versions], pa.string()),
                 pa.nulls(count, pa.string()),
             ],
-            schema=RECORD_ARROW,
+            schema=record_arrow(),
         )
 
 

@@ -18,11 +18,11 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from cairn.spark.changes import CairnChangeReader
-from cairn.spark.options import ConnectionSettings, ReadSettings, StreamSettings, WriteSettings
-from cairn.spark.read import CairnPushdownReader, CairnReader
 from cairn.spark.schema import CHANGE_DDL, RECORD_DDL
-from cairn.spark.write import CairnWriter
+
+# The readers and writers (with the client library, gRPC and pyarrow) are imported
+# where they are made: Spark asks for the schema in a Python process of its own,
+# started afresh each time, which needs none of them.
 
 
 class CairnDataSource(DataSource):
@@ -36,11 +36,17 @@ class CairnDataSource(DataSource):
         return RECORD_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        from cairn.spark.options import ConnectionSettings, ReadSettings
+        from cairn.spark.read import CairnPushdownReader, CairnReader
+
         settings = ReadSettings.of(self.options)
         kind = CairnPushdownReader if settings.pushdown else CairnReader
         return kind(ConnectionSettings.of(self.options), settings)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        from cairn.spark.options import ConnectionSettings, WriteSettings
+        from cairn.spark.write import CairnWriter
+
         return CairnWriter(
             ConnectionSettings.of(self.options), WriteSettings.of(self.options), overwrite
         )
@@ -57,6 +63,9 @@ class CairnChangesDataSource(DataSource):
         return CHANGE_DDL
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from cairn.spark.changes import CairnChangeReader
+        from cairn.spark.options import ConnectionSettings, ReadSettings, StreamSettings
+
         return CairnChangeReader(
             ConnectionSettings.of(self.options),
             StreamSettings.of(self.options),

@@ -37,7 +37,7 @@ from cairn.spark.jobs.manifest import DATA_DIR, RowChecksum, ShardExport
 from cairn.spark.jobs.replay import ShardReplay
 from cairn.spark.options import ConnectionSettings
 from cairn.spark.read import RecordBatches
-from cairn.spark.schema import RECORD_ARROW
+from cairn.spark.schema import record_arrow
 
 # Notification batches asked for per read of the feed.
 _PAGE_BATCHES = 1000
@@ -118,7 +118,7 @@ async def _export(
             fs.create_dir(f"{root}/{DATA_DIR}", recursive=True)
             hidden = f"{root}/{DATA_DIR}/.shard-{shard:05d}.partial"
             checksum = RowChecksum()
-            with pq.ParquetWriter(hidden, RECORD_ARROW, filesystem=fs) as out:
+            with pq.ParquetWriter(hidden, record_arrow(), filesystem=fs) as out:
                 for batch in _merged(spill, replay, fetched, connection.namespace, shard, settings):
                     checksum.add_batch(batch)
                     out.write_batch(batch)
@@ -149,7 +149,7 @@ async def _scan(
     """Scan into the spill file; the versions of the records written after `start`."""
     recent: dict[str, int] = {}
     builder = RecordBatches(namespace, shard, settings.batch_rows)
-    with ipc.new_file(spill, RECORD_ARROW) as out:
+    with ipc.new_file(spill, record_arrow()) as out:
         async for record in client.shard_scan(shard):
             if record.version.version_id > start:
                 recent[record.key] = record.version.version_id
