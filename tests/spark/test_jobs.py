@@ -5,6 +5,7 @@ CSV and JSON with the dry-run summary first."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import random
 import subprocess
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from cairn.client import errors
+from cairn.client.client import AsyncClient
 from cairn.client.records import NotificationType
 from cairn.client.scans import KEYS_END
 from cairn.client.sync import Client
@@ -58,6 +60,14 @@ def target(tmp_path: Path) -> Iterator[StandaloneProcess]:
 
 def preloaded_value(key: str) -> bytes:
     return b"preloaded " + key.encode()
+
+
+async def preload(address: str) -> None:
+    async with await AsyncClient.connect(address) as client:
+        keys = [f"/pitr/{i:05d}" for i in range(PRELOADED)]
+        for first in range(0, PRELOADED, 1000):
+            chunk = keys[first : first + 1000]
+            await asyncio.gather(*(client.put(key, preloaded_value(key)) for key in chunk))
 
 
 class Writer(threading.Thread):
@@ -144,17 +154,7 @@ def test_export_while_writing_restores_the_state_at_the_manifest_offsets_then_fo
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    (
-        spark.range(PRELOADED)
-        .selectExpr(
-            "concat('/pitr/', lpad(cast(id as string), 5, '0')) as key",
-            "cast(concat('preloaded /pitr/', lpad(cast(id as string), 5, '0')) as binary) as value",
-        )
-        .write.format("cairn")
-        .option("address", source.address)
-        .mode("append")
-        .save()
-    )
+    asyncio.run(preload(source.address))
     writer = Writer(source.address)
     writer.start()
     assert writer.writing.wait(60), writer.error

@@ -7,7 +7,12 @@
    (one process, `--inflight` puts at once, batched per shard by the client).
 2. cairn-export exports the source's namespace to a scratch directory.
 3. cairn-restore writes the export into the target (an empty namespace).
-Each step prints rows/s and MB/s (key + value bytes). A program, not a test."""
+Each step prints rows/s and MB/s (key + value bytes). A program, not a test.
+
+Spark's first write and first read through a Python data source in a session
+take some 20 s more than the next ones here (classes loaded, Python workers
+started): a warm-up writes one record (/bench-warmup/0, exported too) and reads
+it back before anything is timed."""
 
 from __future__ import annotations
 
@@ -64,6 +69,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     spark = job_session("cairn-spark-bench", args.master)
     try:
+        warm_up = spark.createDataFrame([("/bench-warmup/0", b"w")], "key string, value binary")
+        warm_up.write.format("cairn").option("address", args.address).mode("append").save()
+        spark.read.format("cairn").option("address", args.address).load().limit(1).collect()
         with tempfile.TemporaryDirectory(prefix="cairn-bench-") as scratch:
             started = time.monotonic()
             manifest = export.run(

@@ -90,20 +90,31 @@ def load_manifest(uri: str) -> Manifest | None:
         return Manifest.from_json(stream.read().decode())
 
 
-def verify_export(uri: str, manifest: Manifest, checksums: bool) -> list[str]:
+@dataclass(frozen=True, slots=True)
+class ExportCheck:
+    problems: list[str]
+    # Records of ephemeral sessions in the files (from the footers' null counts).
+    ephemeral: int
+
+
+def verify_export(uri: str, manifest: Manifest, checksums: bool) -> ExportCheck:
     """What does not match the manifest: row counts (from the files' footers) and,
     with `checksums`, the rows' checksums (reads every file on the driver)."""
     fs, root = pafs.FileSystem.from_uri(uri)
     problems = []
+    ephemeral = 0
     for shard in manifest.shards:
         path = f"{root}/{shard.file}"
         try:
             with fs.open_input_file(path) as handle:
                 parquet = pq.ParquetFile(handle)
-                rows = parquet.metadata.num_rows
-                if rows != shard.rows:
-                    problems.append(f"{shard.file}: {rows} rows, the manifest says {shard.rows}")
+                metadata = parquet.metadata
+                if metadata.num_rows != shard.rows:
+                    problems.append(
+                        f"{shard.file}: {metadata.num_rows} rows, the manifest says {shard.rows}"
+                    )
                     continue
+                ephemeral += _non_null(metadata, "session_id")
                 if checksums:
                     checksum = RowChecksum()
                     for batch in parquet.iter_batches(columns=["key", "value"]):
@@ -112,7 +123,19 @@ def verify_export(uri: str, manifest: Manifest, checksums: bool) -> list[str]:
                         problems.append(f"{shard.file}: checksum differs from the manifest")
         except FileNotFoundError:
             problems.append(f"{shard.file}: missing")
-    return problems
+    return ExportCheck(problems, ephemeral)
+
+
+def _non_null(metadata: pq.FileMetaData, column: str) -> int:
+    index = metadata.schema.names.index(column)
+    count = 0
+    for group in range(metadata.num_row_groups):
+        chunk = metadata.row_group(group).column(index)
+        nulls = chunk.statistics.null_count if chunk.statistics is not None else None
+        if nulls is None:
+            raise ValueError(f"the files have no null counts of {column}")
+        count += chunk.num_values - nulls
+    return count
 
 
 def read_input(spark: Any, uri: str, kind: str) -> Any:
@@ -125,38 +148,57 @@ def read_input(spark: Any, uri: str, kind: str) -> Any:
     return spark.read.parquet(uri)
 
 
-def prepare(frame: Any, include_ephemeral: bool) -> tuple[Any, Any]:
-    """(rows to write, rows left out) with the columns the writer takes."""
+def prepare(frame: Any, include_ephemeral: bool) -> Any:
+    """The rows to write, with the columns the writer takes."""
     from pyspark.sql import functions as F
 
     columns = frame.columns
-    if "key" not in columns or "value" not in columns:
-        raise ValueError(f"the input needs columns key and value, it has {columns}")
-    left_out = frame.limit(0)
     if "session_id" in columns and not include_ephemeral:
-        left_out = frame.where(F.col("session_id").isNotNull())
         frame = frame.where(F.col("session_id").isNull())
     selected = [F.col("key").cast("string"), F.col("value").cast("binary")]
     if "partition_key" in columns:
         selected.append(F.col("partition_key").cast("string"))
-    return frame.select(*selected), left_out
+    return frame.select(*selected)
 
 
-def summarize(frame: Any, left_out: Any) -> dict[str, int]:
+def summarize(frame: Any, include_ephemeral: bool) -> dict[str, int]:
+    """One pass over the input (it has a shuffle, for the distinct keys)."""
     from pyspark.sql import functions as F
 
+    ephemeral = F.col("session_id").isNotNull() if "session_id" in frame.columns else F.lit(False)
+    written = F.lit(True) if include_ephemeral else ~ephemeral
     totals = frame.agg(
-        F.count(F.lit(1)).alias("rows"),
-        F.coalesce(F.sum(F.octet_length("key") + F.octet_length("value")), F.lit(0)).alias("bytes"),
-        F.countDistinct("key").alias("keys"),
-        F.sum(F.when(F.col("key").isNull(), 1).otherwise(0)).alias("null_keys"),
+        F.count(F.when(written, 1)).alias("rows"),
+        F.coalesce(
+            F.sum(F.when(written, F.octet_length("key") + F.octet_length("value"))), F.lit(0)
+        ).alias("bytes"),
+        F.countDistinct(F.when(written, F.col("key"))).alias("keys"),
+        F.count(F.when(written & F.col("key").isNull(), 1)).alias("null_keys"),
+        F.count(F.when(~written, 1)).alias("left_out"),
     ).first()
     return {
         "rows": int(totals["rows"]),
         "bytes": int(totals["bytes"]),
         "distinct_keys": int(totals["keys"]),
-        "null_keys": int(totals["null_keys"] or 0),
-        "left_out_ephemeral": int(left_out.count()),
+        "null_keys": int(totals["null_keys"]),
+        "left_out_ephemeral": int(totals["left_out"]),
+    }
+
+
+def summarize_export(
+    manifest: Manifest, check: ExportCheck, include_ephemeral: bool
+) -> dict[str, int]:
+    """An export's summary without reading its rows: the manifest's counts (the
+    files' footers were checked against them), keys unique by construction."""
+    left_out = 0 if include_ephemeral else check.ephemeral
+    rows = manifest.rows - left_out
+    return {
+        "rows": rows,
+        # The manifest's bytes include the left-out records'; an estimate then.
+        "bytes": manifest.bytes,
+        "distinct_keys": rows,
+        "null_keys": 0,
+        "left_out_ephemeral": left_out,
     }
 
 
@@ -185,13 +227,18 @@ def run(
             f"{manifest.rows:,} rows in {len(manifest.shards)} shards, offsets "
             + json.dumps({str(k): v for k, v in manifest.offsets().items()})
         )
-        problems = verify_export(uri, manifest, verify)
+        check = verify_export(uri, manifest, verify)
         checked = "row counts and checksums" if verify else "row counts"
-        say(f"  files against the manifest ({checked}): " + ("; ".join(problems) or "match"))
-        if problems:
+        say(f"  files against the manifest ({checked}): " + ("; ".join(check.problems) or "match"))
+        if check.problems:
             return None
-    frame, left_out = prepare(read_input(spark, uri, kind), include_ephemeral)
-    counts = summarize(frame, left_out)
+        counts = summarize_export(manifest, check, include_ephemeral)
+    source_frame = read_input(spark, uri, kind)
+    if "key" not in source_frame.columns or "value" not in source_frame.columns:
+        raise ValueError(f"the input needs columns key and value, it has {source_frame.columns}")
+    if manifest is None:
+        counts = summarize(source_frame, include_ephemeral)
+    frame = prepare(source_frame, include_ephemeral)
     with Client(
         target.address, namespace=target.namespace, options=target.client_options()
     ) as client:
