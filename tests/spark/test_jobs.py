@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow.dataset as ds
 import pytest
 
 from cairn.client import errors
@@ -23,7 +24,7 @@ from cairn.client.records import NotificationType
 from cairn.client.scans import KEYS_END
 from cairn.client.sync import Client
 from cairn.common.keyorder import KeyOrder
-from cairn.spark.jobs import export, restore
+from cairn.spark.jobs import cdc, export, restore
 from cairn.spark.jobs.follow import follow
 from cairn.spark.jobs.snapshot import SnapshotSettings
 from cairn.spark.options import ConnectionSettings
@@ -226,7 +227,37 @@ def test_the_jobs_are_console_scripts_and_module_files() -> None:
     commands = {
         "export": [str(Path(sys.executable).parent / "cairn-export"), "--help"],
         "restore": [sys.executable, str(restore.__file__), "--help"],
+        "cdc": [str(Path(sys.executable).parent / "cairn-cdc"), "--help"],
     }
     for job, command in commands.items():
         shown = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
         assert f"usage: cairn-{job}" in shown.stdout and "--address" in shown.stdout
+
+
+def test_cdc_stopped_and_started_again_writes_every_change_once(
+    spark: Any, target: StandaloneProcess, tmp_path: Path
+) -> None:
+    output, checkpoint = tmp_path / "changes", tmp_path / "checkpoint"
+
+    def changes(round_: int) -> None:
+        with Client(target.address) as client:
+            for i in range(20):
+                client.put(f"/cdc/{round_}/{i:02d}", b"v")
+            for i in range(0, 20, 4):
+                client.delete(f"/cdc/{round_}/{i:02d}")
+
+    def run_once() -> None:
+        options = {"address": target.address}
+        cdc.start(spark, options, str(output), str(checkpoint), once=True).awaitTermination()
+
+    changes(1)
+    run_once()
+    changes(2)
+    run_once()
+    run_once()  # nothing new: nothing written
+    rows = ds.dataset(str(output), format="parquet").to_table().to_pylist()
+    delivered = [(r["shard"], r["offset"], r["key"], r["type"]) for r in rows]
+    assert len(delivered) == len(set(delivered)), "a change was written twice"
+    expected = {(f"/cdc/{n}/{i:02d}", "CREATED") for n in (1, 2) for i in range(20)}
+    expected |= {(f"/cdc/{n}/{i:02d}", "DELETED") for n in (1, 2) for i in range(0, 20, 4)}
+    assert sorted((key, kind) for _, _, key, kind in delivered) == sorted(expected)

@@ -23,7 +23,12 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 
 from cairn.client import errors
 from cairn.client.client import AsyncClient
@@ -59,13 +64,16 @@ class ChangePartition(InputPartition):
     end: int  # inclusive; a batch exists at this offset
 
 
-class CairnChangeReader(DataSourceStreamReader):
+class CairnChangeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(
         self, connection: ConnectionSettings, settings: StreamSettings, read: ReadSettings
     ) -> None:
         self.connection = connection
         self.settings = settings
         self.read_settings = read
+        # Trigger.AvailableNow: each shard's head when the query started; planning
+        # goes no further (the query ends once it has read up to them).
+        self.available_now: Offsets | None = None
 
     def _client(self) -> Client:
         c = self.connection
@@ -86,6 +94,13 @@ class CairnChangeReader(DataSourceStreamReader):
         # A shard left out starts from its earliest retained change.
         return {str(shard): given.get(str(shard), -1) for shard in shards}
 
+    def prepareForTriggerAvailableNow(self) -> None:
+        with self._client() as client:
+            self.available_now = {
+                str(shard): client.notification_head(shard)
+                for shard in client.shard_map.shard_ids()
+            }
+
     def getDefaultReadLimit(self) -> ReadLimit:
         limit = self.settings.max_changes_per_trigger
         return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
@@ -104,6 +119,9 @@ class CairnChangeReader(DataSourceStreamReader):
         ) as client:
             shards = client.shard_map.shard_ids()
             heads = await asyncio.gather(*(client.notification_head(s) for s in shards))
+            if self.available_now is not None:
+                limits = self.available_now
+                heads = [min(h, limits.get(str(s), h)) for s, h in zip(shards, heads, strict=True)]
             end = dict(start)
 
             async def plan(shard: int, head: int, budget: int | None) -> int:
