@@ -11,6 +11,8 @@ no-op for a member the leader tracks). A crashes before B has caught up.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from cairn.controller.actions import Action, Elect, FinishEnsembleChange
 from cairn.controller.model import ClusterSpec, NamespaceSpec
 from cairn.controller.observed import LeaderReports
@@ -147,3 +149,16 @@ def test_rf2_a_restarted_controller_waits_for_a_majority() -> None:
     assert reason is not None and f"{b} lost its replica" in reason
     assert of_type(model.plan(SETTINGS), Elect) == []
     assert not model.apply(Elect(0, "forced"))
+
+
+def test_leader_reports_keep_the_highest_term_and_only_recorded_shards() -> None:
+    model, _, _ = rf2_whose_follower_lost_its_disk()
+    remembered = model.leader_reports.snapshot()[0]
+    assert remembered.role == "leader" and remembered.term == model.record(0).term
+    reports = LeaderReports()
+    older = replace(remembered, term=remembered.term - 1)
+    reports.note([remembered, older, replace(remembered, role="follower", term=99)])
+    assert reports.snapshot() == {0: remembered}
+    reports.note([replace(remembered, shard=7)])
+    reports.retain([7])
+    assert list(reports.snapshot()) == [7]

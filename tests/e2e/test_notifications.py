@@ -32,7 +32,9 @@ class Collector:
         for item in source:
             self.items.append(item)
 
-    def wait_for(self, count: int, timeout_s: float = 10.0) -> list[oxia.Notification]:
+    def wait_for(self, count: int, timeout_s: float = 120.0) -> list[oxia.Notification]:
+        # A bound, not a pace: it returns as soon as `count` arrived. On a busy
+        # machine the oxia client's notification thread took over 10 s.
         deadline = time.monotonic() + timeout_s
         while len(self.items) < count and time.monotonic() < deadline:
             time.sleep(0.02)

@@ -72,7 +72,7 @@ class LeaderReports:
     commit offset and whether it committed in its term (`counted_voters`),
     which may let half of an even ensemble elect. Kept in memory only: a
     controller that restarts knows nothing of it, and elections fall back to a
-    majority. One report per shard id."""
+    majority. One report per recorded shard (`retain`)."""
 
     def __init__(self) -> None:
         self._by_shard: dict[int, ReplicaReport] = {}
@@ -87,3 +87,10 @@ class LeaderReports:
 
     def snapshot(self) -> dict[int, ReplicaReport]:
         return dict(self._by_shard)
+
+    def retain(self, shards: Iterable[int]) -> None:
+        """Forget all but these shards (the recorded ones: deleted shards go), so
+        the memory stays as large as the cluster, not its history."""
+        keep = set(shards)
+        for shard in [shard for shard in self._by_shard if shard not in keep]:
+            del self._by_shard[shard]

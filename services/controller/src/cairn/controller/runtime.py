@@ -163,6 +163,7 @@ class Controller:
                 await self._sleep(100)
                 continue
             state = keeper.state
+            self.observer.leader_reports.retain(record.shard for record in state.status.shards)
             actions = plan(
                 state.spec,
                 state.status,
