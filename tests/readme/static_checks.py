@@ -125,7 +125,56 @@ def check_docker(block: Block, root: Path, tools: Path) -> list[str]:
     return problems
 
 
+SPARK_JOBS = ("cairn-export", "cairn-restore", "cairn-cdc")
+SPARK_SOURCES = Path("spark/src/cairn/spark")
+
+
+def check_spark(block: Block, root: Path, tools: Path) -> list[str]:
+    """Problems found in a block that needs a Spark session and a cluster at its
+    placeholder addresses: Python compiles, imports and names only options the data
+    sources read; job commands pass only options their programs take."""
+    problems: list[str] = []
+    if block.language in ("python", "py"):
+        try:
+            compile(block.text, block.where, "exec")
+        except SyntaxError as error:
+            return [f"does not compile: {error}"]
+        imports = "\n".join(
+            line for line in block.text.splitlines() if re.match(r"(from|import) cairn", line)
+        )
+        imported = subprocess.run(
+            [str(tools / "python"), "-c", imports], capture_output=True, text=True, check=False
+        )
+        if imported.returncode != 0:
+            problems.append(f"imports fail: {imported.stderr[-500:]}")
+        known = "".join(path.read_text() for path in (root / SPARK_SOURCES).glob("*.py"))
+        # The options after a `.format("cairn...")`, up to the next format (Spark's own
+        # sources, e.g. parquet, take options of their own).
+        for part in block.text.split(".format(")[1:]:
+            if not part.startswith('"cairn'):
+                continue
+            for name in re.findall(r"\.option\(\"(\w+)\"", part):
+                if f'"{name}"' not in known:
+                    problems.append(f"no cairn data source reads the option {name!r}")
+        return problems
+    usages: dict[str, str] = {}
+    for command in commands(block.text):
+        words = shlex.split(command, comments=True)
+        if not words or words[0] not in SPARK_JOBS:
+            problems.append(f"{command}: no static check for this command")
+            continue
+        if words[0] not in usages:
+            usages[words[0]] = subprocess.run(
+                [str(tools / words[0]), "--help"], capture_output=True, text=True, check=True
+            ).stdout
+        for flag in (word for word in words[1:] if word.startswith("--")):
+            if not re.search(rf"{re.escape(flag)}\b", usages[words[0]]):
+                problems.append(f"{command}: {words[0]} has no option {flag}")
+    return problems
+
+
 CHECKS: dict[str, Callable[[Block, Path, Path], list[str]]] = {
     "kubernetes": check_kubernetes,
     "docker": check_docker,
+    "spark": check_spark,
 }
