@@ -12,7 +12,7 @@ import dataclasses
 import pytest
 
 from simulation.mutants import MUTANTS
-from simulation.profiles import TARGETED
+from simulation.profiles import TARGETED, Targeted, run_targeted
 from simulation.world import PROFILES, SimConfig, SimulationFailure, run_seed
 
 # (profile, replicas, seed, steps) of liveness failures found and diagnosed
@@ -41,11 +41,12 @@ def test_shard_keeps_its_invariants(
 def test_targeted_profiles_keep_invariants(profile: str, sim_seed: int, sim_steps: int) -> None:
     """The targeted profiles (profiles.py) with the real code: they exist to
     catch their hole's mutant, and must not fail without it. Three replicas
-    only: their ensemble changes cycle the replication factor through 2 and 4,
-    the even sizes they are for, and a second size would double their cost."""
-    config = dataclasses.replace(TARGETED[profile], replicas=3, steps=sim_steps)
+    only: hole 2's ensemble changes cycle the replication factor through 2
+    and 4 from 3, and a second size would double their cost."""
+    targeted = TARGETED[profile]
+    config = dataclasses.replace(targeted.config, replicas=3, steps=sim_steps)
     try:
-        world = run_seed(sim_seed, config)
+        world = run_targeted(sim_seed, targeted, config)
     except SimulationFailure as failure:
         pytest.fail(f"[{profile}] {failure}", pytrace=False)
     assert world.observer.acked
@@ -91,6 +92,9 @@ CAUGHT_WITHIN: dict[str, tuple[int, int, str, str]] = {
     # spare pods out; not within 26 seeds of wipes x 3, 10 of wipes x 5 since).
     # Nor by a targeted profile: its history needs a follower wiped while the
     # other lags, which world._wipe skips (it counts the lagging one as lost).
+    # With that guard loosened (another voter holds the data on its disk, none
+    # other lost its disk) and RF changes on, it was caught at seed 3, (b), but
+    # the real code then stalled at RF 2 (seed 1); at RF 3 only, not in 6 seeds.
     # Issue 38's holes, reverted in the real code:
     # seed 0, (b): a learner added at RF 3 -> 2 -> 4 with an empty log takes
     # the term, lacking an acknowledged write (profiles.py, "even-learners").
@@ -107,8 +111,9 @@ def test_checkers_catch_a_broken_variant(mutant: str, monkeypatch: pytest.Monkey
     broken = MUTANTS[mutant]
     for target, name, value in broken.patches:
         monkeypatch.setattr(target, name, value)
+    targeted = TARGETED.get(profile) or Targeted(PROFILES[profile])
     config = dataclasses.replace(
-        {**PROFILES, **TARGETED}[profile],
+        targeted.config,
         replicas=replicas,
         steps=MUTANT_STEPS,
         rules=broken.config.rules,
@@ -117,7 +122,7 @@ def test_checkers_catch_a_broken_variant(mutant: str, monkeypatch: pytest.Monkey
     )
     for seed in range(seeds):
         try:
-            run_seed(seed, config)
+            run_targeted(seed, targeted, config)
         except SimulationFailure:
             return
     pytest.fail(f"no checker caught the mutant {mutant!r} in {seeds} seeds")
