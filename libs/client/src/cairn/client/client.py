@@ -37,7 +37,7 @@ from cairn.client.records import (
     Version,
 )
 from cairn.client.routing import ShardMap
-from cairn.client.scans import Scans
+from cairn.client.scans import KEYS_END, Scans
 from cairn.client.sessions import SessionManager
 from cairn.client.writes import DELETE, DELETE_RANGE, PUT, ShardWriter, WriteOp
 from cairn.common import tracing
@@ -57,6 +57,10 @@ _WRITE_SPANS = {
     DELETE: "cairn.client.delete",
     DELETE_RANGE: "cairn.client.delete_range",
 }
+
+
+# Named outside the class, whose `list` method hides the builtin in annotations.
+NotificationBatches = list[NotificationBatch]
 
 
 def _addresses(address: str | Sequence[str]) -> list[str]:
@@ -633,7 +637,63 @@ class AsyncClient:
             start_inclusive, end_exclusive, partition_key, secondary_index
         )
 
+    async def shard_scan(
+        self,
+        shard: int,
+        start_inclusive: str = "",
+        end_exclusive: str = KEYS_END,
+        *,
+        limit: int | None = None,
+    ) -> AsyncGenerator[Record]:
+        """The records of ONE shard in [start_inclusive, end_exclusive), streamed in
+        key order (by default all of them), at most `limit`: a page, to be continued
+        from the successor of its last key (`key + "\\x00"`). For work split by
+        shard (the Spark source, exports)."""
+        self._check_open()
+        if not self._follower.map.has_shard(shard):
+            raise errors.InvalidArgument(f"namespace {self.namespace!r} has no shard {shard}")
+        if limit is not None and limit <= 0:
+            return
+        stream = self._scans.shard_range_scan(shard, start_inclusive, end_exclusive)
+        count = 0
+        try:
+            async for record in stream:
+                yield record
+                count += 1
+                if limit is not None and count >= limit:
+                    return
+        finally:
+            await stream.aclose()
+
     # ---- feeds ----------------------------------------------------------------------
+
+    async def notification_head(self, shard: int) -> int:
+        """The shard's current commit offset: a feed resumed from it gets only later
+        changes."""
+        self._check_open()
+        return await self._scans.notification_head(shard)
+
+    async def read_notifications(
+        self,
+        shard: int,
+        after_offset: int,
+        end_offset: int | None = None,
+        *,
+        max_batches: int = 1000,
+        idle_timeout_s: float | None = None,
+    ) -> NotificationBatches:
+        """A bounded read of one shard's feed: its batches with after_offset < offset
+        <= end_offset, at most `max_batches`. Offsets of entries that changed nothing
+        have no batch: with `idle_timeout_s`, the read ends once no batch came for that
+        long (caught up); without, the batch at `end_offset` must come (RequestTimeout
+        otherwise). after_offset -1 reads from the oldest retained; an offset older
+        than the retention raises NotificationsTrimmed."""
+        self._check_open()
+        if not self._follower.map.has_shard(shard):
+            raise errors.InvalidArgument(f"namespace {self.namespace!r} has no shard {shard}")
+        return await self._scans.read_notifications(
+            shard, after_offset, end_offset, max_batches, idle_timeout_s
+        )
 
     def notifications(
         self,

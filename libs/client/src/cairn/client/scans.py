@@ -33,6 +33,13 @@ MAX_INDEX_LIST_KEYS = 100_000
 # Notification batches received but not yet taken by the consumer, over all shards.
 MAX_QUEUED_NOTIFICATION_BATCHES = 1024
 
+# An end key above every key that does not begin with U+10FFFF (a Unicode
+# noncharacter, which no application key should hold), in both key orders: its first
+# segment sorts above any other first segment bytewise, and in the hierarchical
+# order it has a second segment, so it also sorts above every key with more
+# segments. The protocol has no open-ended range, so "to the end" is this key.
+KEYS_END = "\U0010ffff/"
+
 
 def _successor(key: str) -> str:
     """The smallest key after `key`, in both key orders."""
@@ -218,7 +225,119 @@ class Scans:
         ]
         return _closing(merge_sorted(streams, sort_key), streams)
 
+    def shard_range_scan(self, shard: int, start: str, end: str) -> AsyncGenerator[Record]:
+        """The records of one shard in [start, end), in key order, resumed after the
+        last key seen when the stream breaks."""
+
+        def call(stubs: Any, from_key: str) -> Any:
+            return stubs.range_scan(
+                pb.RangeScanRequest(shard=shard, start_inclusive=from_key, end_exclusive=end)
+            )
+
+        def records_of(response: pb.RangeScanResponse) -> Any:
+            return [Record.from_proto(r) for r in response.records]
+
+        stream: AsyncGenerator[Record] = self._shard_stream(  # type: ignore[assignment]
+            shard,
+            call,
+            records_of,
+            start,
+            lambda record: record.key,
+            f"range scan of shard {shard} [{start!r}, {end!r})",
+        )
+        return stream
+
     # ---- feeds ----------------------------------------------------------------------
+
+    async def notification_head(self, shard: int) -> int:
+        """The shard's commit offset: where a new subscription's feed starts (its
+        first batch, always sent at once, says so)."""
+        attempts = self._attempts(f"notification head of shard {shard}")
+        while True:
+            stubs = self._stubs(shard)
+            if stubs is None:
+                retry = Retry(connection_status(f"shard {shard} has no leader yet"))
+            else:
+                call = stubs.get_notifications(pb.NotificationsRequest(shard=shard))
+                try:
+                    async with asyncio.timeout(attempts.check()):
+                        message = await call.read()
+                    if message is not grpc.aio.EOF:
+                        offset: int = message.offset
+                        return offset
+                    retry = Retry(connection_status("the notification stream ended"))
+                except TimeoutError:
+                    raise attempts.timeout() from None
+                except grpc.aio.AioRpcError as error:
+                    retry = self._failure(error)
+                finally:
+                    call.cancel()
+            await self._follower.pause(shard, retry, attempts)
+
+    async def read_notifications(
+        self,
+        shard: int,
+        after_offset: int,
+        end_offset: int | None,
+        max_batches: int,
+        idle_timeout_s: float | None,
+    ) -> list[NotificationBatch]:
+        """The shard's batches with after_offset < offset <= end_offset (no end: any),
+        at most `max_batches`, in offset order; resubscribed after the last offset
+        seen when the stream breaks.
+
+        Entries that changed no key (a new term, a session's creation) have no
+        batch, so the feed can be caught up below `end_offset`. With
+        `idle_timeout_s`, a wait that long for the next batch ends the read with what
+        came (the caller learns how far the feed went from the last batch); without,
+        the batch at `end_offset` is expected and not receiving any batch for
+        `request_timeout_s` raises RequestTimeout. NotificationsTrimmed when
+        `after_offset` is older than the server's retention."""
+        if max_batches < 1:
+            raise ValueError("max_batches must be at least 1")
+        batches: list[NotificationBatch] = []
+        position = after_offset
+        what = f"notifications of shard {shard} after offset {after_offset}"
+        attempts = self._attempts(what)
+        idle_s = self._options.request_timeout_s if idle_timeout_s is None else idle_timeout_s
+        while (end_offset is None or position < end_offset) and len(batches) < max_batches:
+            stubs = self._stubs(shard)
+            if stubs is None:
+                retry = Retry(connection_status(f"shard {shard} has no leader yet"))
+                await self._follower.pause(shard, retry, attempts)
+                continue
+            call = stubs.get_notifications(
+                pb.NotificationsRequest(shard=shard, start_offset_exclusive=position)
+            )
+            try:
+                while True:
+                    try:
+                        async with asyncio.timeout(idle_s):
+                            message = await call.read()
+                    except TimeoutError:
+                        if idle_timeout_s is not None:
+                            return batches
+                        raise errors.RequestTimeout(
+                            f"{what}: no batch for {idle_s:g} s before offset {end_offset}"
+                        ) from None
+                    if message is grpc.aio.EOF:
+                        retry = Retry(connection_status("the notification stream ended"))
+                        break
+                    if end_offset is not None and message.offset > end_offset:
+                        return batches
+                    batches.append(_batch(message))
+                    position = message.offset
+                    attempts = self._attempts(what)  # progress renews the budget
+                    if (end_offset is not None and position >= end_offset) or len(
+                        batches
+                    ) >= max_batches:
+                        return batches
+            except grpc.aio.AioRpcError as error:
+                retry = self._failure(error)
+            finally:
+                call.cancel()
+            await self._follower.pause(shard, retry, attempts)
+        return batches
 
     async def notifications(
         self, start_offsets: dict[int, int], key_prefixes: tuple[str, ...], include_stat: bool

@@ -21,8 +21,13 @@ from cairn.client.client import AsyncClient
 from cairn.client.options import ClientOptions
 from cairn.client.records import Comparison, NotificationBatch, PutResult, Record
 from cairn.client.routing import ShardMap
+from cairn.client.scans import KEYS_END
 
 T = TypeVar("T")
+
+
+# Named outside the class, whose `list` method hides the builtin in annotations.
+NotificationBatches = list[NotificationBatch]
 
 
 class Client:
@@ -197,6 +202,40 @@ class Client:
                 end_exclusive,
                 partition_key=partition_key,
                 secondary_index=secondary_index,
+            )
+        )
+
+    def shard_scan(
+        self,
+        shard: int,
+        start_inclusive: str = "",
+        end_exclusive: str = KEYS_END,
+        *,
+        limit: int | None = None,
+    ) -> Iterator[Record]:
+        return self._iterate(
+            self._async.shard_scan(shard, start_inclusive, end_exclusive, limit=limit)
+        )
+
+    def notification_head(self, shard: int) -> int:
+        return self._run(self._async.notification_head(shard))
+
+    def read_notifications(
+        self,
+        shard: int,
+        after_offset: int,
+        end_offset: int | None = None,
+        *,
+        max_batches: int = 1000,
+        idle_timeout_s: float | None = None,
+    ) -> NotificationBatches:
+        return self._run(
+            self._async.read_notifications(
+                shard,
+                after_offset,
+                end_offset,
+                max_batches=max_batches,
+                idle_timeout_s=idle_timeout_s,
             )
         )
 
