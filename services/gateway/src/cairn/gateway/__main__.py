@@ -7,8 +7,8 @@ Serves HTTP on --host/--port (8080; 0 picks a free port) and prints
 --auth-config (the file the pods read) each caller's bearer token is checked
 here and the caller is named to the pods, which apply the rules; --no-auth
 passes every request on as the gateway's own. The older single token
-(--token-file, or CAIRN_GATEWAY_TOKEN) makes every request but /livez and
-/readyz need `Authorization: Bearer <token>`.
+(--token-file, or CAIRN_GATEWAY_TOKEN; with --no-auth only) makes every request
+but /livez and /readyz need `Authorization: Bearer <token>`.
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ def _parser() -> argparse.ArgumentParser:
         "--token-file",
         type=Path,
         default=None,
-        help=f"a file holding the bearer token to require (else ${TOKEN_ENV}, else none)",
+        help=f"a file holding the one bearer token to require (else ${TOKEN_ENV}, else none; "
+        "with --no-auth only: --auth-config checks each caller's own token)",
     )
     parser.add_argument(
         "--request-timeout-s",
