@@ -48,7 +48,7 @@ class ClientOptions:
     client_identity: str = field(default_factory=_new_identity)
 
     # Sent as `authorization: Bearer <token>` on every call (a static token or a
-    # JWT; see the README's "Connecting with a token"). None: no credentials.
+    # JWT; see the README's "Authentication and authorization"). None: no credentials.
     bearer_token: str | None = field(default=None, repr=False)
 
     # gRPC message size bound, both ways (the server's limit is larger).
