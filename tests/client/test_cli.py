@@ -414,10 +414,16 @@ def test_exit_codes_of_the_process(server: StandaloneProcess) -> None:
 def test_status_with_a_controller(tmp_path: Path) -> None:
     from cairn.controller.bench.failover import running_cluster
 
-    with running_cluster(tmp_path / "cluster", pods=3, shards=2) as bench:
+    with running_cluster(tmp_path / "cluster", pods=3, shards=2, auth=True) as bench:
         cluster = bench.cluster
         address = cluster.public_address(sorted(cluster.pods)[0])
-        env = {"CAIRN_ADDRESS": address, "CAIRN_ADMIN_URL": cluster.controller_url}
+        assert cluster.auth is not None  # the secure default: a token for everything
+        token = cluster.auth.admin_token.read_text().strip()
+        env = {
+            "CAIRN_ADDRESS": address,
+            "CAIRN_ADMIN_URL": cluster.controller_url,
+            "CAIRN_TOKEN": token,
+        }
         stdout = io.StringIO()
         stderr = io.StringIO()
         assert cli.main(["status", "--json"], env=env, stdout=stdout, stderr=stderr) == 0

@@ -24,7 +24,13 @@ def status(code: grpc.StatusCode, reason: str = "", hint: str | None = None) -> 
         (Code.OUT_OF_RANGE, "NOTIFICATIONS_TRIMMED", errors.NotificationsTrimmed),
         (Code.INVALID_ARGUMENT, "INVALID_ARGUMENT", errors.InvalidArgument),
         (Code.INVALID_ARGUMENT, "REQUEST_TOO_LARGE", errors.InvalidArgument),
-        (Code.PERMISSION_DENIED, "", errors.InvalidArgument),
+        # Refusals by the rules: their own errors, never retried.
+        (Code.PERMISSION_DENIED, "PERMISSION_DENIED", errors.PermissionDenied),
+        (Code.PERMISSION_DENIED, "", errors.PermissionDenied),
+        (Code.UNAUTHENTICATED, "UNAUTHENTICATED", errors.Unauthenticated),
+        (Code.RESOURCE_EXHAUSTED, "QUOTA_EXCEEDED", errors.QuotaExceeded),
+        # An unknown code without a reason is still not retried.
+        (Code.FAILED_PRECONDITION, "", errors.InvalidArgument),
     ],
 )
 def test_errors_in_the_request_reach_the_caller(

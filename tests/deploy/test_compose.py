@@ -1,8 +1,9 @@
 """docker-compose.yml: valid under the Compose specification's JSON schema, the
 same topology as `./dev run` (a controller, three storage pods each with its
-health sidecar in the pod's network namespace, the gateway), every command
-accepted by its program, and the addresses and ports the services name of one
-another consistent."""
+health sidecar in the pod's network namespace, the gateway), secure as `./dev
+run` is (TLS, and auth with the configuration the one-shot `auth` service
+makes), every command accepted by its program, and the addresses and ports the
+services name of one another consistent."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from support.programs import image_name, parse
 
 COMPOSE = ROOT / "docker-compose.yml"
 PODS = [f"cairn-storage-{i}" for i in range(3)]
+# Services that run once to make credentials, then exit; the others are servers.
+ONE_SHOTS = ("certs", "auth")
+AUTH_DIR = "/etc/cairn/auth"
 
 
 def compose() -> dict[str, Any]:
@@ -41,6 +45,7 @@ def test_the_topology_is_that_of_dev_run() -> None:
     images = {name: image_name(service["image"]) for name, service in services.items()}
     assert images == {
         "certs": "cairn/controller",
+        "auth": "cairn/controller",
         "prometheus": "prom/prometheus",
         "grafana": "grafana/grafana",
         "cairn-controller": "cairn/controller",
@@ -86,11 +91,11 @@ def test_every_cairn_service_has_its_own_certificate_read_only() -> None:
         requested[directory] = identity.split("@")[0]
     expected = {"client": "user/cairn-user"}
     for name, service in services.items():
-        if name == "certs" or not image_name(service["image"]).startswith("cairn/"):
+        if name in ONE_SHOTS or not image_name(service["image"]).startswith("cairn/"):
             continue
         assert "--tls-dir=/var/run/cairn/tls" in service["command"], name
         assert "--insecure" not in service["command"], name
-        (mount,) = [v for v in service["volumes"] if isinstance(v, dict)]
+        (mount,) = [v for v in service["volumes"] if isinstance(v, dict) and v["source"] == "certs"]
         assert mount["source"] == "certs" and mount["target"] == "/var/run/cairn/tls"
         assert mount["read_only"] is True and mount["volume"]["subpath"] == name
         assert service["depends_on"]["certs"]["condition"] == "service_completed_successfully"
@@ -105,12 +110,50 @@ def test_every_cairn_service_has_its_own_certificate_read_only() -> None:
     assert requested == expected
 
 
+def test_every_server_reads_the_auth_services_configuration() -> None:
+    """Auth on (`--auth-config`, never --no-auth) in the controller, the storage
+    pods and the gateway (its pod token and session key too), from the directory
+    the auth service writes, mounted read-only where the flags point; the admin
+    token apart, in no service's mount; the health sidecars take no auth flags
+    and mount nothing of it."""
+    services = compose()["services"]
+    auth = services["auth"]
+    assert auth["entrypoint"] == ["python", "-m", "cairn.controller.local.auth"]
+    (state,) = auth["volumes"]
+    source, target = state.split(":")
+    assert source == "auth" and target == "/var/lib/cairn"
+    flags = dict(argument.split("=", 1) for argument in auth["command"])
+    written = Path(flags["--dir"]).relative_to(target)
+    admin_token = Path(flags["--admin-token-file"]).relative_to(target)
+    assert written not in admin_token.parents  # no service mounts the admin token
+    servers = 0
+    for name, service in services.items():
+        if name in ONE_SHOTS or not image_name(service["image"]).startswith("cairn/"):
+            continue
+        mounts = [v for v in service["volumes"] if isinstance(v, dict) and v["source"] == "auth"]
+        parsed = parse(service["image"], service["command"])
+        if name.endswith("-health"):
+            assert mounts == [], name
+            assert not hasattr(parsed, "auth_config"), name
+            continue
+        servers += 1
+        assert parsed.auth_config == Path(AUTH_DIR, "auth.json") and not parsed.no_auth, name
+        (mount,) = mounts
+        assert mount["target"] == AUTH_DIR and mount["read_only"] is True, name
+        assert Path(mount["volume"]["subpath"]) == written, name
+        assert service["depends_on"]["auth"]["condition"] == "service_completed_successfully"
+        if image_name(service["image"]) == "cairn/gateway":
+            assert parsed.pod_token_file == Path(AUTH_DIR, "gateway.token")
+            assert parsed.session_key_file == Path(AUTH_DIR, "session.key")
+    assert servers == len(PODS) + 2  # the pods, the controller, the gateway
+
+
 def test_the_services_addresses_and_ports_agree() -> None:
     services = compose()["services"]
     parsed = {
         name: parse(svc["image"], svc["command"])
         for name, svc in services.items()
-        if image_name(svc["image"]).startswith("cairn/") and name != "certs"
+        if image_name(svc["image"]).startswith("cairn/") and name not in ONE_SHOTS
     }
     controller = parsed["cairn-controller"]
     controller_url = f"https://cairn-controller:{controller.port}"
@@ -169,7 +212,7 @@ def test_prometheus_scrapes_every_metrics_port_with_the_monitors_jobs(tmp_path: 
                 scraped[target] = job["job_name"]
     expected = {}
     for name, service in services.items():
-        if not image_name(service["image"]).startswith("cairn/") or name == "certs":
+        if not image_name(service["image"]).startswith("cairn/") or name in ONE_SHOTS:
             continue
         parsed = parse(service["image"], service["command"])
         assert parsed.metrics_host == "0.0.0.0" and parsed.metrics_plaintext, name

@@ -13,7 +13,12 @@ subdirectory of that volume, as compose mounts it. Prometheus and Grafana are
 not Cairn programs and are not started here (their files are checked by
 test_compose.py and the monitoring tests). The `oxia` client speaks no TLS:
 Cairn's own client writes and reads through a storage pod's published address,
-with the user certificate the certs service made."""
+with the user certificate the certs service made.
+
+Auth: the one-shot `auth` service runs as written too (`python -m
+cairn.controller.local.auth`); the servers read what it wrote from their mount
+of its volume, and the test calls them with the admin token it made, as an
+operator would after `docker compose cp auth:...`."""
 
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ import ssl
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -35,7 +41,14 @@ from cairn.client.options import ClientOptions
 from cairn.common.tls import TlsFiles
 from support.manifests import ROOT
 from support.programs import image_name
-from support.topology import Container, Mapper, Topology, gateway_round_trip, loopback_prefix
+from support.topology import (
+    Container,
+    Mapper,
+    Topology,
+    bearer,
+    gateway_round_trip,
+    loopback_prefix,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -98,11 +111,24 @@ def _issue_certificates(containers: dict[str, Container], mapper: Mapper) -> Pat
     return certs.volumes["/var/lib/cairn"]
 
 
+def _make_auth(containers: dict[str, Container], mapper: Mapper) -> str:
+    """Run the one-shot auth service as written; the admin token it made."""
+    auth = containers.pop("auth")
+    arguments = [mapper.text(argument, auth) for argument in auth.args]
+    for directory in auth.volumes.values():
+        directory.mkdir(parents=True, exist_ok=True)
+    module = ["-m", "cairn.controller.local.auth"]
+    subprocess.run([sys.executable, *module, *arguments], check=True, timeout=60)
+    (admin_token,) = [a.split("=", 1)[1] for a in arguments if a.startswith("--admin-token-")]
+    return Path(admin_token).read_text(encoding="utf-8").strip()
+
+
 CONTEXT: ssl.SSLContext | None = None
 
 
-def _get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=5, context=CONTEXT) as answer:
+def _get_json(url: str, token: str) -> Any:
+    request = urllib.request.Request(url, headers=bearer(token))
+    with urllib.request.urlopen(request, timeout=5, context=CONTEXT) as answer:
         return json.loads(answer.read())
 
 
@@ -126,6 +152,8 @@ def test_the_compose_topology_works_as_local_processes(tmp_path: Path) -> None:
     entrypoint = services["certs"]["entrypoint"]
     assert entrypoint[:3] == ["python", "-m", "cairn.common.certs"]
     certs = _issue_certificates(containers, mapper)
+    assert services["auth"]["entrypoint"] == ["python", "-m", "cairn.controller.local.auth"]
+    admin_token = _make_auth(containers, mapper)
     CONTEXT = ssl.create_default_context(cafile=str(certs / "client" / "ca.crt"))
     topology = Topology(mapper)
     order = sorted(
@@ -144,14 +172,18 @@ def test_the_compose_topology_works_as_local_processes(tmp_path: Path) -> None:
         controller_url = f"https://{controller.address}:6650"
 
         def led() -> bool:
-            shards = _get_json(f"{controller_url}/v1/shards")
+            shards = _get_json(f"{controller_url}/v1/shards", admin_token)
             return len(shards) == 3 and all(shard.get("leader") for shard in shards)
 
         _until(led, "a leader for every shard")
+        # Auth is on: without the token, the admin API turns the caller away.
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            _get_json(f"{controller_url}/v1/shards", "not-a-token")
+        assert refused.value.code == 401
         # Every health check, as Docker runs it in the service's namespace.
         for name, service in services.items():
             if name not in containers:
-                continue  # the certs service ran; Prometheus and Grafana do not here
+                continue  # the one-shots ran; Prometheus and Grafana do not here
             command = service["healthcheck"]["test"]
             assert command[0] == "CMD"
             _until(
@@ -163,7 +195,11 @@ def test_the_compose_topology_works_as_local_processes(tmp_path: Path) -> None:
         address = mapper.text(
             next(a for a in pod.args if a.startswith("--advertise=")).split("=", 1)[1], pod
         )
-        options = ClientOptions(tls=TlsFiles.in_directory(certs / "client"), connect_timeout_s=30)
+        options = ClientOptions(
+            tls=TlsFiles.in_directory(certs / "client"),
+            bearer_token=admin_token,
+            connect_timeout_s=30,
+        )
 
         async def round_trip() -> None:
             async with await AsyncClient.connect(address, options=options) as client:
@@ -174,7 +210,8 @@ def test_the_compose_topology_works_as_local_processes(tmp_path: Path) -> None:
                     assert value == f"value-{index}".encode()
 
         asyncio.run(round_trip())
-        gateway_round_trip(f"https://{containers['cairn-gateway'].address}:8080", CONTEXT)
+        gateway_url = f"https://{containers['cairn-gateway'].address}:8080"
+        gateway_round_trip(gateway_url, CONTEXT, admin_token)
     except BaseException:
         print(topology.logs())
         raise

@@ -20,6 +20,12 @@ peers, the controller and the sidecars check each other's identities. The
 `oxia` client speaks no TLS; Cairn's own client writes and reads through the
 client Service's port instead, with a user certificate of the same CA.
 
+Auth: the operator creates the Secret cairn-auth before applying (see the auth
+component); the test does as its comment says, with the same generator, and
+puts the Secret's files in every container's mount of it (a container that
+mounts no such volume gets none, and fails to start if its flags need them).
+The test calls the API as the admin, whose token stays out of the Secret.
+
 The controller Deployment's second replica is not started: a Service name maps
 to one address here, and only the leader may get the sidecars' heartbeats (in a
 cluster its readiness probe sees to that).
@@ -29,9 +35,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import socket
 import ssl
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -45,9 +53,17 @@ from cairn.client.options import ClientOptions
 from cairn.common.certs import CertificateAuthority
 from cairn.common.identity import DEFAULT_TRUST_DOMAIN, principal_of_spiffe_id
 from cairn.common.tls import TlsFiles
+from cairn.controller.local.auth import ensure_local_auth
 from support.fake_kube import STATEFULSETS, FakeKubeServer, Object
 from support.manifests import container_env, expand, find, of_kind, render
-from support.topology import Container, Mapper, Topology, gateway_round_trip, loopback_prefix
+from support.topology import (
+    Container,
+    Mapper,
+    Topology,
+    bearer,
+    gateway_round_trip,
+    loopback_prefix,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -97,6 +113,7 @@ KUBELET_TLS = ssl.create_default_context()
 KUBELET_TLS.check_hostname = False
 KUBELET_TLS.verify_mode = ssl.CERT_NONE
 CSI_DRIVER = "csi.cert-manager.io"
+AUTH_SECRET = "cairn-auth"
 
 
 def _probe(pod: Object, probe: Object, address: str) -> bool:
@@ -158,6 +175,9 @@ class Cluster:
         self.ca_file = tmp_path / "ca" / "ca.crt"
         self.user_tls = tmp_path / "user"
         self.authority.issue_user("deploy-test", self.user_tls)
+        # The Secret cairn-auth's files, made as the auth component says.
+        self.auth = ensure_local_auth(tmp_path / AUTH_SECRET, tmp_path / "admin.token")
+        self.admin_token = self.auth.admin_token.read_text(encoding="utf-8").strip()
 
     def _requested(self, volume: Object, pod_name: str) -> tuple[str, list[str]] | None:
         """The SPIFFE URI and the host names a certificate volume asks for; None
@@ -193,6 +213,16 @@ class Cluster:
         ]
         (uri,) = attributes["uri-sans"].split(",")
         return uri, [host for host in hosts if host]
+
+    def mount_auth_secret(self, pod: Object, spec: Object, container: Container) -> None:
+        """The Secret cairn-auth's files where the container mounts it."""
+        volumes = {volume["name"]: volume for volume in pod.get("volumes", [])}
+        for mount in spec.get("volumeMounts", []):
+            secret = volumes.get(mount["name"], {}).get("secret", {})
+            if secret.get("secretName") == AUTH_SECRET:
+                shutil.copytree(
+                    self.auth.directory, container.volumes[mount["mountPath"]], dirs_exist_ok=True
+                )
 
     def issue_certificates(self, pod: Object, spec: Object, container: Container) -> None:
         """What cert-manager would put in the container's certificate volumes."""
@@ -239,6 +269,7 @@ class Cluster:
             name = f"{pod_name}/{spec['name']}"
             container = Container(name, spec["image"], args, address, env, volumes, platform)
             self.issue_certificates(pod, spec, container)
+            self.mount_auth_secret(pod, spec, container)
             result.append(container)
         return result
 
@@ -318,13 +349,21 @@ def _run(fake: FakeKubeServer, cluster: Cluster, cluster_object: Object) -> None
 
     verified = ssl.create_default_context(cafile=str(cluster.ca_file))
 
-    def led() -> bool:
+    def shards_as(token: str) -> Any:
         url = f"https://{controller_address}:6650/v1/shards"
-        with urllib.request.urlopen(url, timeout=5, context=verified) as answer:
-            listed = json.loads(answer.read())
+        request = urllib.request.Request(url, headers=bearer(token))
+        with urllib.request.urlopen(request, timeout=5, context=verified) as answer:
+            return json.loads(answer.read())
+
+    def led() -> bool:
+        listed = shards_as(cluster.admin_token)
         return len(listed) == shards and all(shard.get("leader") for shard in listed)
 
     _until(led, "a leader for every shard")
+    # Auth is on: a caller without a valid token is turned away.
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        shards_as("not-a-token")
+    assert refused.value.code == 401
     gateway_address = cluster.addresses["gateway"]
     cluster.start_workload("Deployment", "cairn-gateway", gateway_address)
     # Every probe, as the kubelet asks it.
@@ -335,7 +374,11 @@ def _run(fake: FakeKubeServer, cluster: Cluster, cluster_object: Object) -> None
     # A client through the client Service's port, over TLS with a user certificate.
     client_service = find(cluster.objects, "Service", "cairn-storage")
     port = client_service["spec"]["ports"][0]["port"]
-    options = ClientOptions(tls=TlsFiles.in_directory(cluster.user_tls), connect_timeout_s=30)
+    options = ClientOptions(
+        tls=TlsFiles.in_directory(cluster.user_tls),
+        bearer_token=cluster.admin_token,
+        connect_timeout_s=30,
+    )
 
     async def round_trip() -> None:
         address = f"{cluster.pod_address(0)}:{port}"
@@ -347,4 +390,5 @@ def _run(fake: FakeKubeServer, cluster: Cluster, cluster_object: Object) -> None
 
     asyncio.run(round_trip())
     gateway_port = find(cluster.objects, "Service", "cairn-gateway")["spec"]["ports"][0]["port"]
-    gateway_round_trip(f"https://{gateway_address}:{gateway_port}", verified)
+    gateway_url = f"https://{gateway_address}:{gateway_port}"
+    gateway_round_trip(gateway_url, verified, cluster.admin_token)

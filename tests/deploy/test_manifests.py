@@ -244,6 +244,48 @@ def test_every_container_chooses_its_transport_security(overlay: str) -> None:
                     assert get.get("scheme", "HTTP") == scheme, (container["name"], probe)
 
 
+AUTH_FILES = {
+    "--auth-config": "auth.json",
+    "--pod-token-file": "gateway.token",
+    "--session-key-file": "session.key",
+}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_server_chooses_its_auth(overlay: str) -> None:
+    """Production: every server reads auth.json from the Secret cairn-auth, required
+    and mounted read-only where the flag points (the gateway its pod token and
+    session key too, from the same Secret); development: --no-auth, said
+    explicitly. The health sidecars take no auth flags and mount no credentials."""
+    objects = render(overlay)
+    for workload, container in containers(objects):
+        name = (workload["metadata"]["name"], container["name"])
+        args = dict(a.split("=", 1) if "=" in a else (a, "") for a in container["args"])
+        parsed = parse(container["image"], list(container["args"]))
+        mounts = {m["name"]: m for m in container.get("volumeMounts", [])}
+        if image_name(container["image"]) == "cairn/health":
+            assert not set(args) & {*AUTH_FILES, "--no-auth"}, name
+            assert "auth" not in mounts, name
+            continue
+        gateway = image_name(container["image"]) == "cairn/gateway"
+        if overlay == "development":
+            assert parsed.no_auth and parsed.auth_config is None, name
+            assert not set(args) & set(AUTH_FILES), name
+            continue
+        assert "--no-auth" not in args, name
+        wanted = AUTH_FILES if gateway else {"--auth-config": "auth.json"}
+        volumes = {v["name"]: v for v in workload["spec"]["template"]["spec"]["volumes"]}
+        for flag, file_name in wanted.items():
+            path = Path(args[flag])
+            assert path.name == file_name, (name, flag)
+            (mount,) = [m for m in mounts.values() if Path(m["mountPath"]) == path.parent]
+            assert mount.get("readOnly") is True, name
+            secret = volumes[mount["name"]]["secret"]
+            assert secret["secretName"] == "cairn-auth", name
+            assert secret.get("optional", False) is False, name  # pods wait for it
+        assert not set(args) & (set(AUTH_FILES) - set(wanted)), name
+
+
 def test_the_pod_monitors_scrape_ports_the_pods_declare() -> None:
     """Each PodMonitor selects pods of a workload, names a port one of its
     containers declares, and scrapes it with the scheme it serves: http, as the

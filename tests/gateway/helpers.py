@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from support.processes import PipedProcess
+from support.processes import PipedProcess, auth_args
 
 GATEWAY_LISTENING = "cairn-gateway: listening on "
 
@@ -43,6 +43,7 @@ class GatewayProcess(PipedProcess):
             "--metrics-port", "0",
             *([] if "--tls-dir" in self.extra_args else ["--insecure"]),
             *(["--controller-url", self.controller_url] if self.controller_url else []),
+            *auth_args(self.extra_args),
             *self.extra_args,
         ]  # fmt: skip
 
@@ -82,8 +83,9 @@ class LocalClusterProcess(PipedProcess):
         "--heartbeat-timeout-ms=500",
     )
 
-    def __init__(self, directory: Path, pods: int = 3, shards: int = 3) -> None:
+    def __init__(self, directory: Path, pods: int = 3, shards: int = 3, auth: bool = False) -> None:
         super().__init__()
+        self.auth = auth
         self.directory = directory
         self.pods = pods
         self.shards = shards
@@ -96,6 +98,7 @@ class LocalClusterProcess(PipedProcess):
             "--pods", str(self.pods), "--shards", str(self.shards),
             *(f"--controller-arg={arg}" for arg in self.CONTROLLER_ARGS),
             *(f"--sidecar-arg={arg}" for arg in self.SIDECAR_ARGS),
+            *([] if self.auth else ["--no-auth"]),
         ]  # fmt: skip
 
     def start(self, timeout_s: float = 120.0) -> Banner:

@@ -7,6 +7,7 @@ import base64
 import json
 import re
 import zlib
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +27,7 @@ from cairn.client.errors import (
     UnexpectedVersion,
 )
 from cairn.client.records import Notification, NotificationBatch, NotificationType
+from cairn.common.auth.config import parse_auth_config
 from cairn.common.keyorder import KeyOrder
 from cairn.gateway.app import create_app
 from cairn.gateway.cursors import Cursor, CursorError, ScanQuery, resolve_query
@@ -460,3 +462,9 @@ def test_settings_refuse_nonsense() -> None:
         GatewaySettings(storage_addresses=("a:1",), token="")
     with pytest.raises(ValueError, match="default_page_limit"):
         GatewaySettings(storage_addresses=("a:1",), default_page_limit=2000)
+    # The single --token-file gate predates per-caller auth: one or the other.
+    enabled = parse_auth_config({"enabled": True}, Path("."))
+    with pytest.raises(ValueError, match="exclude each other"):
+        GatewaySettings(storage_addresses=("a:1",), token="t", auth=enabled, session_key=b"k")
+    with pytest.raises(ValueError, match="session key"):
+        GatewaySettings(storage_addresses=("a:1",), auth=enabled)

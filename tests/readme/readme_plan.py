@@ -11,6 +11,8 @@ A `run` block takes these options:
   says why (e.g. `./dev test`, the suite this test belongs to).
 - `background=TEXT`: commands starting with TEXT run until they have printed
   something (e.g. `curl -N` on a change feed), then are stopped.
+- `fails=TEXT`: commands starting with TEXT must fail (e.g. a call without a
+  token, refused): the block fails if one succeeds. What it printed is output.
 - `placeholder=CODE` (Python): a line that is only `...` becomes CODE.
 
 Every `./dev run` command in a block is a launch: the test starts those its blocks
@@ -33,7 +35,7 @@ LAUNCH = "./dev run"
 DEFAULT_CLUSTER = "default"
 SHELL_LANGUAGES = ("", "sh", "bash", "shell")
 PYTHON_LANGUAGES = ("python", "py")
-RUN_OPTIONS = ("cluster", "not-run", "background", "placeholder")
+RUN_OPTIONS = ("cluster", "not-run", "background", "fails", "placeholder")
 # The README names the local state directory by its default path; the test runs each
 # cluster in a directory of its own and points the commands there instead.
 STATE_DIR = re.compile(r"(?<![\w/.])\.cairn/cluster")
@@ -137,6 +139,7 @@ def shell_script(block: Block, state_dir: Path) -> str:
     options = block.annotation.options
     not_run = options.get("not-run")
     background = options.get("background")
+    fails = options.get("fails")
     lines = [SHELL_PRELUDE]
     for command in commands(block.text):
         if _is_launch(command):
@@ -151,6 +154,10 @@ def shell_script(block: Block, state_dir: Path) -> str:
                 lines.append(f"readme_command={shlex.quote(command.strip())}")
             if background and command.strip().startswith(background):
                 lines.append(f"readme_background {shlex.quote(command.strip())}")
+            elif fails and command.strip().startswith(fails):
+                # On lines of its own: the command may end with a `# ...` remark.
+                unexpected = f"README command should have failed: {command.strip()}"
+                lines += ["if", command, f"then echo {shlex.quote(unexpected)} >&2; exit 1; fi"]
             else:
                 lines.append(command)
     return "\n".join(lines) + "\n"

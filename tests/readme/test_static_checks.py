@@ -32,6 +32,29 @@ TOOLS = Path(sys.executable).parent
             "nothing applied above is cairncluster cairn-dev/cairn",
         ),
         ("kubernetes", "kubectl delete pod x", "no static check"),
+        ("kubernetes", "kubectl create namespace cairn-prod", "no overlay has the namespace"),
+        (
+            "kubernetes",
+            "./dev exec python -m cairn.controller.local.auth --dri x",
+            "python -m cairn.controller.local.auth --dri x: fails",
+        ),
+        (
+            "kubernetes",
+            "kubectl -n cairn create secret generic cairn-auth --from-file=auth/",
+            "nothing above makes auth/",
+        ),
+        (
+            "kubernetes",
+            "./dev exec python -m cairn.controller.local.auth --dir auth\n"
+            "kubectl -n cairn create secret generic cairn-authz --from-file=auth/",
+            "no pod of namespace 'cairn' mounts the Secret cairn-authz",
+        ),
+        (
+            "kubernetes",
+            "./dev exec python -m cairn.controller.local.auth --dir auth\n"
+            "kubectl -n cairn create secret generic cairn-auth --from-file=auth/auth.json",
+            "cairn-gateway/gateway reads gateway.token from the Secret cairn-auth",
+        ),
         ("docker", "for c in storage gatewy; do\n  docker build --target $c .\ndone", "gatewy"),
         ("docker", "docker compose cp certs:/etc/cairn ./x", "mounts nothing at /etc/cairn"),
         ("docker", "./dev cairn --adress cairn-storage-0:6648 get /a", "no option --adress"),
@@ -42,6 +65,24 @@ TOOLS = Path(sys.executable).parent
         ("spark", "```python\nif x\n", "does not compile"),
         ("spark", "```bash\ncairn-cdc --address a:1 --onse\n", "has no option --onse"),
         ("spark", "```bash\nspark-submit x.py\n", "no static check"),
+        ("auth-config", '```json\n{"enabled": true,}\n', "not JSON"),
+        ("auth-config", '```json\n{"tokens": []}\n', '"enabled" must be written out'),
+        (
+            "auth-config",
+            '```json\n{"enabled": true, "rules": [{"principal": ["a"], "access": "read"}]}\n',
+            "unknown rule fields: principal",
+        ),
+        (
+            "auth-config",
+            '```json\n{"enabled": true, "tokens": [{"sha256": "abc", "name": "a"}]}\n',
+            "64 hex digits",
+        ),
+        (
+            "auth-config",
+            '```json\n{"enabled": true, "issuers": [{"issuer": "i", "audience": "a", '
+            '"algorithms": ["HS256"], "jwks_file": "k.json"}]}\n',
+            "issuer algorithms must be among",
+        ),
     ],
 )
 def test_a_wrong_block_is_reported(category: str, block: str, problem: str) -> None:

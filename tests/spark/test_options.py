@@ -33,9 +33,23 @@ def test_connection_options() -> None:
     )
     with pytest.raises(OptionError, match="address"):
         ConnectionSettings.of({})
-    # Tokens are refused by name until the client supports them.
-    with pytest.raises(OptionError, match="token"):
+    # A token inline would show in Spark's plans and UI: only from a file.
+    with pytest.raises(OptionError, match="tokenFile"):
         ConnectionSettings.of({"address": "a:1", "token": "x"})
+
+
+def test_the_token_file_is_read_where_the_client_is_made(tmp_path: Path) -> None:
+    assert ConnectionSettings.of({"address": "a:1"}).client_options().bearer_token is None
+    settings = ConnectionSettings.of({"address": "a:1", "tokenfile": str(tmp_path / "token")})
+    assert pickle.loads(pickle.dumps(settings)) == settings
+    with pytest.raises(OptionError, match="tokenFile"):
+        settings.client_options()  # not there yet: read per client, not when parsed
+    (tmp_path / "token").write_text("\n")
+    with pytest.raises(OptionError, match="holds no token"):
+        settings.client_options()
+    (tmp_path / "token").write_text("s3cret\n")
+    options = settings.client_options()
+    assert options.call_metadata() == (("authorization", "Bearer s3cret"),)
 
 
 def test_tls_options_become_the_clients_tls_files(tmp_path: Path) -> None:

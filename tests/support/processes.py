@@ -17,6 +17,11 @@ LISTENING_PREFIX = "cairn-storage listening on "
 INTERNAL_PREFIX = "cairn-storage internal on "
 
 
+def auth_args(extra_args: Sequence[str]) -> list[str]:
+    """Servers must be told how to authenticate: tests that do not say run open."""
+    return [] if "--auth-config" in extra_args or "--no-auth" in extra_args else ["--no-auth"]
+
+
 class PipedProcess:
     """A child process whose output lines a thread collects (in `output`, and for
     `wait_for`, which reads them as they come)."""
@@ -126,6 +131,7 @@ class StandaloneProcess(PipedProcess):
             "--port", "0", "--data-dir", str(self.data_dir), "--log-level", "WARNING",
             "--metrics-port", "0",
             *(["--shards", str(self.shards)] if self.shards is not None else []),
+            *auth_args(self.extra_args),
             *self.extra_args,
         ]  # fmt: skip
 
@@ -179,6 +185,7 @@ class NodeProcess(StandaloneProcess):
             "--port", str(self.port), "--internal-port", str(self.internal_port),
             "--data-dir", str(self.data_dir), "--log-level", "INFO",
             "--metrics-port", "0",
+            *auth_args(self.extra_args),
             *self.extra_args,
         ]  # fmt: skip
 

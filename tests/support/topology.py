@@ -15,6 +15,8 @@ So a wrong flag, port, address or probe path in a manifest fails here as it
 would in a cluster. TLS flags point into certificate volumes, mapped like any
 volume; the tests put certificates there as the platform would (cert-manager,
 or compose's one-shot certs service), naming each host also by its mapped address.
+Auth flags point into the auth volume, filled as the operator (Kubernetes'
+Secret) or compose's one-shot auth service would.
 """
 
 from __future__ import annotations
@@ -138,13 +140,24 @@ class Topology:
             self.processes[name].kill()
 
 
-def gateway_round_trip(base_url: str, context: ssl.SSLContext | None = None) -> None:
-    """A put and a get through the gateway. Its own key: the `oxia` client 0.2.1
-    routes keys by another hash than Cairn's clients (see ARCHITECTURE.md), so a
-    key it wrote may sit in a shard the gateway does not look in."""
+def bearer(token: str | None) -> dict[str, str]:
+    """The HTTP header a token goes in; none without a token."""
+    return {"Authorization": f"Bearer {token}"} if token is not None else {}
+
+
+def gateway_round_trip(
+    base_url: str, context: ssl.SSLContext | None = None, token: str | None = None
+) -> None:
+    """A put and a get through the gateway (as the token's holder, with auth on).
+    Its own key: the `oxia` client 0.2.1 routes keys by another hash than Cairn's
+    clients (see ARCHITECTURE.md), so a key it wrote may sit in a shard the
+    gateway does not look in."""
     url = f"{base_url}/v1/namespaces/default/keys//deploy/gateway"
-    put = urllib.request.Request(url, data=b"through the gateway", method="PUT")
+    put = urllib.request.Request(
+        url, data=b"through the gateway", method="PUT", headers=bearer(token)
+    )
     with urllib.request.urlopen(put, timeout=10, context=context) as answer:
         assert 200 <= answer.status < 300
-    with urllib.request.urlopen(url, timeout=10, context=context) as answer:
+    get = urllib.request.Request(url, headers=bearer(token))
+    with urllib.request.urlopen(get, timeout=10, context=context) as answer:
         assert answer.read() == b"through the gateway"

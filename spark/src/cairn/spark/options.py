@@ -22,9 +22,10 @@ WRITE_MODES = ("upsert", "create-only")
 # `tlsKeyFile`), or `tls=true` alone (the system's roots). The paths are read on
 # the driver AND on every executor, so they must exist on each of them.
 TLS_FILE_OPTIONS = ("tlsCaFile", "tlsCertFile", "tlsKeyFile")
-# Bearer tokens: the client library has no token support yet. Refused by name, so
-# that a job asking for one never silently runs without it.
-UNSUPPORTED_OPTIONS = ("token", "tokenFile")
+# Bearer tokens: `tokenFile`, a file holding the token, read where each client is
+# made (the driver and every executor), like the TLS files. A token given inline is
+# refused: options show in Spark's plans and UI.
+INLINE_TOKEN_OPTION = "token"
 
 
 class OptionError(ValueError):
@@ -74,25 +75,44 @@ class ConnectionSettings:
     request_timeout_s: float
     # TLS files as strings (paths on every machine of the job); None: plaintext.
     tls: TlsPaths | None = None
+    # A file holding the bearer token (a path on every machine); None: no token.
+    token_file: str | None = None
 
     @classmethod
     def of(cls, options: Mapping[str, str]) -> ConnectionSettings:
         address = _get(options, "address")
         if not address:
             raise OptionError("option 'address' (any storage pod's client address) is required")
-        for name in UNSUPPORTED_OPTIONS:
-            if _get(options, name) is not None:
-                raise OptionError(
-                    f"option {name!r} is not supported yet: the client library has no bearer tokens"
-                )
+        if _get(options, INLINE_TOKEN_OPTION) is not None:
+            raise OptionError(
+                f"option {INLINE_TOKEN_OPTION!r} is refused: options show in Spark's plans "
+                "and UI; put the token in a file and give its path as 'tokenFile'"
+            )
         timeout_s = _int(options, "requestTimeoutMs", 30_000, 1) / 1000
         return cls(
-            address, _get(options, "namespace") or "default", timeout_s, TlsPaths.of(options)
+            address,
+            _get(options, "namespace") or "default",
+            timeout_s,
+            TlsPaths.of(options),
+            _get(options, "tokenFile") or None,
         )
 
     def client_options(self) -> ClientOptions:
         tls = self.tls.files() if self.tls is not None else None
-        return ClientOptions(request_timeout_s=self.request_timeout_s, tls=tls)
+        return ClientOptions(
+            request_timeout_s=self.request_timeout_s, tls=tls, bearer_token=self._token()
+        )
+
+    def _token(self) -> str | None:
+        if self.token_file is None:
+            return None
+        try:
+            token = Path(self.token_file).read_text(encoding="utf-8").strip()
+        except OSError as error:
+            raise OptionError(f"option 'tokenFile': {error}") from None
+        if not token:
+            raise OptionError(f"option 'tokenFile': {self.token_file} holds no token")
+        return token
 
 
 @dataclass(frozen=True, slots=True)

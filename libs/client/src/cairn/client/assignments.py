@@ -146,7 +146,12 @@ class ShardMapFollower:
                 log.info("shard map stream from %s ended; reconnecting", address)
             except grpc.aio.AioRpcError as error:
                 outcome = classify(server_status(error), sent=False)
-                if isinstance(outcome, errors.NamespaceNotFound) and not self._first.done():
+                refusals = (
+                    errors.NamespaceNotFound,
+                    errors.Unauthenticated,
+                    errors.PermissionDenied,
+                )
+                if isinstance(outcome, refusals) and not self._first.done():
                     self._first.set_exception(outcome)
                     return
                 log.debug("shard map stream from %s failed: %s", address, error.details())

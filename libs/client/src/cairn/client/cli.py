@@ -125,6 +125,12 @@ def _add_global_options(parser: argparse.ArgumentParser, env: Mapping[str, str],
         "xxh64 reaches data written by the oxia 0.2.1 Python client)",
     )
     parser.add_argument(
+        "--token-file",
+        default=default(env.get("CAIRN_TOKEN_FILE")),
+        help="a file holding the bearer token sent with every call ($CAIRN_TOKEN_FILE; "
+        "else the token itself in $CAIRN_TOKEN)",
+    )
+    parser.add_argument(
         "--json", action="store_true", default=default(False), help="machine-readable output"
     )
     parser.add_argument(
@@ -157,6 +163,8 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
         "version, 4 unavailable or outcome unknown, 5 other failure, 130 interrupted.",
     )
     _add_global_options(parser, env, top=True)
+    # Read from the environment the parser was built with (tests pass their own).
+    parser.set_defaults(env_token=env.get("CAIRN_TOKEN"))
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
@@ -487,12 +495,26 @@ def tls_files(args: argparse.Namespace) -> TlsFiles | None:
         raise SystemExit(f"cairn: {error}") from None
 
 
+def bearer_token(args: argparse.Namespace) -> str | None:
+    """The token of --token-file, else of $CAIRN_TOKEN; None: no credentials."""
+    path = getattr(args, "token_file", None)
+    if path:
+        try:
+            from_file = Path(path).read_text(encoding="utf-8").strip()
+        except OSError as error:
+            raise SystemExit(f"cairn: --token-file: {error}") from None
+        return from_file or None
+    from_env: str | None = getattr(args, "env_token", None)
+    return from_env or None
+
+
 def client_options(args: argparse.Namespace) -> ClientOptions:
     return ClientOptions(
         request_timeout_s=args.timeout_s,
         connect_timeout_s=args.timeout_s,
         key_hash=KeyHash(args.key_hash),
         tls=tls_files(args),
+        bearer_token=bearer_token(args),
     )
 
 

@@ -24,15 +24,19 @@ CONTROLLER_TIMEOUT_S = 3.0
 
 
 async def controller_view(
-    admin_url: str, timeout_s: float, tls: TlsFiles | None = None
+    admin_url: str, timeout_s: float, tls: TlsFiles | None = None, token: str | None = None
 ) -> tuple[dict[str, Any] | None, str]:
     """The cluster, shards and nodes views of the controller's admin API, or None
-    and why not. `tls`: the CA (and client certificate) for an https URL."""
+    and why not. `tls`: the CA (and client certificate) for an https URL. `token`:
+    the bearer token the API needs (its views need read on every namespace)."""
     verify: Any = True
     if tls is not None:
         verify = LiveSSLContext(TlsSource(tls), server=False).context
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        async with httpx.AsyncClient(base_url=admin_url, timeout=timeout_s, verify=verify) as http:
+        async with httpx.AsyncClient(
+            base_url=admin_url, timeout=timeout_s, verify=verify, headers=headers
+        ) as http:
             views = {}
             for name in ("cluster", "shards", "nodes"):
                 response = await http.get(f"/v1/{name}")
@@ -213,7 +217,10 @@ def format_storage_view(view: Mapping[str, Any]) -> str:
 
 async def status_command(args: argparse.Namespace, output: Output, options: ClientOptions) -> None:
     views, why_not = await controller_view(
-        args.admin_url, min(args.timeout_s, CONTROLLER_TIMEOUT_S), options.tls
+        args.admin_url,
+        min(args.timeout_s, CONTROLLER_TIMEOUT_S),
+        options.tls,
+        options.bearer_token,
     )
     if views is not None:
         if output.as_json:

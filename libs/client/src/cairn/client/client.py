@@ -91,6 +91,7 @@ class AsyncClient:
         namespace: str,
         options: ClientOptions,
         owns_pool: bool,
+        map_pool: ChannelPool | None = None,
     ) -> None:
         """Use `AsyncClient.connect`."""
         self.namespace = namespace
@@ -104,8 +105,10 @@ class AsyncClient:
         self._readers: dict[int, ShardReader] = {}
         self._children: list[AsyncClient] = []
         self._parent: AsyncClient | None = None
+        # The shard map is read with `map_pool`'s credentials when given: a gateway
+        # reads it as itself, its callers' requests go as theirs.
         self._follower = ShardMapFollower(
-            pool,
+            map_pool if map_pool is not None else pool,
             seeds,
             namespace,
             options.retry_initial_backoff_s,
@@ -134,7 +137,7 @@ class AsyncClient:
         """Connect to any server(s) of the cluster ("host:port", comma-separated or a
         list) and wait for the namespace's shard map."""
         options = options or ClientOptions()
-        pool = ChannelPool(options.max_message_bytes, options.tls)
+        pool = ChannelPool(options.max_message_bytes, options.tls, options.call_metadata())
         client = cls(pool, _addresses(address), namespace, options, owns_pool=True)
         try:
             await client._follower.start(options.connect_timeout_s)
@@ -143,12 +146,22 @@ class AsyncClient:
             raise
         return client
 
-    async def for_namespace(self, namespace: str, key_hash: KeyHash | None = None) -> AsyncClient:
+    async def for_namespace(
+        self,
+        namespace: str,
+        key_hash: KeyHash | None = None,
+        extra_metadata: tuple[tuple[str, str], ...] = (),
+    ) -> AsyncClient:
         """A client of another namespace sharing this one's connections; closed with it.
-        `key_hash`: how it routes keys, if not as this client does."""
+        `key_hash`: how it routes keys, if not as this client does. `extra_metadata`
+        goes with its every call besides this client's (a gateway names the caller
+        it acts for: `x-cairn-on-behalf-of`)."""
         self._check_open()
         options = self.options if key_hash is None else replace(self.options, key_hash=key_hash)
-        child = AsyncClient(self._pool, self._seeds, namespace, options, owns_pool=False)
+        pool = self._pool.with_metadata(extra_metadata) if extra_metadata else self._pool
+        child = AsyncClient(
+            pool, self._seeds, namespace, options, owns_pool=False, map_pool=self._pool
+        )
         await child._follower.start(self.options.connect_timeout_s)
         child._parent = self
         self._children.append(child)

@@ -11,6 +11,9 @@
     ├── OutcomeUnknown          a non-idempotent write (conditional or sequence put) was
     │                           sent, its leader changed before answering, and reading
     │                           back cannot prove it did not apply; it may have
+    ├── Unauthenticated         the server took no credentials from this client
+    ├── PermissionDenied        the server's rules do not let this client do that
+    ├── QuotaExceeded           this client holds as many sessions/streams as it may
     ├── RequestTimeout          the call's deadline passed while retrying; a write
     │                           already sent may still apply
     └── ClientClosed            the client was closed
@@ -54,6 +57,18 @@ class NotificationsTrimmed(ClientError):
 
 
 class OutcomeUnknown(ClientError):
+    pass
+
+
+class Unauthenticated(ClientError):
+    pass
+
+
+class PermissionDenied(ClientError):
+    pass
+
+
+class QuotaExceeded(ClientError):
     pass
 
 

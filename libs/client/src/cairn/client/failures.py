@@ -94,6 +94,13 @@ def classify(status: ServerStatus, sent: bool) -> Retry | errors.ClientError:
         return errors.NotificationsTrimmed(status.message)
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return errors.InvalidArgument(status.message)
+    # Refusals that no retry changes (and that changed nothing on the server).
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return errors.Unauthenticated(status.message)
+    if code == grpc.StatusCode.PERMISSION_DENIED:
+        return errors.PermissionDenied(status.message)
+    if reason == "QUOTA_EXCEEDED":
+        return errors.QuotaExceeded(status.message)
     if reason in _NOT_APPLIED_REASONS:
         return Retry(status)
     if code == grpc.StatusCode.NOT_FOUND:

@@ -47,6 +47,10 @@ class ClientOptions:
     session_timeout_ms: int = 15_000
     client_identity: str = field(default_factory=_new_identity)
 
+    # Sent as `authorization: Bearer <token>` on every call (a static token or a
+    # JWT; see the README's "Authentication and authorization"). None: no credentials.
+    bearer_token: str | None = field(default=None, repr=False)
+
     # gRPC message size bound, both ways (the server's limit is larger).
     max_message_bytes: int = 64 * MiB
 
@@ -59,6 +63,11 @@ class ClientOptions:
     # optionally a client certificate (`TlsFiles.in_directory` for a directory in
     # cert-manager's layout). None: plaintext. Files are re-read when they change.
     tls: TlsFiles | None = None
+
+    def call_metadata(self) -> tuple[tuple[str, str], ...]:
+        if self.bearer_token is None:
+            return ()
+        return (("authorization", f"Bearer {self.bearer_token}"),)
 
     def __post_init__(self) -> None:
         if self.request_timeout_s <= 0 or self.connect_timeout_s <= 0:

@@ -12,6 +12,10 @@
     ├── SessionNotFound             unknown or expired session (NOT_FOUND)
     ├── NotificationsTrimmed        resume point older than the retention (OUT_OF_RANGE)
     ├── Overloaded                  a bounded queue is full; retry later (RESOURCE_EXHAUSTED)
+    ├── QuotaExceeded               the caller holds as many sessions/streams as it may
+    │                               (RESOURCE_EXHAUSTED; close some, not a retry)
+    ├── Unauthenticated             no valid credentials (UNAUTHENTICATED)
+    ├── PermissionDenied            the caller may not do this (PERMISSION_DENIED)
     └── Unavailable                 shutting down / not ready; retry elsewhere (UNAVAILABLE)
         └── WriteOutcomeUnknown     a logged write lost its leader before committing:
                                     a later leader decides whether it applies
@@ -96,6 +100,24 @@ class NotificationsTrimmed(CairnError):
 class Overloaded(CairnError):
     reason = "OVERLOADED"
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class QuotaExceeded(CairnError):
+    """A per-principal or per-pod cap on sessions or streams: retrying at once
+    cannot help, so it has its own reason (clients do not retry it)."""
+
+    reason = "QUOTA_EXCEEDED"
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class Unauthenticated(CairnError):
+    reason = "UNAUTHENTICATED"
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class PermissionDenied(CairnError):
+    reason = "PERMISSION_DENIED"
+    code = grpc.StatusCode.PERMISSION_DENIED
 
 
 class Unavailable(CairnError):

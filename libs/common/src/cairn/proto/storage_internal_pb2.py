@@ -25,15 +25,15 @@ _sym_db = _symbol_database.Default()
 from cairn.proto import oxia_client_pb2 as cairn_dot_proto_dot_oxia__client__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"cairn/proto/storage_internal.proto\x12\x11\x63\x61irn.internal.v1\x1a\x1d\x63\x61irn/proto/oxia_client.proto\"\xcd\x01\n\x12NarrowWriteRequest\x12\x12\n\x05shard\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12*\n\x04puts\x18\x02 \x03(\x0b\x32\x1c.cairn.internal.v1.NarrowPut\x12\x30\n\x07\x64\x65letes\x18\x03 \x03(\x0b\x32\x1f.io.oxia.proto.v1.DeleteRequest\x12;\n\rdelete_ranges\x18\x04 \x03(\x0b\x32$.io.oxia.proto.v1.DeleteRangeRequestB\x08\n\x06_shard\"a\n\tNarrowPut\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\x12 \n\x13\x65xpected_version_id\x18\x03 \x01(\x03H\x00\x88\x01\x01\x42\x16\n\x14_expected_version_id\"@\n\x0c\x46oldedWrites\x12\x30\n\x08requests\x18\x01 \x03(\x0b\x32\x1e.io.oxia.proto.v1.WriteRequest\"M\n\x12NarrowFoldedWrites\x12\x37\n\x08requests\x18\x01 \x03(\x0b\x32%.cairn.internal.v1.NarrowWriteRequest\"A\n\x12\x43reateSessionEntry\x12\x12\n\ntimeout_ms\x18\x01 \x01(\r\x12\x17\n\x0f\x63lient_identity\x18\x02 \x01(\t\"^\n\x11\x43loseSessionEntry\x12\x12\n\nsession_id\x18\x01 \x01(\x03\x12\x35\n\x06reason\x18\x02 \x01(\x0e\x32%.cairn.internal.v1.SessionCloseReason\" \n\x0eTermStartEntry\x12\x0e\n\x06leader\x18\x01 \x01(\t\"L\n\x0cSessionState\x12\x12\n\ntimeout_ms\x18\x01 \x01(\r\x12\x17\n\x0f\x63lient_identity\x18\x02 \x01(\t\x12\x0f\n\x07\x63losing\x18\x03 \x01(\x08*7\n\x12SessionCloseReason\x12\x14\n\x10\x43LOSED_BY_CLIENT\x10\x00\x12\x0b\n\x07\x45XPIRED\x10\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"cairn/proto/storage_internal.proto\x12\x11\x63\x61irn.internal.v1\x1a\x1d\x63\x61irn/proto/oxia_client.proto\"\xcd\x01\n\x12NarrowWriteRequest\x12\x12\n\x05shard\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12*\n\x04puts\x18\x02 \x03(\x0b\x32\x1c.cairn.internal.v1.NarrowPut\x12\x30\n\x07\x64\x65letes\x18\x03 \x03(\x0b\x32\x1f.io.oxia.proto.v1.DeleteRequest\x12;\n\rdelete_ranges\x18\x04 \x03(\x0b\x32$.io.oxia.proto.v1.DeleteRangeRequestB\x08\n\x06_shard\"a\n\tNarrowPut\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\x12 \n\x13\x65xpected_version_id\x18\x03 \x01(\x03H\x00\x88\x01\x01\x42\x16\n\x14_expected_version_id\"@\n\x0c\x46oldedWrites\x12\x30\n\x08requests\x18\x01 \x03(\x0b\x32\x1e.io.oxia.proto.v1.WriteRequest\"M\n\x12NarrowFoldedWrites\x12\x37\n\x08requests\x18\x01 \x03(\x0b\x32%.cairn.internal.v1.NarrowWriteRequest\"P\n\x12\x43reateSessionEntry\x12\x12\n\ntimeout_ms\x18\x01 \x01(\r\x12\x17\n\x0f\x63lient_identity\x18\x02 \x01(\t\x12\r\n\x05owner\x18\x03 \x01(\t\"^\n\x11\x43loseSessionEntry\x12\x12\n\nsession_id\x18\x01 \x01(\x03\x12\x35\n\x06reason\x18\x02 \x01(\x0e\x32%.cairn.internal.v1.SessionCloseReason\" \n\x0eTermStartEntry\x12\x0e\n\x06leader\x18\x01 \x01(\t\"[\n\x0cSessionState\x12\x12\n\ntimeout_ms\x18\x01 \x01(\r\x12\x17\n\x0f\x63lient_identity\x18\x02 \x01(\t\x12\x0f\n\x07\x63losing\x18\x03 \x01(\x08\x12\r\n\x05owner\x18\x04 \x01(\t*7\n\x12SessionCloseReason\x12\x14\n\x10\x43LOSED_BY_CLIENT\x10\x00\x12\x0b\n\x07\x45XPIRED\x10\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'cairn.proto.storage_internal_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SESSIONCLOSEREASON']._serialized_start=815
-  _globals['_SESSIONCLOSEREASON']._serialized_end=870
+  _globals['_SESSIONCLOSEREASON']._serialized_start=845
+  _globals['_SESSIONCLOSEREASON']._serialized_end=900
   _globals['_NARROWWRITEREQUEST']._serialized_start=89
   _globals['_NARROWWRITEREQUEST']._serialized_end=294
   _globals['_NARROWPUT']._serialized_start=296
@@ -43,11 +43,11 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_NARROWFOLDEDWRITES']._serialized_start=461
   _globals['_NARROWFOLDEDWRITES']._serialized_end=538
   _globals['_CREATESESSIONENTRY']._serialized_start=540
-  _globals['_CREATESESSIONENTRY']._serialized_end=605
-  _globals['_CLOSESESSIONENTRY']._serialized_start=607
-  _globals['_CLOSESESSIONENTRY']._serialized_end=701
-  _globals['_TERMSTARTENTRY']._serialized_start=703
-  _globals['_TERMSTARTENTRY']._serialized_end=735
-  _globals['_SESSIONSTATE']._serialized_start=737
-  _globals['_SESSIONSTATE']._serialized_end=813
+  _globals['_CREATESESSIONENTRY']._serialized_end=620
+  _globals['_CLOSESESSIONENTRY']._serialized_start=622
+  _globals['_CLOSESESSIONENTRY']._serialized_end=716
+  _globals['_TERMSTARTENTRY']._serialized_start=718
+  _globals['_TERMSTARTENTRY']._serialized_end=750
+  _globals['_SESSIONSTATE']._serialized_start=752
+  _globals['_SESSIONSTATE']._serialized_end=843
 # @@protoc_insertion_point(module_scope)

@@ -50,12 +50,14 @@ class NarrowFoldedWrites(_message.Message):
     def __init__(self, requests: _Optional[_Iterable[_Union[NarrowWriteRequest, _Mapping]]] = ...) -> None: ...
 
 class CreateSessionEntry(_message.Message):
-    __slots__ = ("timeout_ms", "client_identity")
+    __slots__ = ("timeout_ms", "client_identity", "owner")
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     CLIENT_IDENTITY_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
     timeout_ms: int
     client_identity: str
-    def __init__(self, timeout_ms: _Optional[int] = ..., client_identity: _Optional[str] = ...) -> None: ...
+    owner: str
+    def __init__(self, timeout_ms: _Optional[int] = ..., client_identity: _Optional[str] = ..., owner: _Optional[str] = ...) -> None: ...
 
 class CloseSessionEntry(_message.Message):
     __slots__ = ("session_id", "reason")
@@ -72,11 +74,13 @@ class TermStartEntry(_message.Message):
     def __init__(self, leader: _Optional[str] = ...) -> None: ...
 
 class SessionState(_message.Message):
-    __slots__ = ("timeout_ms", "client_identity", "closing")
+    __slots__ = ("timeout_ms", "client_identity", "closing", "owner")
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     CLIENT_IDENTITY_FIELD_NUMBER: _ClassVar[int]
     CLOSING_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
     timeout_ms: int
     client_identity: str
     closing: bool
-    def __init__(self, timeout_ms: _Optional[int] = ..., client_identity: _Optional[str] = ..., closing: _Optional[bool] = ...) -> None: ...
+    owner: str
+    def __init__(self, timeout_ms: _Optional[int] = ..., client_identity: _Optional[str] = ..., closing: _Optional[bool] = ..., owner: _Optional[str] = ...) -> None: ...

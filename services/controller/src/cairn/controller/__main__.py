@@ -27,6 +27,7 @@ from typing import Any
 
 import uvicorn
 
+from cairn.common.auth.arguments import add_auth_arguments, auth_config_from
 from cairn.common.logs import add_log_arguments, setup_logging
 from cairn.common.telemetry import (
     METRICS_PORT_CONTROLLER,
@@ -85,6 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     timing.add_argument("--startup-grace-ms", type=int, default=3_000)
     add_transport_arguments(parser, "plaintext HTTP and pod calls (development only)")
     add_metrics_arguments(parser, METRICS_PORT_CONTROLLER)
+    add_auth_arguments(parser)
     parser.add_argument("--log-level", default="INFO")
     add_log_arguments(parser)
     return parser
@@ -141,7 +143,11 @@ async def _serve(args: argparse.Namespace) -> None:
     ssl_context = server_ssl_context(args.tls_dir, require_client_cert=False)
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(controller, require_identity=ssl_context is not None),
+            create_app(
+                controller,
+                auth_config_from(args, "cairn-controller"),
+                require_identity=ssl_context is not None,
+            ),
             log_level="warning",
             lifespan="off",
             # log_config None: uvicorn's loggers write through setup_logging's handler.

@@ -24,14 +24,17 @@ import logging
 from dataclasses import replace
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from cairn.common.access import Verdict, decide_heartbeat
 from cairn.common.api_docs import serve_docs
+from cairn.common.auth.config import AuthConfig
+from cairn.common.auth.config import disabled as disabled_auth
 from cairn.common.heartbeat import HeartbeatError, parse_heartbeat
 from cairn.common.identity import asgi_peer_principal
+from cairn.controller.api_access import READ_METHODS, Refusal, check_request
 from cairn.controller.fencing import ControllerFenced
 from cairn.controller.model import (
     MAX_REPLICATION_FACTOR,
@@ -84,11 +87,33 @@ def _admit_heartbeat(request: Request, node: str) -> None:
     raise Problem(403, "Forbidden", f"{who} may not send heartbeats for {node}")
 
 
-def create_app(controller: Controller, require_identity: bool = False) -> FastAPI:
+def create_app(
+    controller: Controller, auth: AuthConfig | None = None, require_identity: bool = False
+) -> FastAPI:
+    """`auth` None: no authentication (tests that build the app in process).
+    `require_identity` (TLS): heartbeats only from the pod's own sidecar certificate."""
+    auth_config = auth if auth is not None else disabled_auth()
+
+    async def authorized(request: Request) -> None:
+        try:
+            principal = check_request(
+                auth_config,
+                request.method,
+                request.url.path,
+                {k.lower(): v for k, v in request.headers.items()},
+                request.scope,
+            )
+        except Refusal as refusal:
+            title = "Unauthorized" if refusal.status == 401 else "Forbidden"
+            raise Problem(refusal.status, title, refusal.detail) from None
+        if principal is not None and request.method not in READ_METHODS:
+            log.info("%s %s by %s", request.method, request.url.path, principal)
+
     app = FastAPI(
         title="Cairn controller",
         description="Cluster views and operations, and the health sidecars' heartbeats.",
         version="1",
+        dependencies=[Depends(authorized)],
         docs_url=None,
         redoc_url=None,
     )
@@ -96,8 +121,10 @@ def create_app(controller: Controller, require_identity: bool = False) -> FastAP
 
     @app.exception_handler(Problem)
     async def problem(_: Request, error: Problem) -> JSONResponse:
+        headers = {"WWW-Authenticate": 'Bearer realm="cairn"'} if error.status == 401 else None
         return JSONResponse(
-            {
+            headers=headers,
+            content={
                 "type": "about:blank",
                 "title": error.title,
                 "status": error.status,

@@ -3,9 +3,12 @@
     cairn-gateway --address 127.0.0.1:6648 --controller-url http://127.0.0.1:6650
 
 Serves HTTP on --host/--port (8080; 0 picks a free port) and prints
-`cairn-gateway: listening on http://HOST:PORT` once it does. With a token
-(--token-file, or the CAIRN_GATEWAY_TOKEN environment variable) every request
-but /livez and /readyz needs `Authorization: Bearer <token>`.
+`cairn-gateway: listening on http://HOST:PORT` once it does. With
+--auth-config (the file the pods read) each caller's bearer token is checked
+here and the caller is named to the pods, which apply the rules; --no-auth
+passes every request on as the gateway's own. The older single token
+(--token-file, or CAIRN_GATEWAY_TOKEN; with --no-auth only) makes every request
+but /livez and /readyz need `Authorization: Bearer <token>`.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import uvicorn
 
 from cairn.client.options import ClientOptions
 from cairn.common import tracing
+from cairn.common.auth.arguments import add_auth_arguments, auth_config_from
 from cairn.common.hashing import KeyHash
 from cairn.common.logs import add_log_arguments, node_name, setup_logging
 from cairn.common.telemetry import (
@@ -67,7 +71,8 @@ def _parser() -> argparse.ArgumentParser:
         "--token-file",
         type=Path,
         default=None,
-        help=f"a file holding the bearer token to require (else ${TOKEN_ENV}, else none)",
+        help=f"a file holding the one bearer token to require (else ${TOKEN_ENV}, else none; "
+        "with --no-auth only: --auth-config checks each caller's own token)",
     )
     parser.add_argument(
         "--request-timeout-s",
@@ -110,6 +115,20 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="dial the storage pods' client ports in plaintext (pods run --public-plaintext)",
     )
+    add_auth_arguments(parser)
+    parser.add_argument(
+        "--pod-token-file",
+        type=Path,
+        default=None,
+        help="the gateway's own token to the storage pods and the controller (role gateway "
+        "in the auth configuration): it names each caller to them",
+    )
+    parser.add_argument(
+        "--session-key-file",
+        type=Path,
+        default=None,
+        help="the secret that seals session tokens (the same for every gateway of a cluster)",
+    )
     add_metrics_arguments(parser, METRICS_PORT_GATEWAY)
     parser.add_argument(
         "--log-level", default="WARNING", help="(WARNING; the access log shows at INFO anyway)"
@@ -144,13 +163,30 @@ def _token(token_file: Path | None) -> str | None:
     return os.environ.get(TOKEN_ENV, "").strip() or None
 
 
+def _secret(path: Path | None, what: str) -> str | None:
+    if path is None:
+        return None
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except OSError as error:
+        raise SystemExit(f"cairn-gateway: {what}: {error}") from None
+    if not text:
+        raise SystemExit(f"cairn-gateway: {path} holds no {what}")
+    return text
+
+
 def settings_from(args: argparse.Namespace) -> GatewaySettings:
     addresses = tuple(a.strip() for a in args.address.split(",") if a.strip())
+    auth = auth_config_from(args, "cairn-gateway")
+    session_key = _secret(args.session_key_file, "session key")
     try:
         return GatewaySettings(
             storage_addresses=addresses,
             controller_url=args.controller_url,
             token=_token(args.token_file),
+            auth=auth,
+            pod_token=_secret(args.pod_token_file, "token"),
+            session_key=session_key.encode("utf-8") if session_key is not None else None,
             root_namespace=args.namespace,
             client_options=ClientOptions(
                 request_timeout_s=args.request_timeout_s,
@@ -161,6 +197,7 @@ def settings_from(args: argparse.Namespace) -> GatewaySettings:
                     if args.tls_dir is not None and not args.storage_plaintext
                     else None
                 ),
+                bearer_token=_secret(args.pod_token_file, "token"),
             ),
             key_hashes=_key_hashes(args.key_hashes),
             tls_dir=args.tls_dir,

@@ -23,6 +23,7 @@ from fastapi import APIRouter, Path
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from cairn.common.tls import LiveSSLContext, TlsSource
+from cairn.gateway.callers import current_caller, on_behalf_of_metadata
 from cairn.gateway.openapi import errors
 from cairn.gateway.problems import Code, Problem, problem_for_controller
 from cairn.gateway.settings import GatewaySettings
@@ -169,6 +170,9 @@ class Controller:
     def __init__(self, settings: GatewaySettings) -> None:
         self.url = settings.controller_url
         self._retry_after_s = settings.retry_after_s
+        # Its own token (with auth), and over TLS its certificate: either names the
+        # gateway to the controller, which then takes the caller it names.
+        self._token = settings.pod_token
         self._http = _controller_client(settings) if self.url else None
 
     async def close(self) -> None:
@@ -182,9 +186,18 @@ class Controller:
                 "this gateway has no controller to ask (start it with --controller-url; "
                 "a standalone storage server has none)",
             )
+        headers = {}
+        if self._token is not None:
+            headers["Authorization"] = f"Bearer {self._token}"
+        caller = current_caller()
+        if caller is not None:
+            headers.update(on_behalf_of_metadata(caller))
         try:
             response = await self._http.request(
-                method, path, json=body.model_dump() if body is not None else None
+                method,
+                path,
+                json=body.model_dump() if body is not None else None,
+                headers=headers,
             )
         except httpx.HTTPError as error:
             raise Problem(

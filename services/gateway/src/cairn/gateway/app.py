@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from cairn.client.errors import ClientError
 from cairn.common.api_docs import serve_docs
 from cairn.gateway import admin, changes, keys, openapi, scans, sessions
+from cairn.gateway.callers import caller_dependency
 from cairn.gateway.cursors import CursorError
 from cairn.gateway.headers import HeaderError
 from cairn.gateway.pool import ClientPool
@@ -173,6 +174,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     serve_docs(app)
     app.state.lifecycle = lifecycle
     guarded = [Depends(bearer_auth(settings.token))] if settings.token is not None else []
+    guarded.append(Depends(caller_dependency(settings.auth)))
     routers = [
         keys.router(settings, pool),
         scans.router(settings, pool),
@@ -186,7 +188,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     routes = [route for api in routers for route in api.routes]
     routes += [route for route in app.router.routes if isinstance(route, APIRoute)]
     _error_handlers(app, settings, routes)
-    openapi.install(app, auth=settings.token is not None)
+    openapi.install(app, auth=settings.token is not None or settings.auth.enabled)
     return app
 
 

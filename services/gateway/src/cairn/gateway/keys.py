@@ -247,7 +247,9 @@ def router(settings: GatewaySettings, pool: ClientPool) -> APIRouter:
         value = await request.body()
         async with pool.lease(namespace) as client:
             session_id, identity = (
-                session_for_key(session, namespace, client, key, partition_key)
+                session_for_key(
+                    session, namespace, client, key, partition_key, settings.session_key
+                )
                 if session is not None
                 else (None, None)
             )
@@ -373,7 +375,9 @@ def router(settings: GatewaySettings, pool: ClientPool) -> APIRouter:
         value = await request.body()
         async with pool.lease(namespace) as client:
             session_id, identity = (
-                session_for_key(session, namespace, client, prefix, partition_key)
+                session_for_key(
+                    session, namespace, client, prefix, partition_key, settings.session_key
+                )
                 if session is not None
                 else (None, None)
             )

@@ -11,6 +11,7 @@ from fastapi import Header, Path, Query
 from starlette.convertors import Convertor, register_url_convertor
 
 from cairn.client.client import AsyncClient
+from cairn.gateway.callers import decode_session
 from cairn.gateway.headers import ANY_PATTERN, ONE_TAG_OR_ANY_PATTERN
 from cairn.gateway.problems import Code, Problem
 from cairn.gateway.settings import (
@@ -21,7 +22,7 @@ from cairn.gateway.settings import (
     MAX_SECONDARY_KEY_CHARS,
     MAX_TOKEN_CHARS,
 )
-from cairn.gateway.tokens import TOKEN_PATTERN, SessionToken, TokenError
+from cairn.gateway.tokens import TOKEN_PATTERN, TokenError
 
 NAMESPACE_EXAMPLE = "default"
 # A secondary index entry: `name:secondaryKey`, the name 1 to 256 characters.
@@ -123,12 +124,17 @@ def secondary_indexes(entries: Sequence[str]) -> dict[str, str]:
 
 
 def session_for_key(
-    token: str, namespace: str, client: AsyncClient, key: str, partition_key: str | None
+    token: str,
+    namespace: str,
+    client: AsyncClient,
+    key: str,
+    partition_key: str | None,
+    session_key: bytes | None,
 ) -> tuple[int, str | None]:
     """The storage session of a REST session on the shard that holds `key`, and the
     client identity its records carry (None: the gateway's own)."""
     try:
-        session = SessionToken.decode(token, namespace)
+        session = decode_session(token, namespace, session_key)
     except TokenError as error:
         raise Problem(Code.INVALID_ARGUMENT, f"session: {error}") from None
     shard = client.shard_for(key, partition_key)

@@ -20,6 +20,8 @@ from dataclasses import dataclass, replace
 from cairn.client.client import AsyncClient
 from cairn.client.errors import ClientError, NamespaceNotFound
 from cairn.common.hashing import KeyHash
+from cairn.common.identity import Principal
+from cairn.gateway.callers import current_caller, on_behalf_of_metadata
 from cairn.gateway.problems import Code, Problem
 from cairn.gateway.settings import GatewaySettings
 
@@ -38,8 +40,9 @@ class ClientPool:
         self._settings = settings
         self._root: AsyncClient | None = None
         self._root_lock = asyncio.Lock()
-        # namespace -> client, least recently used first (the root is not in it).
-        self._siblings: OrderedDict[str, _Entry] = OrderedDict()
+        # (namespace, caller) -> client, least recently used first (the root is not
+        # in it); the caller "" without auth.
+        self._siblings: OrderedDict[tuple[str, str], _Entry] = OrderedDict()
         self._sibling_lock = asyncio.Lock()
         self._closed = False
 
@@ -89,36 +92,42 @@ class ClientPool:
             # The storage's "every namespace" wildcard, not a namespace one can use.
             raise NamespaceNotFound(f"{namespace!r} is not a namespace")
         root = await self.root()
-        if namespace == root.namespace:
+        caller = current_caller()
+        if caller is None and namespace == root.namespace:
             yield root
             return
-        entry = await self._sibling(root, namespace)
+        entry = await self._sibling(root, namespace, caller)
         entry.leases += 1
         try:
             yield entry.client
         finally:
             entry.leases -= 1
 
-    async def _sibling(self, root: AsyncClient, namespace: str) -> _Entry:
-        entry = self._siblings.get(namespace)
+    async def _sibling(self, root: AsyncClient, namespace: str, caller: Principal | None) -> _Entry:
+        """The client of (namespace, caller): with auth, one per caller, whose calls
+        name it to the pods (the pods hold it to the rules); they share the
+        root's connections."""
+        name = (namespace, str(caller) if caller is not None else "")
+        entry = self._siblings.get(name)
         if entry is not None:
-            self._siblings.move_to_end(namespace)
+            self._siblings.move_to_end(name)
             return entry
         # One lock for every creation: creations are rare (once per namespace),
         # and two requests for a new namespace must not both connect it.
         async with self._sibling_lock:
-            entry = self._siblings.get(namespace)
+            entry = self._siblings.get(name)
             if entry is None:
                 if self._closed:
                     raise Problem(Code.UNAVAILABLE, "the gateway is shutting down")
                 await self._make_room()
+                metadata = on_behalf_of_metadata(caller) if caller is not None else ()
                 entry = _Entry(
                     await root.for_namespace(
-                        namespace, self._settings.key_hashes.get(namespace, KeyHash.XXH3)
+                        namespace, self._settings.key_hashes.get(namespace, KeyHash.XXH3), metadata
                     )
                 )
-                self._siblings[namespace] = entry
-            self._siblings.move_to_end(namespace)
+                self._siblings[name] = entry
+            self._siblings.move_to_end(name)
             return entry
 
     async def _make_room(self) -> None:

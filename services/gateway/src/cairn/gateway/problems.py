@@ -28,8 +28,11 @@ from cairn.client.errors import (
     NamespaceNotFound,
     NotificationsTrimmed,
     OutcomeUnknown,
+    PermissionDenied,
+    QuotaExceeded,
     RequestTimeout,
     SessionExpired,
+    Unauthenticated,
     UnexpectedVersion,
 )
 
@@ -42,6 +45,8 @@ class Code(enum.StrEnum):
 
     INVALID_ARGUMENT = "invalid-argument"
     UNAUTHORIZED = "unauthorized"
+    FORBIDDEN = "forbidden"
+    QUOTA_EXCEEDED = "quota-exceeded"
     NOT_FOUND = "not-found"
     KEY_NOT_FOUND = "key-not-found"
     NAMESPACE_NOT_FOUND = "namespace-not-found"
@@ -65,6 +70,8 @@ class Code(enum.StrEnum):
 _CODES: Mapping[Code, tuple[int, str]] = {
     Code.INVALID_ARGUMENT: (400, "Invalid argument"),
     Code.UNAUTHORIZED: (401, "Unauthorized"),
+    Code.FORBIDDEN: (403, "Forbidden"),
+    Code.QUOTA_EXCEEDED: (429, "Quota exceeded"),
     Code.NOT_FOUND: (404, "Not found"),
     Code.KEY_NOT_FOUND: (404, "Key not found"),
     Code.NAMESPACE_NOT_FOUND: (404, "Namespace not found"),
@@ -141,6 +148,9 @@ _CLIENT_ERRORS: tuple[tuple[type[ClientError], _Mapping], ...] = (
     (InvalidArgument, _Mapping(Code.INVALID_ARGUMENT)),
     (NamespaceNotFound, _Mapping(Code.NAMESPACE_NOT_FOUND)),
     (NotificationsTrimmed, _Mapping(Code.NOTIFICATIONS_TRIMMED)),
+    (Unauthenticated, _Mapping(Code.UNAUTHORIZED)),
+    (PermissionDenied, _Mapping(Code.FORBIDDEN)),
+    (QuotaExceeded, _Mapping(Code.QUOTA_EXCEEDED)),
     # The write may have applied: retrying blindly could apply it twice, so no
     # Retry-After; the caller reads back first.
     (OutcomeUnknown, _Mapping(Code.OUTCOME_UNKNOWN)),
@@ -220,6 +230,10 @@ def problem_for_controller(status: int, body: Any) -> Problem:
         detail = title if isinstance(title, str) and title else f"controller answered {status}"
     if status == 404:
         code = _CONTROLLER_NOT_FOUND.get(title if isinstance(title, str) else "", Code.NOT_FOUND)
+    elif status == 401:
+        code = Code.UNAUTHORIZED
+    elif status == 403:
+        code = Code.FORBIDDEN
     elif status == 409:
         code = Code.CONFLICT
     elif status == 422:

@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse
 
 from cairn.client.client import AsyncClient
 from cairn.client.errors import SessionExpired
+from cairn.gateway.callers import caller_owner, decode_session
 from cairn.gateway.models import SessionAnswer, SessionRequest
 from cairn.gateway.openapi import errors
 from cairn.gateway.params import NamespaceParam
@@ -68,11 +69,11 @@ def _first_failure(outcomes: dict[int, BaseException | None]) -> BaseException |
     return ranked[0] if ranked else None
 
 
-def _decode(token: str, namespace: str) -> SessionToken:
-    """The session a path names. A token that is none names no session: 404,
-    as for any other unknown resource in a path."""
+def _decode(token: str, namespace: str, key: bytes | None) -> SessionToken:
+    """The session a path names. A token that is none (or forged) names no
+    session: 404, as for any other unknown resource in a path."""
     try:
-        return SessionToken.decode(token, namespace)
+        return decode_session(token, namespace, key)
     except TokenError as error:
         raise Problem(Code.SESSION_EXPIRED, f"no such session: {error}") from None
 
@@ -130,7 +131,9 @@ def router(settings: GatewaySettings, pool: ClientPool) -> APIRouter:
                     return_exceptions=True,
                 )
                 raise failure
-        token = SessionToken(namespace, created, request.clientIdentity).encode()
+        token = SessionToken(namespace, created, request.clientIdentity, caller_owner()).encode(
+            settings.session_key
+        )
         answer = SessionAnswer(
             session=token,
             timeoutMs=timeout_ms,
@@ -151,7 +154,7 @@ def router(settings: GatewaySettings, pool: ClientPool) -> APIRouter:
         },
     )
     async def keep_alive(namespace: NamespaceParam, token: TokenParam) -> Response:
-        session = _decode(token, namespace)
+        session = _decode(token, namespace, settings.session_key)
         async with pool.lease(namespace) as client:
             check_shards(client, session)
             outcomes = await _each_shard(session, client.keep_alive)
@@ -179,7 +182,7 @@ def router(settings: GatewaySettings, pool: ClientPool) -> APIRouter:
         },
     )
     async def close_session(namespace: NamespaceParam, token: TokenParam) -> Response:
-        session = _decode(token, namespace)
+        session = _decode(token, namespace, settings.session_key)
         async with pool.lease(namespace) as client:
             check_shards(client, session)
             outcomes = await _each_shard(session, client.close_session)

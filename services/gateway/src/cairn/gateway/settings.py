@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cairn.client.options import ClientOptions
+from cairn.common.auth.config import AuthConfig
 from cairn.common.hashing import KeyHash
 
 KiB = 1024
@@ -40,8 +41,16 @@ class GatewaySettings:
     # The controller's admin API ("http://host:port"); None: the admin endpoints
     # answer 503 (a standalone server has no controller).
     controller_url: str | None = None
-    # Bearer token every request but the probes must carry; None: no auth.
+    # Bearer token every request but the probes must carry; None: no auth. The
+    # older, single-secret gate; `auth` is the per-caller one (not both).
     token: str | None = None
+    # Callers' tokens and the rules (the pods' file): with it enabled, each request
+    # is made to the pods on behalf of its caller (callers.py).
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    # The gateway's own credential to the pods (a token of role gateway).
+    pod_token: str | None = field(default=None, repr=False)
+    # Seals session tokens (tokens.py); every gateway of a cluster has the same.
+    session_key: bytes | None = field(default=None, repr=False)
     # The namespace the gateway's first client connects to; every other namespace
     # is a sibling of it sharing its connections.
     root_namespace: str = "default"
@@ -72,8 +81,8 @@ class GatewaySettings:
     max_page_limit: int = 1000
     max_page_bytes: int = 16 * MiB
 
-    # Clients kept, one per namespace served; the least recently used idle one is
-    # closed beyond this.
+    # Clients kept, one per namespace served (with auth: per namespace and caller);
+    # the least recently used idle one is closed beyond this.
     max_namespaces: int = 64
 
     # Change feed: a comment line after this long without an event keeps proxies
@@ -105,6 +114,10 @@ class GatewaySettings:
             raise ValueError("at least one storage address is needed")
         if self.token is not None and not self.token:
             raise ValueError("an empty bearer token would let anyone in; leave it unset instead")
+        if self.token is not None and self.auth.enabled:
+            raise ValueError("a single gateway token and an auth configuration exclude each other")
+        if self.auth.enabled and not self.session_key:
+            raise ValueError("with auth on, session tokens need a session key (--session-key-file)")
         if not 1 <= self.default_page_limit <= self.max_page_limit:
             raise ValueError("default_page_limit must be between 1 and max_page_limit")
         if not (

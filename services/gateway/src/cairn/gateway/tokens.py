@@ -7,14 +7,22 @@ feed position holds each shard's last delivered offset, a scan cursor (see
 `cursors.py`) holds the query and where it stopped.
 
 A token is zlib-compressed JSON in unpadded base64url, tagged with its kind so
-that one kind is never taken for another. Tokens are not signed: they hold
-nothing a caller could not ask for directly (bearer auth guards the gateway).
+that one kind is never taken for another. Cursors and feed positions are not
+signed: they hold nothing a caller could not ask for directly. Session tokens
+are, when the gateway has a session key (`--session-key-file`, shared by every
+gateway of a cluster): an HMAC-SHA256 of the packed token, appended, over a body
+that names the principal that created the session. A token changed by a byte, or
+made by someone without the key, is refused; a genuine token of another
+principal is refused too (and the pods refuse that principal the session
+anyway: they record each session's owner).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import json
 import zlib
 from collections.abc import Mapping
@@ -34,8 +42,35 @@ MAX_ENCODED_CHARS = MAX_TOKEN_CHARS
 TOKEN_PATTERN = r"^[A-Za-z0-9_-]+$"
 
 
+# Unpadded base64url of an HMAC-SHA256.
+SIGNATURE_CHARS = 43
+
+
 class TokenError(ValueError):
     """A token that is malformed, of another kind, or from another namespace."""
+
+
+class ForeignToken(TokenError):
+    """A genuine token that belongs to another principal."""
+
+
+def _signature(key: bytes, text: str) -> str:
+    digest = hmac.new(key, text.encode("ascii"), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+def seal(text: str, key: bytes | None) -> str:
+    return text if key is None else text + _signature(key, text)
+
+
+def unseal(token: str, key: bytes | None, kind: str) -> str:
+    """The packed text of a sealed token; TokenError if the seal is wrong."""
+    if key is None:
+        return token
+    text, signature = token[:-SIGNATURE_CHARS], token[-SIGNATURE_CHARS:]
+    if not text or not hmac.compare_digest(signature, _signature(key, text)):
+        raise TokenError(f"not a {kind} token of this cluster")
+    return text
 
 
 def pack(kind: str, body: Mapping[str, Any]) -> str:
@@ -108,31 +143,45 @@ class SessionToken:
     session_ids: Mapping[int, int]  # shard -> session id
     # Recorded on the ephemeral records written under it; None: the gateway's own.
     client_identity: str | None = None
+    # The principal that created it ("role:name"); "" when the gateway runs without auth.
+    owner: str = ""
 
     KIND = "session"
 
-    def encode(self) -> str:
+    def encode(self, key: bytes | None = None) -> str:
         ids = {str(shard): session for shard, session in sorted(self.session_ids.items())}
         body: dict[str, Any] = {"ns": self.namespace, "s": ids}
         if self.client_identity is not None:
             body["i"] = self.client_identity
-        return pack(self.KIND, body)
+        if self.owner:
+            body["o"] = self.owner
+        return seal(pack(self.KIND, body), key)
 
     @classmethod
-    def decode(cls, token: str, namespace: str) -> SessionToken:
-        document = unpack(cls.KIND, token)
+    def decode(
+        cls, token: str, namespace: str, key: bytes | None = None, owner: str = ""
+    ) -> SessionToken:
+        """`key`: the session key the token must be sealed with; `owner`: the
+        caller, who must be the one that created it (ForeignToken otherwise)."""
+        document = unpack(cls.KIND, unseal(token, key, cls.KIND))
         identity = document.get("i")
         if identity is not None and not isinstance(identity, str):
+            raise TokenError(f"not a {cls.KIND} token")
+        token_owner = document.get("o", "")
+        if not isinstance(token_owner, str):
             raise TokenError(f"not a {cls.KIND} token")
         decoded = cls(
             _string(document, "ns", cls.KIND),
             _shard_map(document.get("s"), cls.KIND, minimum=0),
             identity,
+            token_owner,
         )
         if decoded.namespace != namespace:
             raise TokenError(f"the session belongs to namespace {decoded.namespace!r}")
         if not decoded.session_ids:
             raise TokenError("not a session token")
+        if decoded.owner != owner:
+            raise ForeignToken("the session belongs to another principal")
         return decoded
 
 

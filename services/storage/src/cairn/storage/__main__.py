@@ -26,6 +26,7 @@ from pathlib import Path
 import uvloop
 
 from cairn.common import tracing
+from cairn.common.auth.arguments import add_auth_arguments, auth_config_from
 from cairn.common.keyorder import KeyOrder
 from cairn.common.logs import add_log_arguments, node_name, setup_logging
 from cairn.common.telemetry import (
@@ -56,6 +57,15 @@ log = logging.getLogger("cairn.storage")
 _DEFAULT_LIMITS = Limits()
 
 
+# Per-principal and per-pod caps (Limits), each a flag of the same name.
+_CAPS = (
+    "max_sessions_per_principal",
+    "max_sessions_per_pod",
+    "max_notification_streams_per_principal",
+    "max_notification_streams_per_pod",
+    "max_sequence_streams_per_principal",
+    "max_sequence_streams_per_pod",
+)
 _NOTIFICATIONS_OPTION = "notifications="
 _SWITCH_VALUES = {"on": True, "off": False}
 
@@ -220,6 +230,14 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
             default=_DEFAULT_LIMITS.max_read_cache_bytes_per_shard,
             help="bytes of answers to exact-key gets a shard's leader keeps in memory (0: none)",
         )
+        for cap in _CAPS:
+            command.add_argument(
+                f"--{cap.replace('_', '-')}",
+                type=int,
+                default=getattr(_DEFAULT_LIMITS, cap),
+                help="open at once on this pod (a client past it gets RESOURCE_EXHAUSTED)",
+            )
+        add_auth_arguments(command)
         add_metrics_arguments(command, METRICS_PORT_STORAGE)
         command.add_argument("--log-level", default="INFO")
         add_log_arguments(command)
@@ -227,11 +245,15 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
 
 
 def _limits(args: argparse.Namespace) -> Limits:
+    caps = {cap: getattr(args, cap) for cap in _CAPS}
+    if min(caps.values()) < 1:
+        raise SystemExit("cairn-storage: session and stream caps must be at least 1")
     try:
         return replace(
             _DEFAULT_LIMITS,
             fold_writes_after_uncommitted_entries=args.fold_after_uncommitted_entries,
             max_read_cache_bytes_per_shard=args.read_cache_bytes,
+            **caps,
         )
     except ValueError as error:
         raise SystemExit(f"cairn-storage: {error}") from None
@@ -381,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
             limits=_limits(args),
             tls_dir=args.tls_dir,
             public_plaintext=args.public_plaintext,
+            auth=auth_config_from(args, "cairn-storage"),
         )
         if args.public_plaintext and args.tls_dir is None:
             parser.error("--public-plaintext goes with --tls-dir (--insecure is plaintext already)")
@@ -399,6 +422,7 @@ def main(argv: list[str] | None = None) -> int:
         wal_retention=_wal_retention(args),
         limits=_limits(args),
         tls_dir=args.tls_dir,
+        auth=auth_config_from(args, "cairn-storage"),
     )
     # uvloop: cheaper per-message event-loop work under grpc.aio (see BASELINES.md).
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

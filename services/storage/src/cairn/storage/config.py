@@ -6,7 +6,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cairn.common.auth.config import AuthConfig
 from cairn.common.hashing import MAX_SHARDS_PER_NAMESPACE
+from cairn.common.identity import DEFAULT_TRUST_DOMAIN
 from cairn.common.keyorder import KeyOrder
 from cairn.storage.core.retention import WalRetention
 
@@ -81,6 +83,17 @@ class Limits:
     # default count with keys of about 20 bytes.
     max_read_cache_entries_per_shard: int = 200_000
     max_read_cache_bytes_per_shard: int = 64 * MiB
+    # What one principal (an authenticated caller; everyone is "user:anonymous" with
+    # auth off), and everyone together, may hold open on one pod: sessions (counted
+    # on the shards this pod leads), GetNotifications and GetSequenceUpdates streams.
+    # The pod totals stay under max_concurrent_rpcs, so one client filling its
+    # streams still leaves room for other calls.
+    max_sessions_per_principal: int = 10_000
+    max_sessions_per_pod: int = 100_000
+    max_notification_streams_per_principal: int = 1_000
+    max_notification_streams_per_pod: int = 4_000
+    max_sequence_streams_per_principal: int = 1_000
+    max_sequence_streams_per_pod: int = 4_000
 
     def __post_init__(self) -> None:
         if (
@@ -194,6 +207,8 @@ class StandaloneConfig:
     # already holds keeps being served even when it is missing here.
     namespaces: tuple[NamespaceConfig, ...] = (NamespaceConfig(),)
     limits: Limits = field(default_factory=Limits)
+    # Who may call the public API (cairn.common.auth.config); off unless given.
+    auth: AuthConfig = field(default_factory=AuthConfig)
     wal_segment_size_bytes: int = DEFAULT_WAL_SEGMENT_BYTES
     wal_zero_fill_bytes: int = DEFAULT_WAL_ZERO_FILL_BYTES
     wal_spare_segments: int = DEFAULT_WAL_SPARE_SEGMENTS
@@ -204,6 +219,9 @@ class StandaloneConfig:
     )
     # The server's certificate directory (cert-manager layout); None: plaintext.
     tls_dir: Path | None = None
+    # Whose SPIFFE URIs name principals here (a client certificate of another trust
+    # domain names nobody).
+    trust_domain: str = DEFAULT_TRUST_DOMAIN
 
     def __post_init__(self) -> None:
         if self.wal_segment_size_bytes < 4096:
@@ -230,6 +248,8 @@ class NodeConfig:
     advertised_address: str | None = None
     internal_advertised_address: str | None = None
     limits: Limits = field(default_factory=Limits)
+    # Who may call the public API (cairn.common.auth.config); off unless given.
+    auth: AuthConfig = field(default_factory=AuthConfig)
     replication: ReplicationSettings = field(default_factory=ReplicationSettings)
     wal_segment_size_bytes: int = DEFAULT_WAL_SEGMENT_BYTES
     wal_zero_fill_bytes: int = DEFAULT_WAL_ZERO_FILL_BYTES
@@ -244,3 +264,5 @@ class NodeConfig:
     # explicitly by the command line's --insecure; tests build it directly).
     tls_dir: Path | None = None
     public_plaintext: bool = False
+    # Whose SPIFFE URIs name principals here, on both ports.
+    trust_domain: str = DEFAULT_TRUST_DOMAIN

@@ -36,6 +36,7 @@ from cairn.storage.core.replication.replica import Member
 from cairn.storage.directory import ShardDirectory
 from cairn.storage.replication.peers import PeerChannels
 from cairn.storage.rpc import new_server
+from cairn.storage.rpc.access import AccessControl
 from cairn.storage.rpc.client_api import ClientService, generic_handlers
 from cairn.storage.rpc.coordination import CoordinationService, coordination_handlers
 from cairn.storage.rpc.health import HealthService, add_health_service
@@ -75,11 +76,13 @@ class NodeServer:
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
         self.directory = ShardDirectory(pushed_map=True)
-        self.client_service = ClientService(self.directory, config.limits)
         # Read now: a pod without a usable certificate must not start.
         self.tls = TlsSource.from_directory(config.tls_dir) if config.tls_dir else None
+        self.client_service = ClientService(
+            self.directory, config.limits, AccessControl(config.auth, config.trust_domain)
+        )
         self.peers = PeerChannels(self.tls)
-        self.access = InternalAccessInterceptor()
+        self.access = InternalAccessInterceptor(trust_domain=config.trust_domain)
         self.me = Member("", "")
         self.health = HealthService()
         self.epochs = ControllerEpochFence(config.data_dir / EPOCH_FILE)

@@ -120,6 +120,7 @@ from cairn.storage.core.sessions import (
     MAX_SESSION_TIMEOUT_MS,
     MIN_SESSION_TIMEOUT_MS,
     SessionTracker,
+    session_key,
     stored_sessions,
 )
 from cairn.storage.folding import WriteFold, keys_of, may_fold, starts_fold
@@ -1062,7 +1063,8 @@ class ShardReplica:
 
     # ---- sessions -------------------------------------------------------------------
 
-    async def create_session(self, timeout_ms: int, client_identity: str) -> int:
+    async def create_session(self, timeout_ms: int, client_identity: str, owner: str = "") -> int:
+        """`owner`: the authenticated principal, recorded in the replicated state."""
         if not MIN_SESSION_TIMEOUT_MS <= timeout_ms <= MAX_SESSION_TIMEOUT_MS:
             raise InvalidRequest(
                 f"session timeout {timeout_ms} ms is outside "
@@ -1070,13 +1072,23 @@ class ShardReplica:
             )
         await self.wait_taken_over()
         entry = internal_pb.CreateSessionEntry(
-            timeout_ms=timeout_ms, client_identity=client_identity
+            timeout_ms=timeout_ms, client_identity=client_identity, owner=owner
         )
         future = await self._append(CREATE_SESSION, entry.SerializeToString(), entry)
         session_id: int = await future
-        self.sessions.open(session_id, timeout_ms, self._session_clock_ms())
+        self.sessions.open(session_id, timeout_ms, self._session_clock_ms(), owner)
         self.sessions_created += 1
         return session_id
+
+    def session_owner(self, session_id: int) -> str | None:
+        """Who opened the session: the leader's tracker, else the replicated state
+        (a session an inherited entry created after this leader took over); None
+        if it exists in neither."""
+        owner = self.sessions.owner(session_id)
+        if owner is not None:
+            return owner
+        stored = self.kv.get(Column.META, session_key(session_id))
+        return None if stored is None else internal_pb.SessionState.FromString(stored).owner
 
     async def keep_alive(self, session_id: int) -> None:
         await self.wait_serving()
@@ -1107,7 +1119,9 @@ class ShardReplica:
         now = self._session_clock_ms()
         for session_id, state in stored_sessions(self.kv):
             # A close interrupted by a crash or failover is finished at once (as an expiry).
-            self.sessions.open(session_id, 0 if state.closing else state.timeout_ms, now)
+            self.sessions.open(
+                session_id, 0 if state.closing else state.timeout_ms, now, state.owner
+            )
 
     async def _expiry_loop(self) -> None:
         while not self._closing:

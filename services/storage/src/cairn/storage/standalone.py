@@ -40,6 +40,7 @@ from cairn.storage.directory import NamespaceLayout, ShardDirectory, ShardPlacem
 from cairn.storage.replication.leader import lead_alone
 from cairn.storage.replication.wire import node_message
 from cairn.storage.rpc import new_server
+from cairn.storage.rpc.access import AccessControl
 from cairn.storage.rpc.client_api import ClientService, generic_handlers
 from cairn.storage.rpc.health import HealthService, add_health_service
 from cairn.storage.rpc.status import abort
@@ -231,7 +232,9 @@ class StandaloneServer:
     def __init__(self, config: StandaloneConfig) -> None:
         self.config = config
         self.directory = ShardDirectory(config.namespaces[0].name)
-        self.client_service = ClientService(self.directory, config.limits)
+        self.client_service = ClientService(
+            self.directory, config.limits, AccessControl(config.auth, config.trust_domain)
+        )
         self._server: grpc.aio.Server | None = None
         self.health = HealthService()
         self.address = ""

@@ -15,7 +15,8 @@ from cairn.spark.options import ConnectionSettings
 def add_connection_arguments(
     parser: argparse.ArgumentParser, role: str = "", required: bool = True
 ) -> None:
-    """--address, --namespace and the TLS files (`role`: a prefix, e.g. "source-")."""
+    """--address, --namespace, the TLS files and the token file (`role`: a prefix,
+    e.g. "source-")."""
     parser.add_argument(
         f"--{role}address", required=required, help="any storage pod's client address, host:port"
     )
@@ -28,6 +29,11 @@ def add_connection_arguments(
     parser.add_argument(f"--{role}tls-ca-file", help="TLS: the CA to check the servers by")
     parser.add_argument(f"--{role}tls-cert-file", help="TLS: a client certificate")
     parser.add_argument(f"--{role}tls-key-file", help="TLS: the client certificate's key")
+    parser.add_argument(
+        f"--{role}token-file",
+        help="a file holding the bearer token to send (with auth on); it must exist on the "
+        "driver and every executor",
+    )
 
 
 def connection_options(args: argparse.Namespace, role: str = "") -> dict[str, str]:
@@ -40,6 +46,7 @@ def connection_options(args: argparse.Namespace, role: str = "") -> dict[str, st
         "tls_ca_file": "tlsCaFile",
         "tls_cert_file": "tlsCertFile",
         "tls_key_file": "tlsKeyFile",
+        "token_file": "tokenFile",
     }
     options = {}
     for attribute, option in names.items():

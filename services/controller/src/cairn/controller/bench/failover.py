@@ -170,7 +170,13 @@ class RunResult:
 class FailoverBench:
     def __init__(self, cluster: LocalCluster) -> None:
         self.cluster = cluster
-        self.http = httpx.Client(base_url=cluster.controller_url, timeout=5.0)
+        # The local cluster's admin token: its admin API needs one (local/auth.py).
+        headers = (
+            {"Authorization": f"Bearer {cluster.auth.admin_token.read_text().strip()}"}
+            if cluster.auth is not None
+            else {}
+        )
+        self.http = httpx.Client(base_url=cluster.controller_url, timeout=5.0, headers=headers)
         self.probes: dict[int, ShardProbe] = {}
 
     def close(self) -> None:
@@ -332,13 +338,18 @@ def balanced(shards: Sequence[dict[str, Any]], pods: Sequence[str]) -> bool:
 
 
 @contextlib.contextmanager
-def running_cluster(directory: Path, pods: int, shards: int) -> Iterator[FailoverBench]:
+def running_cluster(
+    directory: Path, pods: int, shards: int, auth: bool = False
+) -> Iterator[FailoverBench]:
     """A local cluster tuned for quick detection, supervised (restarts, scaling)
-    from a thread as `cairn-local` would, settled, with a bench on it."""
+    from a thread as `cairn-local` would, settled, with a bench on it. Without
+    auth by default: the bench's writers include the released oxia client, which
+    sends no token (its admin calls carry the admin token when `auth`)."""
     cluster = LocalCluster(
         directory,
         pods=pods,
         shards=shards,
+        auth=auth,
         controller_args=FAST_CONTROLLER_ARGS,
         sidecar_args=FAST_SIDECAR_ARGS,
         preferred_ports=False,

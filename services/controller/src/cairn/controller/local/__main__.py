@@ -68,6 +68,13 @@ def main(argv: list[str] | None = None) -> None:
         help="pick free ports instead of the conventional ones (first start only; for "
         "several clusters on one machine, and tests)",
     )
+    parser.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="run every process without authentication (plaintext clients such as the "
+        "oxia 0.2.1 package need no token then); the default makes tokens and rules "
+        "in <dir>/auth",
+    )
     security = parser.add_mutually_exclusive_group()
     security.add_argument(
         "--public-plaintext",
@@ -106,6 +113,7 @@ def main(argv: list[str] | None = None) -> None:
         gateway_args=[*chosen, *args.gateway_arg],
         tls=not args.insecure,
         public_plaintext=args.public_plaintext,
+        auth=not args.no_auth,
     )
 
     def on_signal(signum: int, _: FrameType | None) -> None:
@@ -133,6 +141,17 @@ def main(argv: list[str] | None = None) -> None:
                 for name, address in metrics.items()
             ]
         lines += _connecting(cluster)
+        if cluster.auth is not None:
+            auth = cluster.auth
+            lines += [
+                f"  auth:            on; rules and token hashes in {auth.config}",
+                f"    admin token:   {auth.admin_token}",
+                "    connect with:  ./dev cairn --token-file <admin token> ...  or the header",
+                "                   Authorization: Bearer <token> (gRPC metadata or HTTP)",
+                "                   (with the client TLS options above: both are needed)",
+            ]
+        else:
+            lines.append("  auth:            OFF (--no-auth): any client may do anything")
         lines += [
             f"  cluster state:   {cluster.state_dir / 'cluster.json'}",
             f"  logs:            {cluster.logs_dir}",

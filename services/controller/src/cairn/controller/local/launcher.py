@@ -52,6 +52,7 @@ from cairn.common.telemetry import (
     METRICS_PORT_HEALTH,
     METRICS_PORT_STORAGE,
 )
+from cairn.controller.local.auth import LocalAuth, ensure_local_auth
 from cairn.controller.model import (
     ClusterSpec,
     ClusterStatus,
@@ -248,6 +249,7 @@ class LocalCluster:
         gateway_args: Sequence[str] = (),
         tls: bool = True,
         public_plaintext: bool = False,
+        auth: bool = True,
     ) -> None:
         self.tls = tls
         self.public_plaintext = public_plaintext
@@ -263,6 +265,8 @@ class LocalCluster:
         self.restart = restart
         self.with_gateway = gateway
         self.gateway_args = list(gateway_args)
+        # The embedded default is secure: tokens and rules in <dir>/auth (auth.py).
+        self.auth: LocalAuth | None = ensure_local_auth(self.directory / "auth") if auth else None
         self.ports = Ports(0)
         self.controller: Child | None = None
         self.gateway: Child | None = None
@@ -410,6 +414,11 @@ class LocalCluster:
             self._start_gateway()
         self._write_processes()
 
+    def _auth_args(self) -> list[str]:
+        if self.auth is None:
+            return ["--no-auth"]
+        return ["--auth-config", str(self.auth.config)]
+
     def _pick_port(self, conventional: int) -> int:
         if not self.preferred_ports:
             return free_port(self.host)
@@ -504,6 +513,7 @@ class LocalCluster:
                 str(self.initial_pods),
                 *self._metrics_args("controller", METRICS_PORT_CONTROLLER),
                 *self._certificates("controller", Principal(Role.CONTROLLER, "controller")),
+                *self._auth_args(),
                 *self.controller_args,
             ],
             self.logs_dir / "controller.log",
@@ -539,6 +549,7 @@ class LocalCluster:
                     *self._metrics_args(name, self._pod_metrics_port(name, 0)),
                     *self._certificates(name, Principal(Role.STORAGE, name)),
                     *(["--public-plaintext"] if self.tls and self.public_plaintext else []),
+                    *self._auth_args(),
                     *self.pod_args,
                 ],
                 self.logs_dir / f"{name}.log",
@@ -610,6 +621,7 @@ class LocalCluster:
                     *self._metrics_args("gateway", METRICS_PORT_GATEWAY),
                     *self._certificates("gateway", Principal(Role.GATEWAY, "gateway")),
                     *(["--storage-plaintext"] if self.tls and self.public_plaintext else []),
+                    *self._gateway_auth_args(),
                     *self.gateway_args,
                 ],
                 self.logs_dir / "gateway.log",
@@ -619,6 +631,18 @@ class LocalCluster:
             gateway_child, "cairn-gateway: listening on", new_gateway_port if fresh else None
         )
         log.info("started the gateway (%s)", self.gateway_url)
+
+    def _gateway_auth_args(self) -> list[str]:
+        if self.auth is None:
+            return ["--no-auth"]
+        return [
+            "--auth-config",
+            str(self.auth.config),
+            "--pod-token-file",
+            str(self.auth.gateway_token),
+            "--session-key-file",
+            str(self.auth.session_key),
+        ]
 
     def _write_processes(self) -> None:
         document = {

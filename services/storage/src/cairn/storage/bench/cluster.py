@@ -87,8 +87,11 @@ def node_command(data_dir: Path, extra_args: Sequence[str]) -> list[str]:
         str(data_dir),
         "--metrics-port",
         "0",
-        # Plaintext unless the caller gives a certificate directory.
+        # Plaintext unless the caller gives a certificate directory; without
+        # credentials unless it gives an auth file (--server-arg --auth-config FILE
+        # measures the data path with them).
         *([] if "--tls-dir" in extra_args else ["--insecure"]),
+        *([] if "--auth-config" in extra_args else ["--no-auth"]),
         *extra_args,
     ]
 

@@ -92,8 +92,11 @@ def server_command(data_dir: Path, shards: int, extra_args: Sequence[str]) -> li
         # A free port, so that runs side by side do not clash (--server-arg overrides).
         "--metrics-port",
         "0",
-        # Plaintext unless the caller gives a certificate directory.
+        # Plaintext unless the caller gives a certificate directory; without
+        # credentials unless it gives an auth file (--server-arg --auth-config FILE
+        # measures the data path with them).
         *([] if "--tls-dir" in extra_args else ["--insecure"]),
+        *([] if "--auth-config" in extra_args else ["--no-auth"]),
         *extra_args,
     ]
 

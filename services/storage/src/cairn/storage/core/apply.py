@@ -553,7 +553,7 @@ def apply_create_session(
 ) -> int:
     """Open a session; its id is the entry's offset (unique and increasing per shard)."""
     stored = internal_pb.SessionState(
-        timeout_ms=entry.timeout_ms, client_identity=entry.client_identity
+        timeout_ms=entry.timeout_ms, client_identity=entry.client_identity, owner=entry.owner
     )
     state.set_meta(session_key(offset), stored.SerializeToString())
     return offset

@@ -30,6 +30,8 @@ MAX_SESSION_TIMEOUT_MS = 300_000
 class _Tracked:
     timeout_ms: int
     deadline_ms: int
+    # The principal that opened it ("role:name"); "" for sessions of older versions.
+    owner: str = ""
     closing: bool = False
 
 
@@ -39,8 +41,17 @@ class SessionTracker:
     def __init__(self) -> None:
         self._sessions: dict[int, _Tracked] = {}
 
-    def open(self, session_id: int, timeout_ms: int, now_ms: int) -> None:
-        self._sessions[session_id] = _Tracked(timeout_ms, now_ms + timeout_ms)
+    def open(self, session_id: int, timeout_ms: int, now_ms: int, owner: str = "") -> None:
+        self._sessions[session_id] = _Tracked(timeout_ms, now_ms + timeout_ms, owner)
+
+    def owner(self, session_id: int) -> str | None:
+        """Who opened the session; None if it is not tracked (unknown or gone)."""
+        tracked = self._sessions.get(session_id)
+        return None if tracked is None else tracked.owner
+
+    def owned_by(self, owner: str) -> int:
+        """Sessions of `owner` not yet closed (for the per-principal cap)."""
+        return sum(1 for t in self._sessions.values() if t.owner == owner and not t.closing)
 
     def is_open(self, session_id: int) -> bool:
         tracked = self._sessions.get(session_id)

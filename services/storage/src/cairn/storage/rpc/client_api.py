@@ -18,15 +18,29 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from cairn.common import tracing
-from cairn.common.errors import CairnError, InvalidRequest, NotificationsTrimmed
+from cairn.common.auth.config import disabled as disabled_auth
+from cairn.common.auth.rules import Access
+from cairn.common.errors import CairnError, InvalidRequest, NotificationsTrimmed, QuotaExceeded
+from cairn.common.identity import Role
 from cairn.common.telemetry import LatencyCounter
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.storage.clock import wall_clock_ms
 from cairn.storage.config import Limits
 from cairn.storage.core import reads
+from cairn.storage.core.access import (
+    Caller,
+    ScanFilter,
+    key_problem,
+    namespace_problem,
+    read_problem,
+    session_problem,
+    some_access_problem,
+    write_problem,
+)
 from cairn.storage.core.fastpath import has_plain_puts
 from cairn.storage.core.notification_filter import change_filter
 from cairn.storage.core.notifications import stored_batches, trimmed_before
+from cairn.storage.core.quotas import Quota, session_cap_problem
 from cairn.storage.core.routing_check import misrouted, routing_key_of_write
 from cairn.storage.core.sequences import SequenceSearchTooLong, highest_sequence_key
 from cairn.storage.core.validation import (
@@ -37,6 +51,7 @@ from cairn.storage.core.validation import (
 )
 from cairn.storage.directory import ShardDirectory
 from cairn.storage.kv.store import Column
+from cairn.storage.rpc.access import AccessControl
 from cairn.storage.rpc.status import abort
 from cairn.storage.shard import ShardReplica
 
@@ -62,9 +77,24 @@ def _header(context: grpc.aio.ServicerContext, name: str) -> str | None:
 
 
 class ClientService:
-    def __init__(self, directory: ShardDirectory, limits: Limits) -> None:
+    def __init__(
+        self, directory: ShardDirectory, limits: Limits, access: AccessControl | None = None
+    ) -> None:
         self.directory = directory
         self.limits = limits
+        # Without one: no authentication, everything allowed (an explicit choice of
+        # whoever builds the service; cairn-storage asks for it by flag).
+        self.access = access if access is not None else AccessControl(disabled_auth())
+        self.notification_quota = Quota(
+            "notification streams",
+            limits.max_notification_streams_per_principal,
+            limits.max_notification_streams_per_pod,
+        )
+        self.sequence_quota = Quota(
+            "sequence-update streams",
+            limits.max_sequence_streams_per_principal,
+            limits.max_sequence_streams_per_pod,
+        )
         # Metrics (metrics.py publishes them): call durations of the calls that end
         # (unary, and the bounded server streams: a read's chunks, a list's, a scan's),
         # each request's duration on a WriteStream (the call itself lives as long as
@@ -90,6 +120,15 @@ class ClientService:
     ) -> AsyncIterator[pb.ShardAssignments]:
         try:
             namespace = request.namespace or self.directory.default_namespace
+            caller = self.access.caller(context, "GetShardAssignments")
+            # A gateway reads every namespace's map to route its callers' requests
+            # (which carry their own identity); the map holds no records.
+            if caller.policy.enabled and caller.principal.role is not Role.GATEWAY:
+                self._check(
+                    caller,
+                    "GetShardAssignments",
+                    some_access_problem(caller, Access.READ, namespace),
+                )
             first = await self.directory.first_assignments(namespace)
         except CairnError as error:
             await abort(context, error)
@@ -107,8 +146,12 @@ class ClientService:
 
     # ---- writes ---------------------------------------------------------------------
 
+    def _check(self, caller: Caller, method: str, problem: str | None) -> None:
+        if problem is not None:
+            self.access.refuse(caller, method, problem)
+
     async def _submit_one(
-        self, raw: bytes, header_shard: int | None, peer: str
+        self, raw: bytes, header_shard: int | None, caller: Caller, peer: str
     ) -> tuple[ShardReplica, asyncio.Future[bytes]]:
         request: pb.WriteRequest = _parse(pb.WriteRequest, raw)
         if request.HasField("shard"):
@@ -120,6 +163,10 @@ class ClientService:
         shard = self.directory.leader_shard(shard_id)
         plain_puts = has_plain_puts(raw)
         validate_write(request, self.limits, len(raw), plain_puts)
+        # Checked before the entry is logged: a refused write changes nothing.
+        self._check(
+            caller, "Write", write_problem(caller, shard.namespace, request, shard.session_owner)
+        )
         routing_key = routing_key_of_write(request)
         if misrouted(routing_key, self.directory.hash_range(shard_id)):
             self._count_misrouted(shard_id, routing_key, peer)
@@ -152,7 +199,8 @@ class ClientService:
             return await self._write_traced(raw, context)
         started_ns = time.perf_counter_ns()
         try:
-            shard, future = await self._submit_one(raw, None, context.peer())
+            caller = self.access.caller(context, "Write")
+            shard, future = await self._submit_one(raw, None, caller, context.peer())
             response = await future
         except CairnError as error:
             await abort(context, error)
@@ -167,8 +215,9 @@ class ClientService:
         tracer = tracing.tracer()
         started_ns = time.perf_counter_ns()
         try:
+            caller = self.access.caller(context, "Write")
             with tracer.start_as_current_span("cairn.shard.append") as span:
-                shard, future = await self._submit_one(raw, None, context.peer())
+                shard, future = await self._submit_one(raw, None, caller, context.peer())
                 attributes: dict[str, str | int] = {
                     "cairn.shard": shard.shard_id,
                     "cairn.namespace": shard.namespace,
@@ -190,6 +239,10 @@ class ClientService:
             header_shard = int(header) if header is not None else None
         except ValueError:
             await abort(context, InvalidRequest(f"invalid {SHARD_ID_HEADER} header {header!r}"))
+        try:
+            caller = self.access.caller(context, "WriteStream")
+        except CairnError as error:
+            await abort(context, error)
         namespace = _header(context, NAMESPACE_HEADER)
         if namespace is not None and header_shard is not None:
             try:
@@ -212,7 +265,7 @@ class ClientService:
                     started_ns = time.perf_counter_ns()
                     shard: ShardReplica | None
                     try:
-                        shard, future = await self._submit_one(raw, header_shard, peer)
+                        shard, future = await self._submit_one(raw, header_shard, caller, peer)
                     except CairnError as error:
                         shard, future = None, loop.create_future()
                         future.set_exception(error)
@@ -250,8 +303,10 @@ class ClientService:
     ) -> AsyncIterator[bytes]:
         started_ns = time.perf_counter_ns()
         try:
+            caller = self.access.caller(context, "Read")
             shard = await self.directory.serving_shard(self._shard_of(request, context))
             validate_read(request, self.limits)
+            self._check(caller, "Read", read_problem(caller, shard.namespace, request))
         except CairnError as error:
             await abort(context, error)
         shard.count_read(len(request.gets))
@@ -275,7 +330,7 @@ class ClientService:
     ) -> AsyncIterator[pb.ListResponse]:
         started_ns = time.perf_counter_ns()
         try:
-            shard, index = await self._range_target(request, context)
+            shard, index, allowed = await self._range_target(request, context, "List")
         except CairnError as error:
             await abort(context, error)
         max_keys, max_bytes = self.limits.max_keys_per_list_chunk, self.limits.max_bytes_per_chunk
@@ -288,6 +343,8 @@ class ClientService:
             else (key for key, _ in reads.scan_records(shard.kv, start, end, shard.key_order))
         )
         for key in found:
+            if not allowed.allows(key):
+                continue
             keys.append(key)
             size += len(key)
             if len(keys) >= max_keys or size >= max_bytes:
@@ -302,7 +359,7 @@ class ClientService:
     ) -> AsyncIterator[pb.RangeScanResponse]:
         started_ns = time.perf_counter_ns()
         try:
-            shard, index = await self._range_target(request, context)
+            shard, index, allowed = await self._range_target(request, context, "RangeScan")
         except CairnError as error:
             await abort(context, error)
         max_records = self.limits.max_records_per_scan_chunk
@@ -318,6 +375,8 @@ class ClientService:
             )
         )
         for key, data, secondary in records:
+            if not allowed.allows(key):
+                continue
             record = reads.record_response(
                 key, data, include_value=True, response=chunk.records.add()
             )
@@ -336,9 +395,36 @@ class ClientService:
     async def get_notifications(
         self, request: pb.NotificationsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[bytes]:
-        async with _counted(self.notification_subscribers, request.shard):
+        try:
+            caller = self.access.caller(context, "GetNotifications")
+            if caller.policy.enabled:
+                shard = await self.directory.serving_shard(request.shard)
+                self._check(
+                    caller,
+                    "GetNotifications",
+                    namespace_problem(caller, Access.READ, shard.namespace),
+                )
+        except CairnError as error:
+            await abort(context, error)
+        async with (
+            self._quota(self.notification_quota, caller, context),
+            _counted(self.notification_subscribers, request.shard),
+        ):
             async for batch in self._notifications(request, context):
                 yield batch
+
+    @contextlib.asynccontextmanager
+    async def _quota(
+        self, quota: Quota, caller: Caller, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[None]:
+        problem = quota.acquire(caller.owner)
+        if problem is not None:
+            log.warning("stream of %s refused: %s", caller.principal, problem)
+            await abort(context, QuotaExceeded(problem))
+        try:
+            yield
+        finally:
+            quota.release(caller.owner)
 
     async def _notifications(
         self, request: pb.NotificationsRequest, context: grpc.aio.ServicerContext
@@ -428,7 +514,21 @@ class ClientService:
     async def get_sequence_updates(
         self, request: pb.GetSequenceUpdatesRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.GetSequenceUpdatesResponse]:
-        async with _counted(self.sequence_subscribers, request.shard):
+        try:
+            caller = self.access.caller(context, "GetSequenceUpdates")
+            if caller.policy.enabled:
+                shard = await self.directory.serving_shard(request.shard)
+                self._check(
+                    caller,
+                    "GetSequenceUpdates",
+                    key_problem(caller, Access.READ, shard.namespace, request.key),
+                )
+        except CairnError as error:
+            await abort(context, error)
+        async with (
+            self._quota(self.sequence_quota, caller, context),
+            _counted(self.sequence_subscribers, request.shard),
+        ):
             async for update in self._sequence_updates(request, context):
                 yield update
 
@@ -474,11 +574,20 @@ class ClientService:
         self, request: pb.CreateSessionRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateSessionResponse:
         try:
+            caller = self.access.caller(context, "CreateSession")
             shard = self.directory.leader_shard(request.shard)
+            if caller.policy.enabled:
+                self._check(
+                    caller,
+                    "CreateSession",
+                    some_access_problem(caller, Access.WRITE, shard.namespace),
+                )
             if len(request.client_identity.encode("utf-8")) > self.limits.max_key_bytes:
                 raise InvalidRequest("client identity is too long")
+            self._check_session_cap(caller)
+            # The owner is the authenticated caller, never the client_identity it sent.
             session_id = await shard.create_session(
-                request.session_timeout_ms, request.client_identity
+                request.session_timeout_ms, request.client_identity, caller.owner
             )
         except CairnError as error:
             await abort(context, error)
@@ -488,7 +597,14 @@ class ClientService:
         self, request: pb.SessionHeartbeat, context: grpc.aio.ServicerContext
     ) -> pb.KeepAliveResponse:
         try:
-            await self.directory.leader_shard(request.shard).keep_alive(request.session_id)
+            caller = self.access.caller(context, "KeepAlive")
+            shard = self.directory.leader_shard(request.shard)
+            self._check(
+                caller,
+                "KeepAlive",
+                session_problem(caller, shard.session_owner(request.session_id)),
+            )
+            await shard.keep_alive(request.session_id)
         except CairnError as error:
             await abort(context, error)
         return pb.KeepAliveResponse()
@@ -497,19 +613,47 @@ class ClientService:
         self, request: pb.CloseSessionRequest, context: grpc.aio.ServicerContext
     ) -> pb.CloseSessionResponse:
         try:
-            await self.directory.leader_shard(request.shard).close_session(request.session_id)
+            caller = self.access.caller(context, "CloseSession")
+            shard = self.directory.leader_shard(request.shard)
+            self._check(
+                caller,
+                "CloseSession",
+                session_problem(caller, shard.session_owner(request.session_id)),
+            )
+            await shard.close_session(request.session_id)
         except CairnError as error:
             await abort(context, error)
         return pb.CloseSessionResponse()
 
+    def _check_session_cap(self, caller: Caller) -> None:
+        leaders = [r for r in self.directory.replicas() if r.leader_role is not None]
+        problem = session_cap_problem(
+            caller.owner,
+            sum(r.sessions.owned_by(caller.owner) for r in leaders),
+            sum(len(r.sessions) for r in leaders),
+            self.limits.max_sessions_per_principal,
+            self.limits.max_sessions_per_pod,
+        )
+        if problem is not None:
+            log.warning("session of %s refused: %s", caller.principal, problem)
+            raise QuotaExceeded(problem)
+
     async def _range_target(
-        self, request: pb.ListRequest | pb.RangeScanRequest, context: grpc.aio.ServicerContext
-    ) -> tuple[ShardReplica, str | None]:
-        """The shard a List/RangeScan reads, and the secondary index it uses, if any."""
+        self,
+        request: pb.ListRequest | pb.RangeScanRequest,
+        context: grpc.aio.ServicerContext,
+        method: str,
+    ) -> tuple[ShardReplica, str | None, ScanFilter]:
+        """The shard a List/RangeScan reads, the secondary index it uses, if any,
+        and which of the keys found the caller may see (primary keys, also when
+        listing by index)."""
+        caller = self.access.caller(context, method)
         shard = await self.directory.serving_shard(self._shard_of(request, context))
         index = request.secondary_index_name if request.HasField("secondary_index_name") else None
         validate_range(request.start_inclusive, request.end_exclusive, index, self.limits)
-        return shard, index
+        allowed = ScanFilter(caller, shard.namespace)
+        self._check(caller, method, allowed.refusal)
+        return shard, index, allowed
 
     def _shard_of(self, request: Any, context: grpc.aio.ServicerContext) -> int:
         if request.HasField("shard"):
