@@ -64,9 +64,7 @@ class CertificateExpiry:
         """File name -> notAfter as Unix time, for the files that parse now."""
         with self._lock:
             return {
-                name: value
-                for name in self.files
-                if (value := self._not_after(name)) is not None
+                name: value for name in self.files if (value := self._not_after(name)) is not None
             }
 
     def _not_after(self, name: str) -> float | None:
