@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from cairn.common import telemetry
+from cairn.common.certs import CertificateAuthority
 from cairn.common.monitoring import kubernetes, targets
 from cairn.common.monitoring.alerts import AlertSettings, alerts, rule_groups
 from cairn.common.monitoring.dashboards import all_dashboards
@@ -96,6 +97,34 @@ def test_promql_names() -> None:
     assert {s.metric: s.labels for s in found.selectors}["x_bucket"] == {"job", "pod"}
     assert found.grouping_labels == {"pod", "le", "node", "job"}
     assert variable_names('label_values(z{a=~"$a"}, b)').grouping_labels == {"b"}
+
+
+def test_a_scrape_connection_scrapes_every_job_over_https_checked_by_the_ca(
+    tmp_path: Path,
+) -> None:
+    processes = ("controller", "gateway", "storage-0", "storage-0-health")
+    local = [
+        targets.local_target(name, f"127.0.0.1:{9100 + n}") for n, name in enumerate(processes)
+    ]
+    assert all(
+        "scheme" not in job and "tls_config" not in job
+        for job in targets.prometheus_config(local)["scrape_configs"]
+    )
+    CertificateAuthority.create_or_load(tmp_path / "ca")
+    ca_file = tmp_path / "ca" / "ca.crt"
+    config = targets.prometheus_config(local, connection=targets.ScrapeConnection(ca_file))
+    jobs = config["scrape_configs"]
+    assert {job["job_name"] for job in jobs} == set(targets.JOBS)
+    for job in jobs:
+        assert job["scheme"] == "https"
+        assert job["tls_config"] == {"ca_file": str(ca_file)}
+    # Prometheus itself takes the file: the fields are its own, the CA readable.
+    config_file = tmp_path / "prometheus.yml"
+    config_file.write_text(yaml.safe_dump(config))
+    checked = subprocess.run(
+        [promtool(), "check", "config", str(config_file)], capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
 def test_kustomize_component_matches_what_the_components_expose() -> None:

@@ -1,15 +1,17 @@
 """The dashboards and alerts, proven against what Cairn really emits.
 
 A local cluster (`cairn-local`: controller, three storage pods with their health
-sidecars, the gateway) and a real Prometheus scraping every process with the
-label scheme of `cairn.common.monitoring.targets`; load through the gateway; the
+sidecars, the gateway) secured as by default (its local CA, TLS on every port) and
+a real Prometheus scraping every process over HTTPS with the label scheme of
+`cairn.common.monitoring.targets`; load through the gateway; the
 pod leading shards is killed with SIGKILL while another is hung (SIGSTOP), so
 that the failover lasts seconds. Then every PromQL expression of every
 dashboard panel, dashboard variable and alert rule is evaluated over Prometheus'
 HTTP API: it parses, it names only metrics and labels the scrapes hold, and each
 panel returns data over the run. The "shard without a leader" alert (its
 expression as shipped, with a `for` of 1 s) fires during the failover and
-resolves after it; `promtool check metrics` accepts every endpoint.
+resolves after it; `promtool check metrics` accepts every endpoint. Each
+process's certificate expiry series carry its certificate files' notAfter.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import math
 import os
 import re
 import signal
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -26,13 +29,14 @@ from typing import Any
 
 import httpx
 import pytest
+from cryptography import x509
 
 from cairn.common.monitoring.alerts import AlertSettings, alerts, rule_groups
 from cairn.common.monitoring.dashboards import all_dashboards
 from cairn.common.monitoring.grafana import substitute
 from cairn.common.monitoring.prometheus import PrometheusServer, wait_for
 from cairn.common.monitoring.promql import Names, names, variable_names
-from cairn.common.monitoring.targets import local_target, prometheus_config
+from cairn.common.monitoring.targets import ScrapeConnection, local_target, prometheus_config
 from gateway.helpers import LocalClusterProcess
 from support.promtool import check_metrics, promtool, scrape
 
@@ -43,7 +47,7 @@ pytestmark = pytest.mark.e2e
 SCRAPE_INTERVAL = "1s"
 RATE_WINDOW = "10s"  # $__rate_interval: ten scrapes
 LEADERLESS_FOR = "1s"
-METRICS_LINE = re.compile(r"^    (\S+)\s+http://(\S+:\d+)/metrics\s*$")
+METRICS_LINE = re.compile(r"^    (\S+)\s+https://(\S+:\d+)/metrics\s*$")
 # Panels of events this run does not cause: their series exist (checked like all
 # others) but hold no finite value, as a dashboard shows "no data" between events.
 EVENTLESS_PANELS = {
@@ -64,8 +68,9 @@ class Load:
     """Writes, reads and lists through the gateway on a thread, until stopped;
     failures (a failover) are counted, not raised."""
 
-    def __init__(self, gateway_url: str) -> None:
+    def __init__(self, gateway_url: str, verify: ssl.SSLContext) -> None:
         self.url = gateway_url
+        self.verify = verify
         self.done = threading.Event()
         self.ok = 0
         self.failed = 0
@@ -73,7 +78,7 @@ class Load:
         self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(3)]
 
     def _run(self) -> None:
-        with httpx.Client(base_url=self.url, timeout=5.0) as http:
+        with httpx.Client(base_url=self.url, verify=self.verify, timeout=5.0) as http:
             n = threading.get_ident() % 1000
             while not self.done.is_set():
                 key = f"/v1/namespaces/default/keys//load/{n % 200}"
@@ -105,7 +110,7 @@ class Load:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalClusterProcess]:
-    cluster = LocalClusterProcess(tmp_path / "cluster", pods=3, shards=3)
+    cluster = LocalClusterProcess(tmp_path / "cluster", pods=3, shards=3, tls=True)
     cluster.start()
     try:
         yield cluster
@@ -128,6 +133,10 @@ def check_names(prometheus_names: dict[str, set[str]], found: Names, where: str)
     assert not missing, f"{where}: no metric of it has label {sorted(missing)}"
 
 
+def not_after_s(certificate: Path) -> float:
+    return x509.load_pem_x509_certificate(certificate.read_bytes()).not_valid_after_utc.timestamp()
+
+
 def finite(result: list[dict[str, Any]]) -> bool:
     return any(math.isfinite(float(value)) for series in result for _, value in series["values"])
 
@@ -146,6 +155,7 @@ def test_dashboards_and_alerts_hold_against_a_real_prometheus(
             [local_target(name, address) for name, address in sorted(addresses.items())],
             scrape_interval=SCRAPE_INTERVAL,
             evaluation_interval=SCRAPE_INTERVAL,
+            connection=ScrapeConnection(cluster.ca_file),
         ),
         rule_groups(settings),
     )
@@ -153,9 +163,10 @@ def test_dashboards_and_alerts_hold_against_a_real_prometheus(
     try:
         wait_for(prometheus.targets_up, 30, "every process scraped")
         leaderless = 'ALERTS{alertname="CairnShardWithoutLeader", alertstate="firing"}'
-        with httpx.Client(base_url=cluster.banner.gateway_url, timeout=10.0) as http:
+        tls = cluster.client_ssl_context()
+        with httpx.Client(base_url=cluster.banner.gateway_url, verify=tls, timeout=10.0) as http:
             wait_for(lambda: http.get("/readyz").status_code == 200, 60, "gateway ready")
-        with Load(cluster.banner.gateway_url) as load:
+        with Load(cluster.banner.gateway_url, tls) as load:
             try:
                 wait_for(
                     lambda: (prometheus.value("sum(cairn_shard_write_operations_total)") or 0) > 50,
@@ -237,9 +248,21 @@ def test_dashboards_and_alerts_hold_against_a_real_prometheus(
         wait_for(prometheus.targets_up, 60, "every process scraped again")
         for name, address in addresses.items():
             try:
-                check_metrics(scrape(address))
+                check_metrics(scrape(address, ca_file=cluster.ca_file))
             except AssertionError as error:
                 raise AssertionError(f"{name}: {error}") from None
+
+        # Each process reports the notAfter of its own certificate files.
+        process_at = {address: name for name, address in addresses.items()}
+        reported = {
+            (process_at[s["metric"]["instance"]], s["metric"]["certificate"]): float(s["value"][1])
+            for s in prometheus.query("cairn_tls_certificate_expiry_seconds")
+        }
+        assert reported == {
+            (name, file): not_after_s(cluster.directory / "tls" / name / file)
+            for name in addresses
+            for file in ("tls.crt", "ca.crt")
+        }
         print(
             f"panels {checked_panels}, load ok {load.ok} failed {load.failed}, "
             f"leaderless alert fired {fired_after_s:.1f} s after the kill, "

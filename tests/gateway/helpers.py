@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import ssl
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -67,7 +68,9 @@ class Banner:
 
 class LocalClusterProcess(PipedProcess):
     """`cairn-local` (the launcher) in a child process, on free ports, with
-    failure detection tuned for a test machine."""
+    failure detection tuned for a test machine; in plaintext (`--insecure`) unless
+    `tls`, when it runs as `./dev run` does: its local CA and a certificate per
+    process, and TLS on every port, /metrics too."""
 
     CONTROLLER_ARGS = (
         "--heartbeat-timeout-ms=1000",
@@ -83,18 +86,39 @@ class LocalClusterProcess(PipedProcess):
         "--heartbeat-timeout-ms=500",
     )
 
-    def __init__(self, directory: Path, pods: int = 3, shards: int = 3, auth: bool = False) -> None:
+    def __init__(
+        self, directory: Path, pods: int = 3, shards: int = 3, auth: bool = False, tls: bool = False
+    ) -> None:
         super().__init__()
         self.auth = auth
         self.directory = directory
         self.pods = pods
         self.shards = shards
+        self.tls = tls
         self.banner = Banner()
+
+    @property
+    def client_tls_dir(self) -> Path:
+        """The launcher's certificates for clients: the local CA's `ca.crt`, and the
+        user certificate `tls.crt`/`tls.key` (made on the first start with `tls`)."""
+        assert self.tls, "a cluster started with --insecure has no certificates"
+        return self.directory / "tls" / "client"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.client_tls_dir / "ca.crt"
+
+    def client_ssl_context(self) -> ssl.SSLContext:
+        """Checks a server by the local CA and presents the user certificate."""
+        context = ssl.create_default_context(cafile=self.ca_file)
+        context.load_cert_chain(self.client_tls_dir / "tls.crt", self.client_tls_dir / "tls.key")
+        return context
 
     def command(self) -> list[str]:
         return [
             sys.executable, "-m", "cairn.controller.local",
-            "--dir", str(self.directory), "--free-ports", "--log-level", "WARNING", "--insecure",
+            "--dir", str(self.directory), "--free-ports", "--log-level", "WARNING",
+            *([] if self.tls else ["--insecure"]),
             "--pods", str(self.pods), "--shards", str(self.shards),
             *(f"--controller-arg={arg}" for arg in self.CONTROLLER_ARGS),
             *(f"--sidecar-arg={arg}" for arg in self.SIDECAR_ARGS),

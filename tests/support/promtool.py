@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import ssl
 import subprocess
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -50,9 +52,14 @@ def promtool() -> str:
     return _found
 
 
-def scrape(address: str, timeout_s: float = 10.0) -> str:
-    """The text of `http://address/metrics`."""
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=timeout_s) as response:
+def scrape(address: str, timeout_s: float = 10.0, ca_file: Path | None = None) -> str:
+    """The text of `http://address/metrics`; of `https://address/metrics`, the
+    server checked against `ca_file`, when given."""
+    if ca_file is None:
+        url, context = f"http://{address}/metrics", None
+    else:
+        url, context = f"https://{address}/metrics", ssl.create_default_context(cafile=ca_file)
+    with urllib.request.urlopen(url, timeout=timeout_s, context=context) as response:
         body: bytes = response.read()
         return body.decode()
 

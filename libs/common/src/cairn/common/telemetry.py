@@ -64,6 +64,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from prometheus_client import CollectorRegistry, start_http_server
 
+from cairn.common.certificate_expiry import CertificateExpiry
 from cairn.common.tls import LiveSSLContext, TlsConfigError, TlsSource
 
 log = logging.getLogger(__name__)
@@ -382,11 +383,14 @@ class Telemetry:
         metrics_port: int | None = None,
         otlp_exporter: MetricExporter | None = None,
         metrics_tls_dir: Path | None = None,
+        tls_dir: Path | None = None,
     ) -> None:
         """`metrics_port` None serves no endpoint; `otlp_exporter` (tests) overrides
         the one the environment would configure. `metrics_tls_dir`: serve /metrics
         over TLS with that certificate directory (reloaded when it changes; no
-        client certificate asked for: scrapers rarely have one)."""
+        client certificate asked for: scrapers rarely have one). `tls_dir`: the
+        process's certificate directory, whose expiry `cairn.tls.certificate.expiry`
+        publishes (with or without TLS on /metrics itself)."""
         attributes: dict[str, str] = {"service.name": service_name}
         if instance_id:
             attributes["service.instance.id"] = instance_id
@@ -426,6 +430,8 @@ class Telemetry:
         self._gc_started_ns = 0
         self._lag_task: asyncio.Task[None] | None = None
         self._process_metrics()
+        if tls_dir is not None:
+            self._certificate_metrics(CertificateExpiry(tls_dir))
 
     # -- instruments ---------------------------------------------------------------------
 
@@ -548,6 +554,21 @@ class Telemetry:
             "s",
             f"how late a timer due every {EVENT_LOOP_LAG_INTERVAL_S} s ran on the event loop",
             lambda: [({}, self._loop_lag)] if self._lag_task is not None else [],
+        )
+
+    def _certificate_metrics(self, expiry: CertificateExpiry) -> None:
+        def observe(_: CallbackOptions) -> list[Observation]:
+            return [
+                Observation(not_after, {"certificate": name})
+                for name, not_after in expiry.expiries().items()
+            ]
+
+        self.meter.create_observable_gauge(
+            "cairn.tls.certificate.expiry",
+            [observe],
+            unit="s",
+            description="when each certificate file of the TLS directory expires "
+            "(its earliest notAfter, Unix time)",
         )
 
     def _gc_callback(self, phase: str, info: dict[str, Any]) -> None:

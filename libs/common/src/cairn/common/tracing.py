@@ -165,6 +165,18 @@ def metadata_for(span: Span) -> list[tuple[str, str]]:
     return list(carrier.items())
 
 
+def fields_of(context: Context) -> dict[str, str]:
+    """The W3C trace context fields carrying `context`'s span (to put in a message)."""
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier, context=context)
+    return carrier
+
+
+def context_of(fields: Mapping[str, str]) -> Context:
+    """The remote parent carried by trace context fields from a message."""
+    return propagate.extract(dict(fields))
+
+
 def current_context() -> Context | None:
     """The caller's context when a sampled span is active (work done later, on
     another task, for this caller is then parented to it); None otherwise."""

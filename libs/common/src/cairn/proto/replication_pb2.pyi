@@ -271,7 +271,7 @@ class LogEntry(_message.Message):
     def __init__(self, term: _Optional[int] = ..., offset: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., payload: _Optional[bytes] = ...) -> None: ...
 
 class ReplicateRequest(_message.Message):
-    __slots__ = ("shard", "term", "entries", "commit_offset", "applied_changes", "leader_time_ms", "heartbeat")
+    __slots__ = ("shard", "term", "entries", "commit_offset", "applied_changes", "leader_time_ms", "heartbeat", "traces")
     SHARD_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
@@ -279,6 +279,7 @@ class ReplicateRequest(_message.Message):
     APPLIED_CHANGES_FIELD_NUMBER: _ClassVar[int]
     LEADER_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    TRACES_FIELD_NUMBER: _ClassVar[int]
     shard: int
     term: int
     entries: _containers.RepeatedCompositeFieldContainer[LogEntry]
@@ -286,7 +287,21 @@ class ReplicateRequest(_message.Message):
     applied_changes: _containers.RepeatedCompositeFieldContainer[AppliedChanges]
     leader_time_ms: int
     heartbeat: bool
-    def __init__(self, shard: _Optional[int] = ..., term: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[LogEntry, _Mapping]]] = ..., commit_offset: _Optional[int] = ..., applied_changes: _Optional[_Iterable[_Union[AppliedChanges, _Mapping]]] = ..., leader_time_ms: _Optional[int] = ..., heartbeat: _Optional[bool] = ...) -> None: ...
+    traces: _containers.RepeatedCompositeFieldContainer[TraceContext]
+    def __init__(self, shard: _Optional[int] = ..., term: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[LogEntry, _Mapping]]] = ..., commit_offset: _Optional[int] = ..., applied_changes: _Optional[_Iterable[_Union[AppliedChanges, _Mapping]]] = ..., leader_time_ms: _Optional[int] = ..., heartbeat: _Optional[bool] = ..., traces: _Optional[_Iterable[_Union[TraceContext, _Mapping]]] = ...) -> None: ...
+
+class TraceContext(_message.Message):
+    __slots__ = ("fields",)
+    class FieldsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    FIELDS_FIELD_NUMBER: _ClassVar[int]
+    fields: _containers.ScalarMap[str, str]
+    def __init__(self, fields: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class AppliedChanges(_message.Message):
     __slots__ = ("first_offset", "last_offset", "last_term", "changes")

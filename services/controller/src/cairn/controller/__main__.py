@@ -173,6 +173,7 @@ async def _serve(args: argparse.Namespace) -> None:
         metrics_host=args.metrics_host,
         metrics_port=args.metrics_port,
         metrics_tls_dir=metrics_tls_dir(args),
+        tls_dir=args.tls_dir,
     )
     ControllerMetrics(telemetry, controller, loop)
     metrics_address = telemetry.start()

@@ -272,6 +272,7 @@ async def _serve(
         metrics_host=args.metrics_host,
         metrics_port=args.metrics_port,
         metrics_tls_dir=metrics_tls_dir(args),
+        tls_dir=args.tls_dir,
     )
     metrics.register(telemetry)
     metrics_address = telemetry.start()

@@ -309,6 +309,7 @@ def _start_metrics(
         metrics_host=args.metrics_host,
         metrics_port=args.metrics_port,
         metrics_tls_dir=metrics_tls_dir(args),
+        tls_dir=args.tls_dir,
     )
     StorageMetrics(
         telemetry,

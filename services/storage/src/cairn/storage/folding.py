@@ -27,10 +27,13 @@ are logged in the order they came.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cairn.common.errors import WriteOutcomeUnknown
 from cairn.proto import oxia_client_pb2 as pb
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
 
 
 def starts_fold(uncommitted_entries: int, threshold: int, has_followers: bool) -> bool:
@@ -56,12 +59,22 @@ def keys_of(request: pb.WriteRequest) -> set[str]:
 class WriteFold:
     """Client write requests collected for one entry, with a future per request."""
 
-    __slots__ = ("futures", "keys", "operations", "raw_requests", "requests", "size_bytes")
+    __slots__ = (
+        "futures",
+        "keys",
+        "operations",
+        "raw_requests",
+        "requests",
+        "size_bytes",
+        "traces",
+    )
 
     def __init__(self) -> None:
         self.raw_requests: list[bytes] = []
         self.requests: list[pb.WriteRequest] = []
         self.futures: list[asyncio.Future[bytes]] = []
+        # With tracing on: the contexts of the sampled requests (at most one each).
+        self.traces: list[Context] = []
         self.keys: set[str] = set()
         self.operations = 0
         self.size_bytes = 0

@@ -44,10 +44,11 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from google.protobuf.message import Message
 
+from cairn.common import tracing
 from cairn.common.errors import (
     CairnError,
     InvalidRequest,
@@ -130,6 +131,9 @@ from cairn.storage.replication.wire import entry_id_message, node_message, spec_
 from cairn.storage.snapshot import SnapshotInstaller, finish_pending_install
 from cairn.storage.wal import Wal, WalEntry, WalError, WalOptions
 
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+
 log = logging.getLogger(__name__)
 
 # How often the leader looks for expired sessions; expiry happens at most this
@@ -173,6 +177,9 @@ class _Pending:
     body: Message | Folded
     plain_puts: bool
     future: asyncio.Future[Any] | None
+    # With tracing on: the contexts of the sampled writes it carries, for the
+    # followers' spans (sender.py).
+    traces: tuple[Context, ...] = ()
 
     @property
     def offset(self) -> int:
@@ -906,10 +913,16 @@ class ShardReplica:
             self.core.check_leader()
 
     def _log(
-        self, kind: int, payload: bytes, body: Message | Folded, plain_puts: bool
+        self,
+        kind: int,
+        payload: bytes,
+        body: Message | Folded,
+        plain_puts: bool,
+        traces: tuple[Context, ...] | None = None,
     ) -> asyncio.Future[Any]:
         """Append an entry to the WAL as leader (after any fold collected so far, so
-        that entries keep the order their requests came in)."""
+        that entries keep the order their requests came in). `traces`: the contexts
+        of the writes it carries (a fold's); by default, the caller's, if sampled."""
         if self._fold is not None:
             self._seal_fold()
         self._check_writable()
@@ -932,7 +945,13 @@ class ShardReplica:
         # A caller that goes away may cancel this future; the entry still commits and
         # the pipeline skips answering it (it checks done()).
         future: asyncio.Future[Any] = self._loop.create_future()
-        self._pending.append(_Pending(entry, kind, body, plain_puts, future))
+        pending = _Pending(entry, kind, body, plain_puts, future)
+        if tracing.ENABLED:
+            if traces is None:
+                caller = tracing.current_context()
+                traces = () if caller is None else (caller,)
+            pending.traces = traces
+        self._pending.append(pending)
         self._pending_bytes += len(payload)
         self._wake_syncer.set()
         leader.entries_appended()
@@ -992,6 +1011,8 @@ class ShardReplica:
             fold = self._fold = WriteFold()
         future: asyncio.Future[bytes] = self._loop.create_future()
         fold.add(raw_request, request, keys, operations, future)
+        if tracing.ENABLED and (caller := tracing.current_context()) is not None:
+            fold.traces.append(caller)
         return future
 
     def _seal_fold(self) -> None:
@@ -1003,7 +1024,11 @@ class ShardReplica:
             if len(fold.requests) == 1:
                 raw = fold.raw_requests[0]
                 logged = self._log(
-                    CLIENT_WRITE, encode_entry(CLIENT_WRITE, raw), fold.requests[0], True
+                    CLIENT_WRITE,
+                    encode_entry(CLIENT_WRITE, raw),
+                    fold.requests[0],
+                    True,
+                    tuple(fold.traces),
                 )
             else:
                 logged = self._log(
@@ -1011,6 +1036,7 @@ class ShardReplica:
                     encode_folded_writes(fold.raw_requests),
                     Folded(fold.requests),
                     True,
+                    tuple(fold.traces),
                 )
         except Exception as error:  # not logged: nothing was accepted
             fold.fail(error)
@@ -1036,6 +1062,22 @@ class ShardReplica:
         """`submit`, then wait for the answer."""
         response: bytes = await (await self.submit(raw_request, request, plain_puts))
         return response
+
+    def traces_of(self, first_offset: int, last_offset: int, limit: int) -> list[Context]:
+        """Up to `limit` trace contexts of the writes in entries first_offset..
+        last_offset, of those still pending (a follower catching up on entries
+        applied meanwhile gets none: their writes were answered long ago)."""
+        found: list[Context] = []
+        pending = self._pending
+        if not pending or pending[-1].offset < first_offset:
+            return found
+        index = max(first_offset - pending[0].offset, 0)
+        while index < len(pending) and pending[index].offset <= last_offset:
+            found.extend(pending[index].traces[: limit - len(found)])
+            if len(found) >= limit:
+                break
+            index += 1
+        return found
 
     def entries(self, first_offset: int, last_offset: int, max_bytes: int) -> list[WalEntry]:
         """Logged entries first_offset..last_offset (at least one if any, then up to

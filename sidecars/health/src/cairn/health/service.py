@@ -130,6 +130,7 @@ async def run(
             metrics_host=settings.metrics_host,
             metrics_port=settings.metrics_port,
             metrics_tls_dir=None if settings.metrics_plaintext else settings.tls_dir,
+            tls_dir=settings.tls_dir,
         )
         stack.callback(telemetry.shutdown)
         metrics.register(telemetry, prober, sidecar)

@@ -4,9 +4,6 @@ The thresholds and `for` durations are parameters (`AlertSettings`) so that the
 end-to-end test can load the same expressions with a shorter wait; the committed
 rules use the defaults. Each alert has a unit test in
 `kustomize/components/monitoring/rules/cairn-alerts.test.yaml` (`promtool test rules`).
-
-Not yet: certificates close to expiry (no TLS metrics exist yet; add the alert with
-them, issue 39).
 """
 
 from __future__ import annotations
@@ -36,6 +33,10 @@ class AlertSettings:
     disk_for: str = "5m"
     down_for: str = "2m"
     unhealthy_for: str = "2m"
+    # cert-manager renews at 2/3 of a certificate's lifetime (30 days of 90): a week
+    # left means renewals have failed for weeks, with time left to fix them.
+    certificate_expiry_days: float = 7.0
+    certificate_expiry_for: str = "15m"
 
 
 DEFAULT_SETTINGS = AlertSettings()
@@ -161,6 +162,19 @@ def alerts(settings: AlertSettings = DEFAULT_SETTINGS) -> list[Alert]:
             "The controller finds storage pod {{ $labels.node }} unhealthy",
             "The controller has recorded {{ $labels.node }} as not healthy for "
             f"{s.unhealthy_for}; its shards move or wait.",
+        ),
+        Alert(
+            "CairnCertificateExpiringSoon",
+            "min by (job, instance, pod, certificate) (cairn_tls_certificate_expiry_seconds)"
+            f" - time() < {s.certificate_expiry_days * 86400:g}",
+            s.certificate_expiry_for,
+            "warning",
+            "Certificate {{ $labels.certificate }} of {{ $labels.instance }} expires soon",
+            "{{ $labels.certificate }} of {{ $labels.instance }} expires in "
+            "{{ $value | humanizeDuration }} (threshold "
+            f"{s.certificate_expiry_days:g} days). cert-manager renews at 2/3 of the "
+            "lifetime, so renewal is failing (the Certificate's events say why); once "
+            "expired, peers refuse this process's handshakes.",
         ),
     ]
 

@@ -557,7 +557,7 @@ def processes() -> Dashboard:
         uid="cairn-processes",
         title="Cairn / Processes",
         description="Every Cairn process: up, CPU, memory, files, threads, "
-        "garbage collection and event-loop lag.",
+        "garbage collection, event-loop lag and certificate expiry.",
         variables=[JOB_VAR, PROCESS_POD_VAR],
         items=[
             panel(
@@ -606,6 +606,18 @@ def processes() -> Dashboard:
                 "Event-loop lag p99",
                 Query(quantile(0.99, "cairn_process_event_loop_lag_seconds", selector, by), legend),
                 unit="s",
+                width=24,
+            ),
+            panel(
+                "Certificate expiry (days)",
+                Query(
+                    f"min by ({by}, certificate) "
+                    f"(cairn_tls_certificate_expiry_seconds{{{selector}}} - time()) / 86400",
+                    f"{legend} {{{{certificate}}}}",
+                ),
+                description="Days until each certificate file of a process's TLS "
+                "directory expires (cert-manager renews at 2/3 of the lifetime; "
+                "CairnCertificateExpiringSoon fires below 7 days). No data: no TLS.",
                 width=24,
             ),
         ],

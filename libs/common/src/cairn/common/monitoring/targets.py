@@ -21,6 +21,7 @@ target's `namespace` (see `kubernetes.py`); locally there is none to move.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 JOB_STORAGE = "cairn-storage"
@@ -74,13 +75,28 @@ def local_target(process: str, address: str) -> Target:
     raise ValueError(f"not a cairn-local process: {process!r}")
 
 
+@dataclass(frozen=True)
+class ScrapeConnection:
+    """How Prometheus reaches every /metrics endpoint: HTTPS, the server checked
+    against `ca_file` (the cluster's CA). The endpoints ask for no client
+    certificate (telemetry.py), so none is presented."""
+
+    ca_file: Path
+
+    def fields(self) -> dict[str, Any]:
+        """The scrape_config fields of this connection (its credentials belong here too)."""
+        return {"scheme": "https", "tls_config": {"ca_file": str(self.ca_file)}}
+
+
 def prometheus_config(
     targets: list[Target],
     scrape_interval: str = "15s",
     evaluation_interval: str = "15s",
     rule_files: list[str] | None = None,
+    connection: ScrapeConnection | None = None,
 ) -> dict[str, Any]:
-    """A prometheus.yml (as a dict) scraping `targets` with the scheme's labels."""
+    """A prometheus.yml (as a dict) scraping `targets` with the scheme's labels;
+    over `connection`, or plain HTTP without one."""
     return {
         "global": {
             "scrape_interval": scrape_interval,
@@ -91,6 +107,7 @@ def prometheus_config(
         "scrape_configs": [
             {
                 "job_name": job,
+                **(connection.fields() if connection is not None else {}),
                 "static_configs": [
                     {
                         "targets": [target.address],

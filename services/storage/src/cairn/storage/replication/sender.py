@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from cairn.common import tracing
 from cairn.common.errors import InvalidTerm
 from cairn.proto import replication_pb2 as rpb
 from cairn.proto import replication_pb2_grpc as rpb_grpc
@@ -49,6 +50,9 @@ log = logging.getLogger(__name__)
 
 # How long a commit-only message waits for entries to travel with.
 COMMIT_LINGER_S = 0.002
+# With tracing on, the trace contexts a message carries at most (one parents the
+# follower's spans, the rest are links: a few show a batch; hundreds say nothing).
+MAX_TRACES_PER_MESSAGE = 16
 
 
 class StreamEnded(Exception):
@@ -298,7 +302,7 @@ class FollowerSender:
             else []
         )
         if entries or changes or commit != sent_commit or heartbeat:
-            return rpb.ReplicateRequest(
+            request = rpb.ReplicateRequest(
                 shard=shard.shard_id,
                 term=leader.term,
                 entries=[log_entry_message(entry) for entry in entries],
@@ -306,6 +310,12 @@ class FollowerSender:
                 applied_changes=changes,
                 heartbeat=heartbeat,
             )
+            if tracing.ENABLED and entries:
+                for context in shard.traces_of(
+                    entries[0].offset, entries[-1].offset, MAX_TRACES_PER_MESSAGE
+                ):
+                    request.traces.add(fields=tracing.fields_of(context))
+            return request
         return None
 
     async def _read_acks(self, call: grpc.aio.StreamStreamCall) -> None:

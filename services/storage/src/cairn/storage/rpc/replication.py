@@ -11,9 +11,11 @@ from collections.abc import AsyncIterator
 
 import grpc
 
+from cairn.common import tracing
 from cairn.common.errors import CairnError, InvalidRequest
 from cairn.proto import replication_pb2 as rpb
 from cairn.storage.directory import ShardDirectory
+from cairn.storage.replication.follower_spans import FollowerSpans
 from cairn.storage.replication.wire import (
     entry_id_message,
     history_of_message,
@@ -65,6 +67,7 @@ class ReplicationService:
 
         leader_time_ms = 0
         heartbeat = asyncio.Event()
+        spans = FollowerSpans(first.shard) if tracing.ENABLED else None
 
         async def take_entries() -> None:
             nonlocal leader_time_ms
@@ -73,11 +76,12 @@ class ReplicationService:
                 # The changes first: the commit offset that comes with them lets
                 # the applier run, which should find them.
                 replica.take_leader_changes(request.term, request.applied_changes)
-                await replica.append_replicated(
-                    request.term,
-                    [wal_entry_of(entry) for entry in request.entries],
-                    request.commit_offset,
-                )
+                with spans.appending(request) if spans is not None else contextlib.nullcontext():
+                    await replica.append_replicated(
+                        request.term,
+                        [wal_entry_of(entry) for entry in request.entries],
+                        request.commit_offset,
+                    )
                 # Echoed with our next answer: the leader's lease (lease.py).
                 leader_time_ms = max(leader_time_ms, request.leader_time_ms)
                 if request.heartbeat:
@@ -114,6 +118,8 @@ class ReplicationService:
                     except CairnError as error:
                         await abort(context, error)
                     durable, applied = replica.durable_offset, replica.applied_offset
+                    if spans is not None:
+                        spans.acknowledged(durable)
                     yield rpb.ReplicateResponse(
                         durable_offset=durable,
                         applied_offset=applied,
@@ -136,6 +142,8 @@ class ReplicationService:
             taker.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await taker
+            if spans is not None:
+                spans.close()
 
     async def send_snapshot(
         self, chunks: AsyncIterator[rpb.SnapshotChunk], context: grpc.aio.ServicerContext
