@@ -57,6 +57,9 @@ class SimLog:
         # Bumped whenever entries may have been replaced (truncation, crash, reset):
         # checkers re-read the log then.
         self.generation = 0
+        # The last rebuilt history and the log's shape it was rebuilt from: checker
+        # (e) asks for it after every step, and most steps leave a log unchanged.
+        self._history: tuple[tuple[int, EntryId, int, int], TermHistory] | None = None
 
     @property
     def first_offset(self) -> int:
@@ -89,14 +92,21 @@ class SimLog:
         return self.entries[first - start : last - start + 1]
 
     def history(self) -> TermHistory:
-        """The term history of what the log holds, rebuilt as after a restart."""
+        """The term history of what the log holds, rebuilt as after a restart (a
+        copy the caller may change). Rebuilt again whenever the entries may differ:
+        entries change only by the methods below, each of which moves the last or
+        first offset or the base, or bumps `generation`."""
+        shape = (self.generation, self.base, self.first_offset, self.last_offset)
+        if self._history is None or self._history[0] != shape:
 
-        def term_at(offset: int) -> int:
-            term = self.term_at(offset)
-            assert term is not None
-            return term
+            def term_at(offset: int) -> int:
+                term = self.term_at(offset)
+                assert term is not None
+                return term
 
-        return history_of(self.first_offset, self.last_offset, term_at, self.base)
+            rebuilt = history_of(self.first_offset, self.last_offset, term_at, self.base)
+            self._history = (shape, rebuilt)
+        return self._history[1].copy()
 
     # -- changes -----------------------------------------------------------------------
 
@@ -151,6 +161,9 @@ class DigestKv(MemoryKv):
     def __init__(self) -> None:
         super().__init__()
         self.digest = 0
+        # Decoded from the commit offset record whenever a write changes it: the
+        # runtime and the checkers ask for it many times a step.
+        self._applied_offset = NO_OFFSET
 
     def write(self, changes: Sequence[Change]) -> None:
         for column, key, value in changes:
@@ -160,10 +173,12 @@ class DigestKv(MemoryKv):
             if value is not None:
                 self.digest = (self.digest + _item_hash(column, key, value)) % _DIGEST_MODULUS
             super().write([(column, key, value)])
+            if column is Column.META and key == COMMIT_OFFSET_KEY:
+                self._applied_offset = decode_i64(value, NO_OFFSET)
 
     @property
     def applied_offset(self) -> int:
-        return decode_i64(self.get(Column.META, COMMIT_OFFSET_KEY), NO_OFFSET)
+        return self._applied_offset
 
     def dump(self) -> tuple[tuple[Column, bytes, bytes], ...]:
         return tuple(

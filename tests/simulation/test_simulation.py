@@ -74,10 +74,10 @@ CAUGHT_WITHIN: dict[str, tuple[int, int, str, str]] = {
     # Seed 0, liveness: a member removed before the rest caught up leaves no
     # majority holding the commit offset; the shard never commits again.
     "ensemble changes without waiting": (3, 3, "wipes", "real"),
-    "acknowledge unsynced entries": (8, 3, "churn", "real"),  # seed 3, (b)
+    "acknowledge unsynced entries": (8, 3, "churn", "real"),  # seed 2, (c)
     "act on stale Truncates": (12, 5, "churn", "real"),  # seed 8, ReplicationInvariantError
     # A new leader's followers lag past the window: its term never commits.
-    "send window anchored at the applied offset": (6, 3, "lagging", "real"),  # seed 1
+    "send window anchored at the applied offset": (6, 3, "lagging", "real"),  # seed 2
     # Under the real controller, whose failure detection takes a few steps,
     # an old leader cut off with a reader rarely still answers once a new
     # leader has acknowledged a write: these two run with the scripted
@@ -103,6 +103,15 @@ CAUGHT_WITHIN: dict[str, tuple[int, int, str, str]] = {
     "hole 3: no controller-epoch fencing": (4, 3, "churn", "real"),
 }
 MUTANT_STEPS = 2000
+# The first seed that catches each mutant (within its bound above), run first: the
+# seeds before it run their whole 2000 steps in vain. If a change to the simulation
+# moves the catch elsewhere, the other seeds of the bound are still run, in order.
+FIRST_CATCHING_SEED: dict[str, int] = {
+    "acknowledge unsynced entries": 2,
+    "act on stale Truncates": 8,
+    "reads without the lease": 4,
+    "send window anchored at the applied offset": 2,
+}
 
 
 @pytest.mark.parametrize("mutant", sorted(CAUGHT_WITHIN))
@@ -120,7 +129,9 @@ def test_checkers_catch_a_broken_variant(mutant: str, monkeypatch: pytest.Monkey
         leader_core_class=broken.config.leader_core_class,
         controller=controller,
     )
-    for seed in range(seeds):
+    first = FIRST_CATCHING_SEED.get(mutant, 0)
+    assert first < seeds, (mutant, first, seeds)
+    for seed in [first, *(seed for seed in range(seeds) if seed != first)]:
         try:
             run_targeted(seed, targeted, config)
         except SimulationFailure:
