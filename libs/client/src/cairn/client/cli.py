@@ -13,6 +13,8 @@
     status                  the cluster from its controller's admin API; with no
                             controller, the shard map of --address and each shard's
                             request counters
+    admin ACTION ...        change the cluster through the controller: drain, undrain,
+                            replication-factor, move-leader, storage-pods (`--wait`)
     perf                    a load generator (`cairn perf --help`)
 
 Global options work before or after the command; `--address` and `--namespace`
@@ -42,7 +44,15 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from cairn.client import errors
+from cairn.client.cli_admin import AdminError, add_admin_commands, admin_command
 from cairn.client.cli_output import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    EXIT_UNEXPECTED_VERSION,
+    EXIT_USAGE,
     Output,
     notification_document,
     notification_line,
@@ -64,14 +74,6 @@ DEFAULT_TIMEOUT_S = 10.0
 # `status` asks the controller first; one that does not answer this fast is
 # taken as absent (the storage servers are asked instead).
 CONTROLLER_TIMEOUT_S = 3.0
-
-EXIT_OK = 0
-EXIT_NOT_FOUND = 1
-EXIT_USAGE = 2
-EXIT_UNEXPECTED_VERSION = 3
-EXIT_UNAVAILABLE = 4
-EXIT_FAILED = 5
-EXIT_INTERRUPTED = 130
 
 
 class UsageError(Exception):
@@ -171,6 +173,13 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
         sub = commands.add_parser(name, help=help_text, description=help_text)
         _add_global_options(sub, env, top=False)
         return sub
+
+    def admin_url(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument(
+            "--admin-url",
+            default=env.get("CAIRN_ADMIN_URL", DEFAULT_ADMIN_URL),
+            help=f"the controller's admin API ($CAIRN_ADMIN_URL, default {DEFAULT_ADMIN_URL})",
+        )
 
     def partition_key(sub: argparse.ArgumentParser) -> None:
         sub.add_argument(
@@ -278,12 +287,18 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
     sequence.set_defaults(handler=_sequence_updates)
 
     status = command("status", "cluster, shards and nodes; or what --address serves")
-    status.add_argument(
-        "--admin-url",
-        default=env.get("CAIRN_ADMIN_URL", DEFAULT_ADMIN_URL),
-        help=f"the controller's admin API ($CAIRN_ADMIN_URL, default {DEFAULT_ADMIN_URL})",
-    )
+    admin_url(status)
     status.set_defaults(handler=None)
+
+    admin = command("admin", "change the cluster: drain, replication factor, leader, pods")
+    admin.description = (
+        "Change the cluster through its controller's admin API (needs an admin token "
+        "when the controller checks credentials). Each action prints what the controller "
+        "accepted; --wait follows the cluster until the change has taken effect."
+    )
+    admin_url(admin)
+    add_admin_commands(admin)
+    admin.set_defaults(handler=None)
 
     from cairn.client.perf.options import add_arguments
 
@@ -601,8 +616,13 @@ def main(
             uvloop.run(_perf(args, output))
         elif args.command == "status":
             asyncio.run(status_command(args, output, client_options(args)))
+        elif args.command == "admin":
+            asyncio.run(admin_command(args, output, client_options(args)))
         else:
             asyncio.run(_run_data_command(args.handler, args, output))
+    except AdminError as error:
+        output.note(f"cairn admin {args.admin_command}: {error}")
+        return error.exit_status
     except UsageError as error:
         output.note(f"cairn {args.command}: error: {error}")
         return EXIT_USAGE

@@ -10,6 +10,15 @@ from typing import Any, TextIO
 
 from cairn.client.records import Notification, NotificationBatch, Record, Version
 
+# The command line's exit statuses (`cairn --help` lists them).
+EXIT_OK = 0
+EXIT_NOT_FOUND = 1
+EXIT_USAGE = 2
+EXIT_UNEXPECTED_VERSION = 3
+EXIT_UNAVAILABLE = 4
+EXIT_FAILED = 5
+EXIT_INTERRUPTED = 130
+
 
 class Output:
     """Where answers go (stdout) and remarks go (stderr)."""
