@@ -197,10 +197,20 @@ class Child:
         self._close_log()
 
     def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        self.ask_to_stop()
+        self.finish_stopping(grace_s)
+
+    def ask_to_stop(self) -> None:
+        """SIGTERM, without waiting (`finish_stopping` waits)."""
         process = self.process
         if process is not None and process.poll() is None:
             process.send_signal(signal.SIGCONT)  # a stopped process cannot handle SIGTERM
             process.terminate()
+
+    def finish_stopping(self, grace_s: float) -> None:
+        """Wait up to `grace_s` for the process asked to stop, then kill it."""
+        process = self.process
+        if process is not None:
             try:
                 process.wait(grace_s)
             except subprocess.TimeoutExpired:
@@ -213,6 +223,15 @@ class Child:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+
+def _stop_together(children: Sequence[Child], grace_s: float = STOP_GRACE_S) -> None:
+    """Ask every child to stop, then give them one shared grace period."""
+    for child in children:
+        child.ask_to_stop()
+    deadline = time.monotonic() + grace_s
+    for child in children:
+        child.finish_stopping(max(0.0, deadline - time.monotonic()))
 
 
 class ExitedAtStart(RuntimeError):
@@ -711,8 +730,8 @@ class LocalCluster:
             self.gateway.stop()
         if self.controller is not None:
             self.controller.stop()
-        for _, sidecar in self.pods.values():
-            sidecar.stop()
-        for pod, _ in self.pods.values():
-            pod.stop()
+        # Within a tier the processes shut down side by side: a pod's shutdown
+        # (closing its streams, syncing its log) does not wait for another's.
+        _stop_together([sidecar for _, sidecar in self.pods.values()])
+        _stop_together([pod for pod, _ in self.pods.values()])
         (self.directory / "processes.json").unlink(missing_ok=True)
