@@ -324,6 +324,12 @@ class ShardReplica:
         self.write_operations = 0
         self.read_requests = 0
         self.read_gets = 0
+        # Range scans served and the records they sent (primary or through an index):
+        # what a reader that pushes a key range down is seen to read.
+        self.scan_requests = self.scan_records = 0
+        # Notification batches sent to subscribers, and their serialized bytes: a
+        # filtered subscriber (key prefixes) is sent fewer.
+        self.notification_batches_sent = self.notification_bytes_sent = 0
         # Metrics (metrics.py reads them): latencies in fixed buckets, plain ints.
         self.write_latency, self.read_latency = LatencyCounter(), LatencyCounter()
         self.wal_sync_latency, self.wal_trims = LatencyCounter(), 0
