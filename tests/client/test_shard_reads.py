@@ -106,3 +106,15 @@ def test_a_bounded_read_of_a_shards_notifications(server: str, prefix: str) -> N
         assert client.read_notifications(shard, end, end) == []
         with pytest.raises(errors.InvalidArgument):
             client.read_notifications(99, -1)
+
+        # Filtered by the pod: only the batches with a matching change, and the read
+        # ends at the end offset even when nothing matches up to it.
+        watched = mine[1]
+        only = client.read_notifications(shard, head, end, key_prefixes=[watched])
+        assert [(n.key, n.type) for b in only for n in b.notifications] == [
+            (watched, NotificationType.CREATED)
+        ]
+        assert [b.offset for b in only if b.notifications] == [offsets[1]]
+        # (at most the pod's empty batch telling it reached the end)
+        nothing = client.read_notifications(shard, head, end, key_prefixes=["/nothing/"])
+        assert all(not b.notifications and b.offset == end for b in nothing), nothing

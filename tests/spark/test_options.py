@@ -120,3 +120,15 @@ def test_write_summary_sums_per_shard() -> None:
             "1": {"rows": 1, "bytes": 5, "conflicts": 0},
         },
     }
+
+
+def test_key_prefixes_of_the_change_stream() -> None:
+    assert StreamSettings.of({}).key_prefixes == ()
+    assert StreamSettings.of({"keyPrefix": "/a/"}).key_prefixes == ("/a/",)
+    both = StreamSettings.of({"keyPrefix": "/b/", "keyPrefixes": '["/a/", "/b/"]'})
+    assert both.key_prefixes == ("/a/", "/b/")
+    # An empty prefix matches every key: no filter.
+    assert StreamSettings.of({"keyPrefixes": '["", "/a/"]'}).key_prefixes == ()
+    for bad in ("/a/", '{"a": 1}', "[1]"):
+        with pytest.raises(OptionError, match="keyPrefixes"):
+            StreamSettings.of({"keyPrefixes": bad})

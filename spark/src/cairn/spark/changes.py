@@ -12,6 +12,13 @@ query and of the pods.
 
 The feed is read twice (once to plan, once in the task); planning reads only
 offsets, and it stops as soon as a shard is caught up.
+
+With `keyPrefix`/`keyPrefixes` both reads ask the pods for the matching changes
+only. The pods then skip batches with no match and now and then send an empty
+one with the offset reached; a batch end is still an offset the filtered stream
+sent, and the filter is a pure function of the stored batches (the same on every
+replica), so the task gets the same changes; a filtered read also ends at the
+first batch past the end (nothing up to the end matched).
 """
 
 from __future__ import annotations
@@ -166,6 +173,7 @@ class CairnChangeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 head,
                 max_batches=_PAGE_BATCHES,
                 idle_timeout_s=self.settings.caught_up_after_s,
+                key_prefixes=self.settings.key_prefixes,
             )
             for batch in page:
                 size = len(batch.notifications)
@@ -188,12 +196,17 @@ class CairnChangeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, ChangePartition)
         namespace = self.connection.namespace
+        filtered = self.settings.key_prefixes
         with self._client() as client:
             position = partition.start
             while position < partition.end:
                 try:
                     page = client.read_notifications(
-                        partition.shard, position, partition.end, max_batches=_PAGE_BATCHES
+                        partition.shard,
+                        position,
+                        partition.end,
+                        max_batches=_PAGE_BATCHES,
+                        key_prefixes=filtered,
                     )
                 except errors.NotificationsTrimmed:
                     if self.settings.fail_on_data_loss:
@@ -201,6 +214,8 @@ class CairnChangeReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     log.warning("%s; skipped", _lost(partition.shard, position))
                     return
                 if not page:
+                    if filtered:
+                        return  # the pod's stream passed the end: nothing more matched
                     raise RuntimeError(
                         f"shard {partition.shard}: no notification batch up to offset "
                         f"{partition.end} after {position}"

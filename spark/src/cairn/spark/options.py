@@ -207,6 +207,12 @@ class StreamSettings:
     # When planning a micro-batch, a shard's feed counts as caught up once no batch
     # came for this long (entries that changed nothing have no batch to wait for).
     caught_up_after_s: float
+    # Only the changes of keys with one of these prefixes (and range deletions that
+    # can cover such a key), filtered by the storage pods; empty: every change.
+    # Spark pushes no filters into a streaming source, so `key.startswith(...)` on
+    # the stream is applied by Spark after the pods sent everything: these options
+    # are how the filter reaches the pods.
+    key_prefixes: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, options: Mapping[str, str]) -> StreamSettings:
@@ -231,4 +237,28 @@ class StreamSettings:
             max_changes_per_trigger=limit or None,
             fail_on_data_loss=_bool(options, "failOnDataLoss", True),
             caught_up_after_s=_int(options, "caughtUpAfterMs", 500, 1) / 1000,
+            key_prefixes=_key_prefixes(options),
         )
+
+
+def _key_prefixes(options: Mapping[str, str]) -> tuple[str, ...]:
+    """`keyPrefix` (one prefix, as is) and `keyPrefixes` (a JSON array of them)."""
+    found: list[str] = []
+    one = _get(options, "keyPrefix")
+    if one is not None:
+        found.append(one)
+    many = _get(options, "keyPrefixes")
+    if many is not None:
+        try:
+            parsed = json.loads(many)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, list) or not all(isinstance(p, str) for p in parsed):
+            raise OptionError(
+                f"option 'keyPrefixes' must be a JSON array of strings [\"/a/\", ...], not {many!r}"
+            )
+        found += parsed
+    # An empty prefix matches every key: no filter at all.
+    if "" in found:
+        return ()
+    return tuple(sorted(set(found)))

@@ -681,18 +681,24 @@ class AsyncClient:
         *,
         max_batches: int = 1000,
         idle_timeout_s: float | None = None,
+        key_prefixes: Sequence[str] = (),
     ) -> NotificationBatches:
         """A bounded read of one shard's feed: its batches with after_offset < offset
         <= end_offset, at most `max_batches`. Offsets of entries that changed nothing
         have no batch: with `idle_timeout_s`, the read ends once no batch came for that
         long (caught up); without, the batch at `end_offset` must come (RequestTimeout
         otherwise). after_offset -1 reads from the oldest retained; an offset older
-        than the retention raises NotificationsTrimmed."""
+        than the retention raises NotificationsTrimmed.
+
+        With `key_prefixes`, filtered by the pod as `notifications` is: batches with no
+        matching change are not sent, empty ones now and then tell the offset reached,
+        and a batch past `end_offset` also ends the read (so an empty result can mean
+        that nothing up to `end_offset` matched)."""
         self._check_open()
         if not self._follower.map.has_shard(shard):
             raise errors.InvalidArgument(f"namespace {self.namespace!r} has no shard {shard}")
         return await self._scans.read_notifications(
-            shard, after_offset, end_offset, max_batches, idle_timeout_s
+            shard, after_offset, end_offset, max_batches, idle_timeout_s, tuple(key_prefixes)
         )
 
     def notifications(

@@ -281,10 +281,15 @@ class Scans:
         end_offset: int | None,
         max_batches: int,
         idle_timeout_s: float | None,
+        key_prefixes: tuple[str, ...] = (),
     ) -> list[NotificationBatch]:
         """The shard's batches with after_offset < offset <= end_offset (no end: any),
         at most `max_batches`, in offset order; resubscribed after the last offset
         seen when the stream breaks.
+
+        With `key_prefixes` the pod sends only the batches with a matching change,
+        plus empty ones that tell the offset reached: the read also ends at the first
+        batch past `end_offset` (nothing matched up to it).
 
         Entries that changed no key (a new term, a session's creation) have no
         batch, so the feed can be caught up below `end_offset`. With
@@ -307,7 +312,9 @@ class Scans:
                 await self._follower.pause(shard, retry, attempts)
                 continue
             call = stubs.get_notifications(
-                pb.NotificationsRequest(shard=shard, start_offset_exclusive=position)
+                pb.NotificationsRequest(
+                    shard=shard, start_offset_exclusive=position, key_prefixes=key_prefixes
+                )
             )
             try:
                 while True:

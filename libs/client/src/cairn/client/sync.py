@@ -228,6 +228,7 @@ class Client:
         *,
         max_batches: int = 1000,
         idle_timeout_s: float | None = None,
+        key_prefixes: Sequence[str] = (),
     ) -> NotificationBatches:
         return self._run(
             self._async.read_notifications(
@@ -236,6 +237,7 @@ class Client:
                 end_offset,
                 max_batches=max_batches,
                 idle_timeout_s=idle_timeout_s,
+                key_prefixes=key_prefixes,
             )
         )
 

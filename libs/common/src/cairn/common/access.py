@@ -8,6 +8,7 @@ its certificate (cairn.common.identity). The rules:
   thing a stranger could do to a shard.
 - GetStatus and the gRPC health service from the controller and the health
   sidecars (both watch the pod); storage pods may also check each other's health.
+- GetStateDigest (read-only, for the audit job) from a controller identity.
 - Replication (leader to follower) only from storage pods.
 - Heartbeats to the controller only from sidecars, each for its own pod.
 
@@ -36,6 +37,8 @@ _WATCHERS = frozenset({Role.CONTROLLER, Role.SIDECAR})
 INTERNAL_GRPC_RULES: Mapping[str, frozenset[Role]] = {
     COORDINATION: _CONTROLLER,
     COORDINATION + "GetStatus": _WATCHERS,
+    # Read-only (a digest, no data); the audit job runs with a controller identity.
+    COORDINATION + "GetStateDigest": _CONTROLLER,
     REPLICATION: frozenset({Role.STORAGE}),
     HEALTH: frozenset({Role.CONTROLLER, Role.SIDECAR, Role.STORAGE}),
 }

@@ -9,6 +9,8 @@
     ├── InvalidTerm                 a request of a stale term (FAILED_PRECONDITION)
     ├── StaleControllerEpoch        a coordination call from a controller that was
     │                               succeeded by a newer one (FAILED_PRECONDITION)
+    ├── OffsetPassed                a state digest asked for an offset the replica
+    │                               applied past already (FAILED_PRECONDITION)
     ├── SessionNotFound             unknown or expired session (NOT_FOUND)
     ├── NotificationsTrimmed        resume point older than the retention (OUT_OF_RANGE)
     ├── Overloaded                  a bounded queue is full; retry later (RESOURCE_EXHAUSTED)
@@ -76,6 +78,13 @@ class NotLeader(CairnError):
 
 class InvalidTerm(CairnError):
     reason = "INVALID_TERM"
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class OffsetPassed(CairnError):
+    """A replica asked for its state at an offset it has already applied past."""
+
+    reason = "OFFSET_PASSED"
     code = grpc.StatusCode.FAILED_PRECONDITION
 
 

@@ -53,6 +53,30 @@ class TermStart(_message.Message):
     first_offset: int
     def __init__(self, term: _Optional[int] = ..., first_offset: _Optional[int] = ...) -> None: ...
 
+class GetStateDigestRequest(_message.Message):
+    __slots__ = ("shard", "offset", "timeout_ms")
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    shard: int
+    offset: int
+    timeout_ms: int
+    def __init__(self, shard: _Optional[int] = ..., offset: _Optional[int] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class GetStateDigestResponse(_message.Message):
+    __slots__ = ("shard", "offset", "records", "sha256", "node")
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    shard: int
+    offset: int
+    records: int
+    sha256: bytes
+    node: Node
+    def __init__(self, shard: _Optional[int] = ..., offset: _Optional[int] = ..., records: _Optional[int] = ..., sha256: _Optional[bytes] = ..., node: _Optional[_Union[Node, _Mapping]] = ...) -> None: ...
+
 class NewTermRequest(_message.Message):
     __slots__ = ("shard", "term", "spec", "controller_epoch")
     SHARD_FIELD_NUMBER: _ClassVar[int]

@@ -71,6 +71,11 @@ class CoordinationStub:
                 request_serializer=cairn_dot_proto_dot_replication__pb2.PushAssignmentsRequest.SerializeToString,
                 response_deserializer=cairn_dot_proto_dot_replication__pb2.PushAssignmentsResponse.FromString,
                 _registered_method=True)
+        self.GetStateDigest = channel.unary_unary(
+                '/cairn.replication.v1.Coordination/GetStateDigest',
+                request_serializer=cairn_dot_proto_dot_replication__pb2.GetStateDigestRequest.SerializeToString,
+                response_deserializer=cairn_dot_proto_dot_replication__pb2.GetStateDigestResponse.FromString,
+                _registered_method=True)
 
 
 class CoordinationServicer:
@@ -137,6 +142,19 @@ class CoordinationServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetStateDigest(self, request, context):
+        """A digest of the replica's records as they were right after applying the
+        entry at `offset` (the audit job compares the replicas of a shard by it).
+        A replica below `offset` holds its applying there until it has taken a
+        consistent view (so every replica can be asked for the same offset, which
+        they reach at different times); one already past it answers
+        FAILED_PRECONDITION (OFFSET_PASSED) and the caller asks again for a later
+        offset. Read-only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinationServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -174,6 +192,11 @@ def add_CoordinationServicer_to_server(servicer, server):
                     servicer.PushAssignments,
                     request_deserializer=cairn_dot_proto_dot_replication__pb2.PushAssignmentsRequest.FromString,
                     response_serializer=cairn_dot_proto_dot_replication__pb2.PushAssignmentsResponse.SerializeToString,
+            ),
+            'GetStateDigest': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetStateDigest,
+                    request_deserializer=cairn_dot_proto_dot_replication__pb2.GetStateDigestRequest.FromString,
+                    response_serializer=cairn_dot_proto_dot_replication__pb2.GetStateDigestResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -367,6 +390,33 @@ class Coordination:
             '/cairn.replication.v1.Coordination/PushAssignments',
             cairn_dot_proto_dot_replication__pb2.PushAssignmentsRequest.SerializeToString,
             cairn_dot_proto_dot_replication__pb2.PushAssignmentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetStateDigest(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cairn.replication.v1.Coordination/GetStateDigest',
+            cairn_dot_proto_dot_replication__pb2.GetStateDigestRequest.SerializeToString,
+            cairn_dot_proto_dot_replication__pb2.GetStateDigestResponse.FromString,
             options,
             channel_credentials,
             insecure,

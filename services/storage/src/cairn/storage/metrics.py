@@ -71,6 +71,10 @@ class ShardSample:
     write_operations: int
     read_requests: int
     read_gets: int
+    scan_requests: int
+    scan_records: int
+    notification_batches_sent: int
+    notification_bytes_sent: int
     sessions: int
     read_cache_entries: int
     read_cache_bytes: int
@@ -149,6 +153,10 @@ def sample(replica: ShardReplica, now_ms: int) -> ShardSample:
         write_operations=replica.write_operations,
         read_requests=replica.read_requests,
         read_gets=replica.read_gets,
+        scan_requests=replica.scan_requests,
+        scan_records=replica.scan_records,
+        notification_batches_sent=replica.notification_batches_sent,
+        notification_bytes_sent=replica.notification_bytes_sent,
         sessions=len(replica.sessions),
         read_cache_entries=len(cache),
         read_cache_bytes=cache.held_bytes,
@@ -312,6 +320,30 @@ class StorageMetrics:
                 "{operation}",
                 "gets in those requests",
                 lambda s: s.read_gets,
+            ),
+            (
+                "cairn.shard.scan.requests",
+                "{request}",
+                "range scans served",
+                lambda s: s.scan_requests,
+            ),
+            (
+                "cairn.shard.scan.records",
+                "{record}",
+                "records those range scans sent",
+                lambda s: s.scan_records,
+            ),
+            (
+                "cairn.notification.batches_sent",
+                "{batch}",
+                "notification batches sent to subscribers (filtered ones get fewer)",
+                lambda s: s.notification_batches_sent,
+            ),
+            (
+                "cairn.notification.sent_bytes",
+                "By",
+                "serialized bytes of those notification batches",
+                lambda s: s.notification_bytes_sent,
             ),
             (
                 "cairn.read_cache.hits",

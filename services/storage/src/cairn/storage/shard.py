@@ -53,6 +53,7 @@ from cairn.common.errors import (
     CairnError,
     InvalidRequest,
     InvalidTerm,
+    OffsetPassed,
     Overloaded,
     SessionNotFound,
     Unavailable,
@@ -124,6 +125,7 @@ from cairn.storage.core.sessions import (
     session_key,
     stored_sessions,
 )
+from cairn.storage.core.state_digest import DigestBuilder, StateDigest
 from cairn.storage.folding import WriteFold, keys_of, may_fold, starts_fold
 from cairn.storage.kv import Column, KvStore, RocksKv
 from cairn.storage.kv.encoded_changes import EncodedChangesError, encode_changes
@@ -139,6 +141,8 @@ log = logging.getLogger(__name__)
 # How often the leader looks for expired sessions; expiry happens at most this
 # late after a full timeout without a heartbeat.
 SESSION_CHECK_INTERVAL_S = 0.25
+# A state digest hashes this many records between turns of the event loop.
+_DIGEST_ITEMS_PER_TURN = 1000
 # How often a shard compares its WAL size with the retention.
 WAL_RETENTION_CHECK_INTERVAL_S = 1.0
 # Snapshot transfers last seconds to minutes: their own bucket bounds, in seconds.
@@ -274,6 +278,9 @@ class ShardReplica:
         self._loop = asyncio.get_running_loop()
         # Replaced (and the old one set) whenever the applied offset advances.
         self._commit_advanced = asyncio.Event()
+        # Offsets a state digest waits to take its view at: applying stops at the
+        # lowest until that view is taken (see `state_digest_at`).
+        self._digest_stops: list[int] = []
         # Counts applied groups that generated sequence keys; the event is replaced
         # (and the old one set) at each, for GetSequenceUpdates subscribers.
         self.sequence_generation = 0
@@ -332,6 +339,12 @@ class ShardReplica:
         self.write_operations = 0
         self.read_requests = 0
         self.read_gets = 0
+        # Range scans served and the records they sent (primary or through an index):
+        # what a reader that pushes a key range down is seen to read.
+        self.scan_requests = self.scan_records = 0
+        # Notification batches sent to subscribers, and their serialized bytes: a
+        # filtered subscriber (key prefixes) is sent fewer.
+        self.notification_batches_sent = self.notification_bytes_sent = 0
         # Metrics (metrics.py reads them): latencies in fixed buckets, plain ints.
         self.write_latency, self.read_latency = LatencyCounter(), LatencyCounter()
         self.wal_sync_latency, self.wal_trims = LatencyCounter(), 0
@@ -1309,7 +1322,51 @@ class ShardReplica:
             self._wake_applier.set()
 
     def _apply_limit(self) -> int:
+        limit = self._appliable_offset()
+        return min(limit, min(self._digest_stops)) if self._digest_stops else limit
+
+    def _appliable_offset(self) -> int:
+        """Committed and durable: how far the replica may apply."""
         return min(self.core.commit_offset, self.durable_offset)
+
+    async def state_digest_at(self, offset: int, timeout_s: float) -> StateDigest:
+        """The digest of the records as they were right after applying `offset`.
+
+        Below it, applying stops at `offset` until the view is taken (an apply group
+        never straddles it), so that replicas reaching it at different times all
+        describe the same state. OffsetPassed once applied beyond it; TimeoutError
+        if it is not reached within `timeout_s` (nothing is committed up to it)."""
+        if self.applied_offset > offset:
+            raise OffsetPassed(
+                f"shard {self.shard_id}: applied up to {self.applied_offset}, past {offset}"
+            )
+        self._digest_stops.append(offset)
+        try:
+            async with asyncio.timeout(timeout_s):
+                while self.applied_offset < offset:
+                    if self.closing:
+                        raise Unavailable(f"shard {self.shard_id} is closing")
+                    await self._commit_advanced.wait()
+            if self.applied_offset != offset:
+                # A snapshot was installed past it meanwhile.
+                raise OffsetPassed(
+                    f"shard {self.shard_id}: applied up to {self.applied_offset}, past {offset}"
+                )
+            # Taken now, with no await since applying stopped at `offset`: the view
+            # holds exactly the state at `offset`.
+            items = self.kv.scan(Column.RECORDS, b"", None, bulk=True)
+        finally:
+            self._digest_stops.remove(offset)
+            self._wake_applier.set()
+        builder = DigestBuilder()
+        for count, (key, value) in enumerate(items, 1):
+            builder.add(key, value)
+            if count % _DIGEST_ITEMS_PER_TURN == 0:
+                await asyncio.sleep(0)  # let requests in between slices
+                if self.closing:
+                    # The KV the view reads may be closed under it.
+                    raise Unavailable(f"shard {self.shard_id} is closing")
+        return builder.digest()
 
     async def _apply_loop(self) -> None:
         while True:
@@ -1392,6 +1449,11 @@ class ShardReplica:
             history.term_at(last),
         )
         if use is ChangesUse.WAIT:
+            if last <= self._appliable_offset():
+                # Held back only by a state digest's stop inside the group: apply
+                # these entries ourselves, which can stop there.
+                stash.take(first)
+                return _ChangesOutcome.NONE
             return _ChangesOutcome.WAIT  # kept for when it is appliable
         stash.take(first)
         if use is ChangesUse.APPLY:

@@ -374,7 +374,9 @@ class ClientService:
                 (k, d, None) for k, d in reads.scan_records(shard.kv, start, end, shard.key_order)
             )
         )
+        shard.scan_requests += 1
         for key, data, secondary in records:
+            shard.scan_records += 1
             if not allowed.allows(key):
                 continue
             record = reads.record_response(
@@ -410,7 +412,9 @@ class ClientService:
             self._quota(self.notification_quota, caller, context),
             _counted(self.notification_subscribers, request.shard),
         ):
-            async for batch in self._notifications(request, context):
+            async for shard, batch in self._notifications(request, context):
+                shard.notification_batches_sent += 1
+                shard.notification_bytes_sent += len(batch)
                 yield batch
 
     @contextlib.asynccontextmanager
@@ -428,11 +432,12 @@ class ClientService:
 
     async def _notifications(
         self, request: pb.NotificationsRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[bytes]:
-        """Serialized NotificationBatches, read from the shard's durable store at the
-        subscriber's own pace: no per-subscriber buffer, so a slow subscriber costs no
-        memory (gRPC flow control pauses this generator); one that falls behind the
-        retention is told so and can resubscribe.
+    ) -> AsyncIterator[tuple[ShardReplica, bytes]]:
+        """Serialized NotificationBatches (with the replica sending them, which
+        counts them), read from the shard's durable store at the subscriber's own
+        pace: no per-subscriber buffer, so a slow subscriber costs no memory (gRPC
+        flow control pauses this generator); one that falls behind the retention is
+        told so and can resubscribe.
 
         A filtered subscriber (key prefixes, no version ids: notification_filter.py)
         is sent only the entries with a change it wants. So that it can resume past
@@ -459,7 +464,7 @@ class ClientService:
         else:
             # A new subscriber learns where "now" is at once.
             position = shard.commit_offset
-            yield self._progress(shard, position)
+            yield shard, self._progress(shard, position)
         limit = self.limits.max_notification_batches_per_read
         progress_interval_s = self.limits.notification_progress_interval_ms / 1000
         loop = asyncio.get_running_loop()
@@ -483,7 +488,7 @@ class ClientService:
                 selected = wanted.select(batch)
                 passed_over = selected is None
                 if selected is not None:
-                    yield selected
+                    yield shard, selected
                     last_sent_s = loop.time()
             if len(batches) == limit:
                 continue
@@ -494,7 +499,7 @@ class ClientService:
                 continue
             due_in_s = last_sent_s + progress_interval_s - loop.time()
             if due_in_s <= 0:
-                yield self._progress(shard, position)
+                yield shard, self._progress(shard, position)
                 last_sent_s = loop.time()
                 passed_over = False
                 continue

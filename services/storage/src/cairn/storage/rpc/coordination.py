@@ -159,6 +159,29 @@ class CoordinationService:
             shards=[replica.status() for replica in replicas], node=node_message(self.host.me)
         )
 
+    async def get_state_digest(
+        self, request: rpb.GetStateDigestRequest, context: grpc.aio.ServicerContext
+    ) -> rpb.GetStateDigestResponse:
+        if request.timeout_ms <= 0:
+            await abort(context, InvalidRequest("timeout_ms must be positive"))
+        try:
+            replica = self.host.directory.replica(request.shard)
+            digest = await replica.state_digest_at(request.offset, request.timeout_ms / 1000)
+        except CairnError as error:
+            await abort(context, error)
+        except TimeoutError:
+            await context.abort(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"shard {request.shard} did not apply up to {request.offset} in time",
+            )
+        return rpb.GetStateDigestResponse(
+            shard=request.shard,
+            offset=request.offset,
+            records=digest.records,
+            sha256=digest.sha256,
+            node=node_message(self.host.me),
+        )
+
     async def delete_shard(
         self, request: rpb.DeleteShardRequest, context: grpc.aio.ServicerContext
     ) -> rpb.DeleteShardResponse:
@@ -209,6 +232,9 @@ def coordination_handlers(service: CoordinationService) -> grpc.GenericRpcHandle
         "DeleteShard": unary(service.delete_shard, rpb.DeleteShardRequest, rpb.DeleteShardResponse),
         "PushAssignments": unary(
             service.push_assignments, rpb.PushAssignmentsRequest, rpb.PushAssignmentsResponse
+        ),
+        "GetStateDigest": unary(
+            service.get_state_digest, rpb.GetStateDigestRequest, rpb.GetStateDigestResponse
         ),
     }
     return grpc.method_handlers_generic_handler("cairn.replication.v1.Coordination", methods)
