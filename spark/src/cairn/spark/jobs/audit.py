@@ -1,7 +1,8 @@
 """cairn-audit: do the replicas of every shard hold the same records?
 
     cairn-audit --controller http://controller:8080 --insecure
-    cairn-audit --controller https://controller:8080 --tls-dir /certs/controller
+    cairn-audit --controller https://controller:8080 --tls-dir /certs/controller \
+        --token-file /etc/cairn/auth/admin.token
 
 For each shard the job reads the leader's head offset, then asks every replica of
 the ensemble for a digest of its records at that offset (GetStateDigest on the
@@ -25,6 +26,7 @@ import argparse
 import asyncio
 import json
 import sys
+import urllib.error
 import urllib.request
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -99,15 +101,26 @@ class ShardAudit:
     problem: str | None = None
 
 
+class AdminApiRefused(Exception):
+    """The controller's admin API refused to show the cluster (credentials, most likely)."""
+
+
 class _Passed(Exception):
     """A replica applied past the offset asked for."""
 
 
 class Auditor:
     def __init__(
-        self, controller_url: str, tls_dir: Path | None, timeout_s: float, attempts: int
+        self,
+        controller_url: str,
+        tls_dir: Path | None,
+        timeout_s: float,
+        attempts: int,
+        token: str | None = None,
     ) -> None:
         self.controller_url = controller_url.rstrip("/")
+        # The admin API's bearer token (its views need read on every namespace).
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.tls = TlsSource.from_directory(tls_dir) if tls_dir is not None else None
         live = client_ssl_context(tls_dir)
         self.ssl_context = live.context if live is not None else None
@@ -115,10 +128,18 @@ class Auditor:
         self.attempts = attempts
 
     def _get(self, path: str) -> Any:
-        with urllib.request.urlopen(
-            self.controller_url + path, timeout=self.timeout_s, context=self.ssl_context
-        ) as answer:
-            return json.loads(answer.read())
+        request = urllib.request.Request(self.controller_url + path, headers=self.headers)
+        try:
+            with urllib.request.urlopen(
+                request, timeout=self.timeout_s, context=self.ssl_context
+            ) as answer:
+                return json.loads(answer.read())
+        except urllib.error.HTTPError as error:
+            with error:
+                detail = error.read(300).decode("utf-8", errors="replace").strip()
+            raise AdminApiRefused(
+                f"{self.controller_url}{path} answered HTTP {error.code}: {detail}"
+            ) from None
 
     async def run(self, namespace: str | None) -> list[ShardAudit]:
         shards, nodes = self._get("/v1/shards"), self._get("/v1/nodes")
@@ -201,6 +222,11 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--timeout-s", type=float, default=30.0, help="per call, and to reach an offset"
     )
+    parser.add_argument(
+        "--token-file",
+        type=Path,
+        help="a file holding a bearer token for the admin API (a cluster with auth on)",
+    )
     parser.add_argument("--attempts", type=int, default=5, help="offsets tried per shard")
     parser.add_argument("--report", type=Path, help="also write the findings here (JSON)")
     return parser.parse_args(argv)
@@ -208,8 +234,13 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
-    auditor = Auditor(args.controller, args.tls_dir, args.timeout_s, args.attempts)
-    audits = asyncio.run(auditor.run(args.namespace))
+    token = args.token_file.read_text(encoding="utf-8").strip() if args.token_file else None
+    auditor = Auditor(args.controller, args.tls_dir, args.timeout_s, args.attempts, token)
+    try:
+        audits = asyncio.run(auditor.run(args.namespace))
+    except AdminApiRefused as error:
+        say(f"cairn-audit: {error}", sys.stderr)
+        return 2
     found, unchecked = report(audits)
     for divergence in found:
         say(divergence.describe())
