@@ -86,24 +86,24 @@ def meets_every_commit_quorum(
     model: ModelCluster, record: ShardRecord, answering: list[str]
 ) -> bool:
     """Do `answering` meet every set of voters the last leader could commit
-    with, judged on the model's truth: a majority of the members always does;
-    otherwise the leader must have committed an entry of its term, and the
-    answering members it counts must be no fewer than the members not
-    answering (the rest may count too)."""
+    with, judged on the model's truth (the leader as it is, or as it was when
+    it stopped leading): a majority of the members always does; otherwise the
+    leader must have committed an entry of its term, and every commit quorum of
+    the voters it counted at the end must hold an answering member."""
     if len(answering) >= majority(len(record.voters)):
         return True
-    leader = model.replica(record.leader, record.shard) if record.leader else None
-    if leader is None or leader.role != LEADER or leader.term != record.term:
+    leader = model.leader_in_term(record.shard, record.term)
+    if leader is None or leader.commit_offset < max(leader.term_start_offset, 0):
         return False
-    if leader.commit_offset < max(leader.term_start_offset, 0):
-        return False
-    counted = {record.leader} | {
+    voting = {record.leader} | {
         name
         for name in record.voters
         if (state := leader.followers.get(internal_address(name))) is not None and state.voting
     }
-    missing = set(record.voters) - set(answering)
-    return len(counted & set(answering)) >= len(missing)
+    # Returning members (readmitted after a wipe) count in the majority's size.
+    size = len(voting) + sum(1 for state in leader.followers.values() if state.returning)
+    # Every set of `majority(size)` voting members must hold an answering one.
+    return len(voting & set(answering)) >= len(voting) - majority(size) + 1
 
 
 def check_plan(model: ModelCluster, actions: Sequence[Action]) -> None:

@@ -9,7 +9,7 @@ import concurrent.futures
 import contextlib
 import functools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import oxia
@@ -28,19 +28,51 @@ pytestmark = pytest.mark.e2e
 MTLS_PODS = "3-shards-on-mtls-pods"
 
 
-@pytest.fixture(params=[3, 10, MTLS_PODS], ids=lambda n: n if isinstance(n, str) else f"{n}-shards")
-def client(
-    request: pytest.FixtureRequest,
-    standalone_factory: Callable[..., StandaloneProcess],
-    tmp_path: Path,
-) -> Iterator[oxia.Client]:
+# Past every key the tests write in the store's hierarchical order: more segments
+# than any of them, each above their first one (they all start with "/").
+EVERY_KEY = ("", "~/~/~/~/~/~/~/~")
+
+
+@pytest.fixture(
+    scope="module",
+    params=[3, 10, MTLS_PODS],
+    ids=lambda n: n if isinstance(n, str) else f"{n}-shards",
+)
+def address(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """One server (or three pods) per variant for the whole module: starting the
+    mTLS pods and electing their shards cost seconds, paid once rather than per test."""
+    directory = tmp_path_factory.mktemp(f"oxia-{request.param}")
     if request.param == MTLS_PODS:
-        with _mtls_pods(tmp_path) as address, oxia.Client(address) as oxia_client:
-            yield oxia_client
+        with _mtls_pods(directory) as pod_address:
+            yield pod_address
         return
-    server = standalone_factory(request.param)
-    with oxia.Client(server.address) as oxia_client:
+    server = StandaloneProcess(directory / "data", request.param)
+    server.start()
+    try:
+        yield server.address
+    finally:
+        server.kill()
+
+
+@pytest.fixture(scope="module")
+def shared_client(address: str) -> Iterator[oxia.Client]:
+    # One client per variant as well: a new client on a long-lived server once timed
+    # out (30 s) waiting for its shard assignments on a loaded machine.
+    with oxia.Client(address) as oxia_client:
         yield oxia_client
+
+
+@pytest.fixture
+def client(shared_client: oxia.Client) -> Iterator[oxia.Client]:
+    """The variant's client on an empty store: the tests assert on first versions
+    and creation times, so each one's keys are deleted after it (and the store
+    checked empty before it, so that a key left behind fails loudly, not silently)."""
+    assert shared_client.list(*EVERY_KEY) == []
+    yield shared_client
+    shared_client.delete_range(*EVERY_KEY)
+    assert shared_client.list(*EVERY_KEY) == []
 
 
 @contextlib.contextmanager

@@ -12,6 +12,7 @@ import dataclasses
 import pytest
 
 from simulation.mutants import MUTANTS
+from simulation.profiles import TARGETED, Targeted, run_targeted
 from simulation.world import PROFILES, SimConfig, SimulationFailure, run_seed
 
 # (profile, replicas, seed, steps) of liveness failures found and diagnosed
@@ -32,6 +33,22 @@ def test_shard_keeps_its_invariants(
     except SimulationFailure as failure:
         pytest.fail(f"[{profile}] {failure}", pytrace=False)
     # The run did something: writes were acknowledged and leaders came and went.
+    assert world.observer.acked
+    assert world.coordinator.elections_started > 1
+
+
+@pytest.mark.parametrize("profile", sorted(TARGETED))
+def test_targeted_profiles_keep_invariants(profile: str, sim_seed: int, sim_steps: int) -> None:
+    """The targeted profiles (profiles.py) with the real code: they exist to
+    catch their hole's mutant, and must not fail without it. Three replicas
+    only: hole 2's ensemble changes cycle the replication factor through 2
+    and 4 from 3, and a second size would double their cost."""
+    targeted = TARGETED[profile]
+    config = dataclasses.replace(targeted.config, replicas=3, steps=sim_steps)
+    try:
+        world = run_targeted(sim_seed, targeted, config)
+    except SimulationFailure as failure:
+        pytest.fail(f"[{profile}] {failure}", pytrace=False)
     assert world.observer.acked
     assert world.coordinator.elections_started > 1
 
@@ -70,12 +87,18 @@ CAUGHT_WITHIN: dict[str, tuple[int, int, str, str]] = {
     # Not listed: "acknowledge old streams after a new term" (caught at seed 3
     # of "reading" before streams broke on a lost message, as gRPC streams do;
     # not within 15 seeds of reading, 12 of churn or lagging since) and
-    # "hole 2: a learner is elected" (not within 20 seeds of churn: the
-    # planner's other guards keep learners from being move targets), and
     # "hole 1: a wiped member keeps its vote" (caught at seed 1 of "wipes", by
     # liveness, before learners were stopped part-way and partitions left
     # spare pods out; not within 26 seeds of wipes x 3, 10 of wipes x 5 since).
+    # Nor by a targeted profile: its history needs a follower wiped while the
+    # other lags, which world._wipe skips (it counts the lagging one as lost).
+    # With that guard loosened (another voter holds the data on its disk, none
+    # other lost its disk) and RF changes on, it was caught at seed 3, (b), but
+    # the real code then stalled at RF 2 (seed 1); at RF 3 only, not in 6 seeds.
     # Issue 38's holes, reverted in the real code:
+    # seed 0, (b): a learner added at RF 3 -> 2 -> 4 with an empty log takes
+    # the term, lacking an acknowledged write (profiles.py, "even-learners").
+    "hole 2: a learner is elected": (3, 3, "even-learners", "real"),
     # seed 0, liveness (a paused controller's stale state written back).
     "hole 3: no controller-epoch fencing": (4, 3, "churn", "real"),
 }
@@ -88,8 +111,9 @@ def test_checkers_catch_a_broken_variant(mutant: str, monkeypatch: pytest.Monkey
     broken = MUTANTS[mutant]
     for target, name, value in broken.patches:
         monkeypatch.setattr(target, name, value)
+    targeted = TARGETED.get(profile) or Targeted(PROFILES[profile])
     config = dataclasses.replace(
-        PROFILES[profile],
+        targeted.config,
         replicas=replicas,
         steps=MUTANT_STEPS,
         rules=broken.config.rules,
@@ -98,7 +122,7 @@ def test_checkers_catch_a_broken_variant(mutant: str, monkeypatch: pytest.Monkey
     )
     for seed in range(seeds):
         try:
-            run_seed(seed, config)
+            run_targeted(seed, targeted, config)
         except SimulationFailure:
             return
     pytest.fail(f"no checker caught the mutant {mutant!r} in {seeds} seeds")

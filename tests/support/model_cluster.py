@@ -59,6 +59,7 @@ reported") and the model behaves as before they existed.
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -237,6 +238,9 @@ class ModelCluster:
             for name, labels in labelled.items()
         }
         self.leader_reports = LeaderReports()
+        # Each shard's last leader as it was when it stopped leading (restarted,
+        # fenced, wiped): the truth the tests judge elections by afterwards.
+        self.former_leaders: dict[int, Replica] = {}
         # The longest log prefix known committed, per shard (the safety oracle).
         self.committed: dict[int, tuple[int, ...]] = {}
         self.tainted: set[int] = set()
@@ -319,6 +323,7 @@ class ModelCluster:
         node = self.nodes[name]
         if restarted:
             for replica in node.replicas.values():
+                self._remember_if_leading(replica)
                 replica.role = FENCED
                 replica.leader_address = ""
                 replica.followers = {}
@@ -338,6 +343,8 @@ class ModelCluster:
     def wipe(self, name: str) -> None:
         """The node loses its disk (all replicas)."""
         node = self.nodes[name]
+        for replica in node.replicas.values():
+            self._remember_if_leading(replica)
         if self.incarnations:
             node.replicas = {}
             return
@@ -498,6 +505,7 @@ class ModelCluster:
         self._check_keeps_committed(replica, leader.log)
         if replica.log == leader.log[: len(replica.log)]:
             offset = max(offset, len(replica.log) - 1)  # it keeps what agrees
+        self._remember_if_leading(replica)
         replica.term = leader.term
         replica.role = FOLLOWER
         replica.leader_address = leader_node.internal_address
@@ -568,6 +576,7 @@ class ModelCluster:
             )
         if term < replica.term or (term == replica.term and replica.role != FENCED):
             raise ActionFailed(f"{name}: NewTerm({term}) refused in term {replica.term}")
+        self._remember_if_leading(replica)
         replica.term = term
         replica.role = FENCED
         replica.leader_address = ""
@@ -599,6 +608,19 @@ class ModelCluster:
         replica.log = (*replica.log, term)
         replica.term_start_offset = len(replica.log) - 1
         self._advance_commit(replica)
+
+    def _remember_if_leading(self, replica: Replica) -> None:
+        if replica.role == LEADER:
+            self.former_leaders[replica.shard] = copy.deepcopy(replica)
+
+    def leader_in_term(self, shard: int, term: int) -> Replica | None:
+        """The shard's leader of `term`: leading now, or as it was when it stopped."""
+        for node in self.nodes.values():
+            replica = node.replicas.get(shard)
+            if replica is not None and replica.role == LEADER and replica.term == term:
+                return replica
+        former = self.former_leaders.get(shard)
+        return former if former is not None and former.term == term else None
 
     def _check_leader_keeps_committed(self, replica: Replica) -> None:
         known = self.committed.get(replica.shard, ())

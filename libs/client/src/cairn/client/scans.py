@@ -328,9 +328,8 @@ class Scans:
                     batches.append(_batch(message))
                     position = message.offset
                     attempts = self._attempts(what)  # progress renews the budget
-                    if (end_offset is not None and position >= end_offset) or len(
-                        batches
-                    ) >= max_batches:
+                    reached_end = end_offset is not None and position >= end_offset
+                    if reached_end or len(batches) >= max_batches:
                         return batches
             except grpc.aio.AioRpcError as error:
                 retry = self._failure(error)

@@ -104,6 +104,13 @@ def free_port(host: str, preferred: int = 0) -> int:
     raise OSError(f"no free port on {host}")
 
 
+def _conventional_pod_ports(name: str) -> tuple[int, int, int]:
+    """A pod's usual (public, internal, health) ports: POD_PORTS shifted by its ordinal."""
+    shift = POD_PORT_STRIDE * node_ordinal(name)
+    public, internal, health = (port + shift for port in POD_PORTS)
+    return public, internal, health
+
+
 @dataclass
 class PodPorts:
     public: int
@@ -316,8 +323,7 @@ class LocalCluster:
     def _pod_ports(self, name: str) -> PodPorts:
         ports = self.ports.pods.get(name)
         if ports is None:
-            shift = POD_PORT_STRIDE * node_ordinal(name)
-            public, internal, health = (port + shift for port in POD_PORTS)
+            public, internal, health = _conventional_pod_ports(name)
             ports = PodPorts(
                 self._pick_port(public), self._pick_port(internal), self._pick_port(health)
             )
@@ -435,10 +441,10 @@ class LocalCluster:
         if ports.gateway is not None:
             ports.gateway = reclaim(ports.gateway, GATEWAY_PORT)
         for name, pod in ports.pods.items():
-            shift = POD_PORT_STRIDE * node_ordinal(name)
-            pod.public = reclaim(pod.public, POD_PORTS[0] + shift)
-            pod.internal = reclaim(pod.internal, POD_PORTS[1] + shift)
-            pod.health = reclaim(pod.health, POD_PORTS[2] + shift)
+            public, internal, health = _conventional_pod_ports(name)
+            pod.public = reclaim(pod.public, public)
+            pod.internal = reclaim(pod.internal, internal)
+            pod.health = reclaim(pod.health, health)
         for process, port in ports.metrics.items():
             ports.metrics[process] = reclaim(port, self._conventional_metrics_port(process))
         ports.save(self.directory / "ports.json")
