@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from cairn.controller.actions import Action, Elect, FinishEnsembleChange
+from cairn.controller.actions import Action, ChangeEnsemble, Elect, FinishEnsembleChange
 from cairn.controller.model import ClusterSpec, NamespaceSpec
 from cairn.controller.observed import LeaderReports
 from cairn.controller.planner import PlannerSettings, election_blocked
@@ -162,3 +162,53 @@ def test_leader_reports_keep_the_highest_term_and_only_recorded_shards() -> None
     reports.note([replace(remembered, shard=7)])
     reports.retain([7])
     assert list(reports.snapshot()) == [7]
+
+
+def test_an_election_keeps_a_leaving_member_the_rest_need_for_an_intact_majority() -> None:
+    # Simulation wipes seed 109 (3 replicas, 5000 steps). RF 3 -> 2: the
+    # removal of C is recorded (C leaving) when A loses its disk, then the
+    # leader B restarts. B and C answer intact and B is elected; had the
+    # election dropped C as the removal asked, (A, B) would have one member
+    # known to hold its data, and with B restarted again before it caught A
+    # up no election could ever be planned: an operator needed although no
+    # data was lost. C stays a member, and the shard elects again.
+    spec = ClusterSpec((NamespaceSpec("default", 1, 3),), storage_pods=3)
+    model = ModelCluster(spec, NODES, instant_catch_up=False, incarnations=True)
+    model.run_until_quiet(SETTINGS)
+    assert model.write(0, 5)
+    model.replicate()
+    model.poll()
+    model.set_replication_factor("default", 2)
+    [change] = [a for a in of_type(model.plan(SETTINGS), ChangeEnsemble)]
+    assert isinstance(change, ChangeEnsemble) and change.remove is not None
+    c = change.remove
+    b = model.record(0).leader
+    assert b is not None
+    (a,) = (name for name in NODES if name not in (b, c))
+    assert not model.apply(change, stop_after=1)  # C recorded as leaving only
+    assert model.record(0).leaving == (c,)
+    model.kill(a)
+    model.wipe(a)
+    model.revive(a)
+    model.kill(b)
+    model.revive(b)
+    model.poll()
+    [elect] = of_type(model.plan(SETTINGS), Elect)
+    assert model.apply(elect)
+    record = model.record(0)
+    assert record.leader == b
+    assert (sorted(record.ensemble), record.leaving) == (sorted(NODES), ())
+    # B restarts again before it has caught A up: B and C still elect.
+    model.kill(b)
+    model.revive(b)
+    model.poll()
+    assert election_blocked(model.record(0), model.observe(), model.status) is None
+    [elect] = of_type(model.plan(SETTINGS), Elect)
+    assert model.apply(elect)  # the model checks that nothing committed is lost
+    assert model.record(0).leader in (b, c)
+    # Once A is caught up, the shrink to RF 2 goes on and settles.
+    model.advance(10_000)
+    for _ in range(20):
+        model.step(SETTINGS)
+    assert len(model.record(0).ensemble) == 2
+    assert model.plan(SETTINGS) == []

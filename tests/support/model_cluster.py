@@ -65,6 +65,7 @@ from dataclasses import dataclass, field, replace
 
 from cairn.common.hashing import HashRange
 from cairn.common.heartbeat import FollowerReport, ReplicaReport
+from cairn.controller import steps
 from cairn.controller.actions import (
     Action,
     ChangeEnsemble,
@@ -781,13 +782,12 @@ class ModelCluster:
         leader = choose_leader(heads, record.voters, leaders, action.preferred, alive, counted)
         if leader is None:
             raise ActionFailed(f"shard {record.shard}: no majority answered NewTerm({term})")
-        ensemble = record.ensemble if leader in record.ensemble else (*record.ensemble, leader)
-        chosen = replace(record, leader=leader, ensemble=ensemble).with_incarnations(answered)
-        record = self._set_shard(
-            record.shard, leader=leader, ensemble=ensemble, incarnations=chosen.incarnations
-        )
+        # The executor's own step: the leader made a member, a removal under way
+        # undone when the rest lack an intact majority, incarnations recorded.
+        self.status = steps.record_leader(self.status, record.shard, term, leader, answered)
+        record = self._shard_record(record.shard)
         yield
-        followers = [name for name in ensemble if name != leader]
+        followers = [name for name in record.ensemble if name != leader]
         incarnations = {
             name: value for name in followers if (value := record.incarnation_of(name)) is not None
         }
