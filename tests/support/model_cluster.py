@@ -239,9 +239,10 @@ class ModelCluster:
             for name, labels in labelled.items()
         }
         self.leader_reports = LeaderReports()
-        # Each shard's last leader as it was when it stopped leading (restarted,
-        # fenced, wiped): the truth the tests judge elections by afterwards.
-        self.former_leaders: dict[int, Replica] = {}
+        # Each shard's leader of each term as it was when it stopped leading
+        # (restarted, fenced, wiped): the truth the tests judge elections by
+        # afterwards. By term: a stale leader of an older term may stop later.
+        self.former_leaders: dict[tuple[int, int], Replica] = {}
         # The longest log prefix known committed, per shard (the safety oracle).
         self.committed: dict[int, tuple[int, ...]] = {}
         self.tainted: set[int] = set()
@@ -612,7 +613,7 @@ class ModelCluster:
 
     def _remember_if_leading(self, replica: Replica) -> None:
         if replica.role == LEADER:
-            self.former_leaders[replica.shard] = copy.deepcopy(replica)
+            self.former_leaders[(replica.shard, replica.term)] = copy.deepcopy(replica)
 
     def leader_in_term(self, shard: int, term: int) -> Replica | None:
         """The shard's leader of `term`: leading now, or as it was when it stopped."""
@@ -620,8 +621,7 @@ class ModelCluster:
             replica = node.replicas.get(shard)
             if replica is not None and replica.role == LEADER and replica.term == term:
                 return replica
-        former = self.former_leaders.get(shard)
-        return former if former is not None and former.term == term else None
+        return self.former_leaders.get((shard, term))
 
     def _check_leader_keeps_committed(self, replica: Replica) -> None:
         known = self.committed.get(replica.shard, ())
