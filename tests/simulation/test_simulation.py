@@ -73,9 +73,8 @@ def test_wipes_no_longer_stall_the_shard(seed: int) -> None:
     leaving member now). 110, 119, 133: the last leader answered intact with
     too few others for a majority (at RF 2 alone, at RF 4 with one member it
     counted) before a commit of its term was reported; it holds all that
-    earlier terms committed (election.enough_answers). 134: at RF 4 after an
-    election cut short once its leader was recorded; the members it was
-    handed count (planner.counted_voters)."""
+    earlier terms committed (election.enough_answers). 134: at RF 4, not
+    traced; it passes since the same changes."""
     config = dataclasses.replace(PROFILES["wipes"], replicas=3, steps=5000)
     run_seed(seed, config)
 
