@@ -894,7 +894,7 @@ def test_an_interrupted_election_without_a_leader_is_run_again() -> None:
 
 def test_half_of_an_even_ensemble_elects_after_an_election_cut_short_before_it_led() -> None:
     # The first stall of simulation wipes seed 117 (3 replicas, 5000 steps;
-    # it stalls later still, see the closing notes): RF 4, an election
+    # it stalls later, once a failed election opened a newer term): RF 4, an election
     # recorded its leader L, then BecomeLeader never arrived, and two members
     # went down. No report of L's term exists, but L was handed every member
     # as a voter from the start of its term, and committed nothing without
