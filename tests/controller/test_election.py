@@ -152,6 +152,23 @@ def test_half_is_not_enough_before_the_leader_committed_in_its_term() -> None:
     assert not enough_answers("cd", list("abcd"), counted)
 
 
+def test_half_elects_before_the_term_committed_when_its_leader_answers() -> None:
+    # Simulation wipes seed 110: rf 2, "a" led term 3 but had committed nothing
+    # in it yet when it restarted; "b" lost its disk. "a" was elected holding
+    # everything committed before term 3, and every commit of term 3 needs it:
+    # its answer alone is enough.
+    counted = CountedVoters(3, frozenset("a"), committed_in_term=False, leader="a")
+    assert enough_answers("a", list("ab"), counted)
+    assert choose_leader({"a": (3, 9)}, list("ab"), {}, counted=counted) == "a"
+    # Not so for a member other than the leader (it may lack earlier commits) ...
+    counted = CountedVoters(3, frozenset("ab"), committed_in_term=False, leader="a")
+    assert not enough_answers("b", list("ab"), counted)
+    # ... and rf 4 still needs answers from as many counted members as do not answer.
+    counted = CountedVoters(3, frozenset("ac"), committed_in_term=False, leader="a")
+    assert enough_answers("ac", list("abcd"), counted)
+    assert not enough_answers("ab", list("abcd"), counted)
+
+
 def test_half_is_not_enough_when_an_answer_may_be_a_learner() -> None:
     # "d" may still be catching up, uncounted: of the three voters, "a" alone
     # answers, and "b" and "c" may have committed without it.
@@ -420,8 +437,33 @@ def counted_in_term(draw: st.DrawFn) -> tuple[History, list[str], CountedVoters]
     return History(logs, log[:held]), members, CountedVoters(term, frozenset(known), True)
 
 
+@st.composite
+def led_in_term(draw: st.DrawFn) -> tuple[History, list[str], CountedVoters]:
+    """The last leader (of term 3, m0) whose own term may not have committed
+    yet, as far as the controller knows: what a majority of the voters holds
+    beyond the earlier terms' entries is committed; of the earlier terms'
+    entries, a prefix was committed before term 3, which m0 holds (it was
+    elected holding it) and other members may lack. The controller knows the
+    leader counts itself, and perhaps some other voters."""
+    size = draw(st.integers(2, 6))
+    members = [f"m{i}" for i in range(size)]
+    term = 3
+    earlier = sorted(draw(st.lists(st.integers(1, 2), max_size=6)))
+    log = earlier + [term] * draw(st.integers(0, 6))
+    logs = {name: log[: draw(st.integers(0, len(log)))] for name in members}
+    logs[members[0]] = log
+    learner = draw(st.none() | st.sampled_from(members[1:]))
+    voters = [name for name in members if name != learner]
+    held = sorted((len(logs[name]) for name in voters), reverse=True)[majority(len(voters)) - 1]
+    committed_before = draw(st.integers(0, len(earlier)))
+    committed = held if held > len(earlier) else committed_before
+    known = draw(st.sets(st.sampled_from(voters))) | {members[0]}
+    counted = CountedVoters(term, frozenset(known), leader=members[0])
+    return History(logs, log[:committed]), members, counted
+
+
 @settings(max_examples=1000, deadline=None)
-@given(counted_in_term(), st.data())
+@given(st.one_of(counted_in_term(), led_in_term()), st.data())
 def test_answers_enough_for_an_even_ensemble_hold_every_committed_entry(
     history_members_counted: tuple[History, list[str], CountedVoters], data: st.DataObject
 ) -> None:

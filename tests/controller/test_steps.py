@@ -95,3 +95,22 @@ def test_the_epoch_is_taken_by_incrementing_and_checked_for_equality() -> None:
     for stale in (0, 1, 3):
         with pytest.raises(ControllerFenced):
             check_epoch(status, stale)
+
+
+def test_an_election_keeps_a_leaving_member_the_rest_lack_a_majority_without() -> None:
+    # Seed 109 of the wipes profile: C was leaving (A, B, C) when A lost its
+    # disk; B and C answered the election intact, A with another incarnation.
+    # Dropping C would leave (A, B) with one member known to hold its data, and
+    # once B went down before catching A up no election could be planned again
+    # (a wait for an operator although no data was lost): C stays a member.
+    removing = replace(STEADY, ensemble=(A, B), leaving=(C,), incarnations=((A, 1), (B, 2), (C, 3)))
+    opened = steps.open_term(status_with(removing), 0)
+    led = steps.shard_record(steps.record_leader(opened, 0, 8, B, incarnations={B: 2, C: 3}), 0)
+    assert (led.ensemble, led.leaving) == ((A, B, C), ())
+    assert led.incarnation_of(C) == 3
+    # With a majority of the rest intact, the removal goes on as before.
+    intact = steps.record_leader(opened, 0, 8, B, incarnations={A: 1, B: 2, C: 3})
+    assert (steps.shard_record(intact, 0).ensemble, steps.shard_record(intact, 0).leaving) == (
+        (A, B),
+        (C,),
+    )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from cairn.controller.actions import Action, Elect, FinishEnsembleChange
+from cairn.controller.actions import Action, ChangeEnsemble, Elect, FinishEnsembleChange
 from cairn.controller.model import ClusterSpec, NamespaceSpec
 from cairn.controller.observed import LeaderReports
 from cairn.controller.planner import PlannerSettings, election_blocked
@@ -140,13 +140,24 @@ def test_rf2_the_intact_member_alone_elects_when_its_term_had_committed() -> Non
     assert model.record(0).leader == a
 
 
-def test_rf2_a_restarted_controller_waits_for_a_majority() -> None:
-    # A controller that did not see A lead knows nothing of whom it counted:
-    # both answers are needed, and B's does not count.
-    model, _, b = rf2_whose_follower_lost_its_disk()
+def test_rf2_a_restarted_controller_waits_for_a_majority_without_the_last_leader() -> None:
+    # RF 2, A led and committed in its term with B voting, then A died. The
+    # controller that saw A's report knows B counted: B alone elects. One
+    # restarted since knows only that A counted itself, and A does not answer:
+    # both answers are needed.
+    spec = ClusterSpec((NamespaceSpec("default", 1, 2),), storage_pods=2)
+    model = ModelCluster(spec, NODES[:2], instant_catch_up=False, incarnations=True)
+    model.run_until_quiet(SETTINGS)
+    a = model.record(0).leader
+    assert a is not None
+    assert model.write(0, 5)
+    model.replicate()
+    model.poll()
+    model.kill(a)
+    assert election_blocked(model.record(0), model.observe(), model.status) is None
     model.leader_reports = LeaderReports()
     reason = election_blocked(model.record(0), model.observe(), model.status)
-    assert reason is not None and f"{b} lost its replica" in reason
+    assert reason is not None and f"{a} unreachable" in reason
     assert of_type(model.plan(SETTINGS), Elect) == []
     assert not model.apply(Elect(0, "forced"))
 
@@ -162,3 +173,102 @@ def test_leader_reports_keep_the_highest_term_and_only_recorded_shards() -> None
     reports.note([replace(remembered, shard=7)])
     reports.retain([7])
     assert list(reports.snapshot()) == [7]
+
+
+def test_an_election_keeps_a_leaving_member_the_rest_need_for_an_intact_majority() -> None:
+    # Simulation wipes seed 109 (3 replicas, 5000 steps). RF 3 -> 2: the
+    # removal of C is recorded (C leaving) when A loses its disk, then the
+    # leader B restarts. B and C answer intact and B is elected; had the
+    # election dropped C as the removal asked, (A, B) would have one member
+    # known to hold its data, and with B restarted again before it caught A
+    # up no election could ever be planned: an operator needed although no
+    # data was lost. C stays a member, and the shard elects again.
+    spec = ClusterSpec((NamespaceSpec("default", 1, 3),), storage_pods=3)
+    model = ModelCluster(spec, NODES, instant_catch_up=False, incarnations=True)
+    model.run_until_quiet(SETTINGS)
+    assert model.write(0, 5)
+    model.replicate()
+    model.poll()
+    model.set_replication_factor("default", 2)
+    [change] = [a for a in of_type(model.plan(SETTINGS), ChangeEnsemble)]
+    assert isinstance(change, ChangeEnsemble) and change.remove is not None
+    c = change.remove
+    b = model.record(0).leader
+    assert b is not None
+    (a,) = (name for name in NODES if name not in (b, c))
+    assert not model.apply(change, stop_after=1)  # C recorded as leaving only
+    assert model.record(0).leaving == (c,)
+    model.kill(a)
+    model.wipe(a)
+    model.revive(a)
+    model.kill(b)
+    model.revive(b)
+    model.poll()
+    [elect] = of_type(model.plan(SETTINGS), Elect)
+    assert model.apply(elect)
+    record = model.record(0)
+    assert record.leader == b
+    assert (sorted(record.ensemble), record.leaving) == (sorted(NODES), ())
+    # B restarts again before it has caught A up: B and C still elect.
+    model.kill(b)
+    model.revive(b)
+    model.poll()
+    assert election_blocked(model.record(0), model.observe(), model.status) is None
+    [elect] = of_type(model.plan(SETTINGS), Elect)
+    assert model.apply(elect)  # the model checks that nothing committed is lost
+    assert model.record(0).leader in (b, c)
+    # Once A is caught up, the shrink to RF 2 goes on and settles.
+    model.advance(10_000)
+    for _ in range(20):
+        model.step(SETTINGS)
+    assert len(model.record(0).ensemble) == 2
+    assert model.plan(SETTINGS) == []
+
+
+def rf2_left_with_its_leader_intact_alone() -> tuple[ModelCluster, str, str]:
+    """Simulation wipes seed 110 (3 replicas, 5000 steps). RF 3 -> 2 with
+    leader A: the controller removes C on a report made just before B lost
+    its disk, which leaves (A, B) with A the one member holding its data. A
+    takes a write it has not committed yet (B cannot acknowledge it), is seen
+    so, then restarts before it caught B up. Returns (model, A, B)."""
+    spec = ClusterSpec((NamespaceSpec("default", 1, 3),), storage_pods=3)
+    model = ModelCluster(spec, NODES, instant_catch_up=False, incarnations=True)
+    model.run_until_quiet(SETTINGS)
+    assert model.write(0, 5)
+    model.replicate()
+    model.poll()
+    model.set_replication_factor("default", 2)
+    [change] = [a for a in of_type(model.plan(SETTINGS), ChangeEnsemble)]
+    assert isinstance(change, ChangeEnsemble) and change.remove is not None
+    a = model.record(0).leader
+    assert a is not None
+    (b,) = (name for name in NODES if name not in (a, change.remove))
+    model.kill(b, noticed=False)
+    model.wipe(b)
+    model.revive(b, noticed=False)
+    assert model.apply(change)  # planned on the report from before B's wipe
+    assert model.write(0, 1)
+    model.poll()
+    report = model.observe().report(a, 0)
+    assert report is not None and report.commit_offset < report.head_offset
+    model.kill(a)
+    model.revive(a)
+    model.poll()
+    return model, a, b
+
+
+def test_rf2_the_last_leader_alone_elects_before_its_term_committed() -> None:
+    # A was elected holding everything committed before its term, and every
+    # commit of its term needed it: its answer alone is enough, whether this
+    # controller saw it lead (its report) or restarted since (A counts itself).
+    for restarted in (False, True):
+        model, a, b = rf2_left_with_its_leader_intact_alone()
+        if restarted:
+            model.leader_reports = LeaderReports()
+        assert election_blocked(model.record(0), model.observe(), model.status) is None
+        [elect] = of_type(model.plan(SETTINGS), Elect)
+        assert model.apply(elect)  # the model checks that nothing committed is lost
+        assert model.record(0).leader == a
+        model.run_until_quiet(SETTINGS)  # B is created again and caught up
+        b_replica = model.replica(b, 0)
+        assert b_replica is not None and model.record(0).incarnation_of(b) == b_replica.incarnation

@@ -65,6 +65,20 @@ def test_half_of_an_even_ensemble_elects_when_its_leader_committed(profile: str,
     run_seed(seed, config)
 
 
+@pytest.mark.parametrize("seed", [109, 110, 119, 133, 134])
+def test_wipes_no_longer_stall_the_shard(seed: int) -> None:
+    """Found by a 5000-step campaign (wipes, 3 replicas): shards that kept an
+    intact majority but never elected again. 109: an election finished a
+    removal that left one intact member of two (steps.record_leader keeps the
+    leaving member now). 110, 119, 133: the last leader answered intact with
+    too few others for a majority (at RF 2 alone, at RF 4 with one member it
+    counted) before a commit of its term was reported; it holds all that
+    earlier terms committed (election.enough_answers). 134: at RF 4, not
+    traced; it passes since the same changes."""
+    config = dataclasses.replace(PROFILES["wipes"], replicas=3, steps=5000)
+    run_seed(seed, config)
+
+
 # Mutant -> (seeds it must be caught within, ensemble size, fault profile,
 # controller), each run for MUTANT_STEPS steps; each is caught well within its
 # bound today (the first catching seed and checker in the comment).

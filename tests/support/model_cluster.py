@@ -65,6 +65,7 @@ from dataclasses import dataclass, field, replace
 
 from cairn.common.hashing import HashRange
 from cairn.common.heartbeat import FollowerReport, ReplicaReport
+from cairn.controller import steps
 from cairn.controller.actions import (
     Action,
     ChangeEnsemble,
@@ -238,9 +239,10 @@ class ModelCluster:
             for name, labels in labelled.items()
         }
         self.leader_reports = LeaderReports()
-        # Each shard's last leader as it was when it stopped leading (restarted,
-        # fenced, wiped): the truth the tests judge elections by afterwards.
-        self.former_leaders: dict[int, Replica] = {}
+        # Each shard's leader of each term as it was when it stopped leading
+        # (restarted, fenced, wiped): the truth the tests judge elections by
+        # afterwards. By term: a stale leader of an older term may stop later.
+        self.former_leaders: dict[tuple[int, int], Replica] = {}
         # The longest log prefix known committed, per shard (the safety oracle).
         self.committed: dict[int, tuple[int, ...]] = {}
         self.tainted: set[int] = set()
@@ -611,7 +613,7 @@ class ModelCluster:
 
     def _remember_if_leading(self, replica: Replica) -> None:
         if replica.role == LEADER:
-            self.former_leaders[replica.shard] = copy.deepcopy(replica)
+            self.former_leaders[(replica.shard, replica.term)] = copy.deepcopy(replica)
 
     def leader_in_term(self, shard: int, term: int) -> Replica | None:
         """The shard's leader of `term`: leading now, or as it was when it stopped."""
@@ -619,8 +621,7 @@ class ModelCluster:
             replica = node.replicas.get(shard)
             if replica is not None and replica.role == LEADER and replica.term == term:
                 return replica
-        former = self.former_leaders.get(shard)
-        return former if former is not None and former.term == term else None
+        return self.former_leaders.get((shard, term))
 
     def _check_leader_keeps_committed(self, replica: Replica) -> None:
         known = self.committed.get(replica.shard, ())
@@ -781,13 +782,12 @@ class ModelCluster:
         leader = choose_leader(heads, record.voters, leaders, action.preferred, alive, counted)
         if leader is None:
             raise ActionFailed(f"shard {record.shard}: no majority answered NewTerm({term})")
-        ensemble = record.ensemble if leader in record.ensemble else (*record.ensemble, leader)
-        chosen = replace(record, leader=leader, ensemble=ensemble).with_incarnations(answered)
-        record = self._set_shard(
-            record.shard, leader=leader, ensemble=ensemble, incarnations=chosen.incarnations
-        )
+        # The executor's own step: the leader made a member, a removal under way
+        # undone when the rest lack an intact majority, incarnations recorded.
+        self.status = steps.record_leader(self.status, record.shard, term, leader, answered)
+        record = self._shard_record(record.shard)
         yield
-        followers = [name for name in ensemble if name != leader]
+        followers = [name for name in record.ensemble if name != leader]
         incarnations = {
             name: value for name in followers if (value := record.incarnation_of(name)) is not None
         }

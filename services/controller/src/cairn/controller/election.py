@@ -32,12 +32,18 @@ commit with (those NewTerm fenced no longer acknowledge its term). A majority of
 the members always does, as any two majorities meet. With an even number of
 members half can be enough (`enough_answers`): two answering members of four
 whose acknowledgements the leader counted meet every three of those four and
-any two of three once one has left. That reasoning holds only for a leader whose
-own term committed an entry (its report shows the commit offset on an entry of
-its term): before that, entries earlier terms committed lie on a majority of
-the earlier voters, and a member made a voter since may lack them. Members of
-four that answer but are not known to count (a learner, perhaps) do not help:
-half of four with one of them uncounted is one of three.
+any two of three once one has left. That covers what the leader's own term
+committed; entries earlier terms committed lie on a majority of the earlier
+voters, and a member made a voter since may lack them. They are held by the
+answering members when the leader's term committed an entry (its report shows
+the commit offset on an entry of its term: the members counted since hold all
+before it), or when the leader itself answers with its data: it was elected
+holding every entry committed before its term, and a leader never drops an
+entry of its own durable log. The leader always counts itself, so a controller
+that has no report of it (restarted since) still knows that much: with two
+members, the last leader answering alone is enough. Members of four that answer
+but are not known to count (a learner, perhaps) do not help: half of four with
+one of them uncounted is one of three.
 """
 
 from __future__ import annotations
@@ -62,6 +68,9 @@ class CountedVoters:
     # The leader's report showed its commit offset on an entry of `term`: every
     # entry committed before is then held by a majority of these voters too.
     committed_in_term: bool = False
+    # The member chosen to lead `term` (one of `members` when named): it holds
+    # every entry committed before `term` as long as it holds its data.
+    leader: str | None = None
 
 
 def enough_answers(
@@ -69,18 +78,22 @@ def enough_answers(
 ) -> bool:
     """Do answers from `answering` meet every commit quorum of the last leader
     (see the module's docstring)? A majority of `voters` always does. Else,
-    when the leader of the record's term is known to have committed in it,
     enough of the members it counted: at least as many as members not
     answering. Any set of voters it may count holds those it counted (they vote
     until removed, and members being removed are left out of `counted`) and
     perhaps some of the rest, so the worst case is those it counted that
     answer plus every member that did not, and a commit quorum of that set meets
-    the first part exactly when the first part is no smaller than the second."""
+    the first part exactly when the first part is no smaller than the second.
+    That is what its own term committed; what earlier terms committed is held
+    by the answers once its term has committed an entry, or when the leader
+    itself answers."""
     members = set(voters)
     answered = members & set(answering)
     if len(answered) >= majority(len(members)):
         return True
-    if counted is None or not counted.committed_in_term:
+    if counted is None:
+        return False
+    if not counted.committed_in_term and counted.leader not in answered:
         return False
     return len(answered & counted.members) >= len(members - answered)
 

@@ -173,21 +173,29 @@ def counted_voters(record: ShardRecord, observed: Observed, status: ClusterStatu
     """Who the shard's leader counts toward its commit offset, from its last
     report in the recorded term (kept after it died or restarted, see
     `LeaderReports`): itself and the members it reports voting. Members being
-    removed are left out (the leader may have dropped them already), and
-    everyone is when no such report is at hand (the leader was not polled
-    while leading, or this controller restarted since): knowing fewer voters
-    only makes `choose_leader` more careful."""
+    removed are left out (the leader may have dropped them already). When no
+    such report is at hand (the leader was not polled while leading, or this
+    controller restarted since), the leader counts itself, and, while its
+    election is not confirmed, the members it was handed as followers (every
+    member but those leaving: the ensemble changes only once the shard is
+    steady), which vote from the start of its term (LeaderCore); once it is
+    steady, members may have been added since as learners, so only the leader
+    is known to count. Knowing fewer voters only makes `choose_leader` more
+    careful."""
+    if record.leader is None:
+        return CountedVoters(record.term, frozenset())
     report = observed.report(record.leader, record.shard)
     if report is None or report.role != LEADER or report.term != record.term:
         report = observed.leader_reports.get(record.shard)
     if (
-        record.leader is None
-        or report is None
+        report is None
         or report.term != record.term
         or report.role != LEADER
         or report.leader_internal_address != address_of(record.leader, observed, status)
     ):
-        return CountedVoters(record.term, frozenset())
+        handed = () if record.state is ShardState.STEADY else record.ensemble
+        known = {record.leader, *(name for name in handed if name not in record.leaving)}
+        return CountedVoters(record.term, frozenset(known), leader=record.leader)
     voting = {follower.internal_address for follower in report.followers if follower.voting}
     members = {
         name
@@ -199,7 +207,9 @@ def counted_voters(record: ShardRecord, observed: Observed, status: ClusterStatu
     committed_in_term = (
         report.head_term == record.term and report.commit_offset == report.head_offset
     )
-    return CountedVoters(record.term, frozenset({record.leader, *members}), committed_in_term)
+    return CountedVoters(
+        record.term, frozenset({record.leader, *members}), committed_in_term, record.leader
+    )
 
 
 def address_of(name: str, observed: Observed, status: ClusterStatus) -> str | None:

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from cairn.controller.actions import ActionFailed
+from cairn.controller.election import majority
 from cairn.controller.model import ClusterStatus, ElectionRecord, ShardRecord, ShardState
 
 
@@ -82,7 +83,19 @@ def record_leader(
     if record.state is ShardState.STEADY or record.leader not in (None, leader):
         raise ActionFailed(f"shard {shard}: term {term} already has leader {record.leader}")
     ensemble = record.ensemble if leader in record.ensemble else (*record.ensemble, leader)
-    chosen = replace(record, leader=leader, ensemble=ensemble).with_incarnations(incarnations)
+    leaving = record.leaving
+    # The new leader drops the members still leaving. Were fewer than a
+    # majority of the members that remain known to hold their data (one wiped
+    # and not yet caught up, say), that would leave the shard without an
+    # intact majority although none was lost: with the leader down before it
+    # caught the wiped one up, no election could ever be planned again. The
+    # removal is undone instead; the leaving members that answered intact stay.
+    if sum(1 for name in ensemble if name in incarnations) < majority(len(ensemble)):
+        kept = tuple(name for name in leaving if name in incarnations and name not in ensemble)
+        ensemble = (*ensemble, *kept)
+        leaving = tuple(name for name in leaving if name not in kept)
+    chosen = replace(record, leader=leader, ensemble=ensemble, leaving=leaving)
+    chosen = chosen.with_incarnations(incarnations)
     return status.with_shard(chosen)
 
 
