@@ -64,8 +64,7 @@ class WipeWhileLaggingWorld(World):
             if leader is None or leader.name != self._leader or not victim.up:
                 self._end("the leader changed or the follower is down")
                 return
-            self._wipe(victim)
-            if not victim.absent:
+            if not self._wipe(victim):
                 self._end("the wipe is beyond the fault model")
                 return
             self._phase, self._next_step = _Phase.REBUILDING, now + RECREATE_WAIT_STEPS

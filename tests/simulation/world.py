@@ -465,9 +465,9 @@ class World:
                 )
                 replica.crash()
 
-    def _wipe(self, victim: SimReplica) -> None:
+    def _wipe(self, victim: SimReplica) -> bool:
         """The victim's disk is lost (it restarts empty, with a new incarnation
-        of its data), if the shard is promised to survive that: losing the
+        of its data; true), if the shard is promised to survive that: losing the
         disks of a minority of its voters, as the controller counts them. A
         voter (a member, or one still leaving) may lose its disk only if,
         without it:
@@ -489,7 +489,7 @@ class World:
         last leader committed in its term (election.enough_answers, best
         effort; a restarted controller does not). (2) follows from (1) when
         the controller is correct; it is stated so that the fault model never
-        rests on what it tests. Pods that are no voter (spares, members
+        rests on what it tests. Pods that are not voters (spares, members
         already removed) may lose their disks at any time.
 
         The judgement is the correct controller's (a mutant's may differ)."""
@@ -501,9 +501,10 @@ class World:
             or not any(self._holds_everything_acknowledged(n) for n in answering)
         ):
             self.env.count("wipes skipped (beyond the loss of a minority of the voters)")
-            return
+            return False
         self.env.log(f"{victim.name} loses its disk", "wipes")
         victim.wipe()
+        return True
 
     def _voters(self) -> list[str]:
         """Who an election must hear from a majority of: with the real
