@@ -91,7 +91,9 @@ CAUGHT_WITHIN: dict[str, tuple[int, int, str, str]] = {
     # Issue 38's holes, reverted in the real code:
     # seed 0, (b): B's replica re-created empty after its wipe, counted as
     # holding what it held (profiles.py, "wipe-while-lagging"); seeds 3, 4
-    # and 5 catch it too. The broad profiles rarely reach this history.
+    # and 5 catch it too. The broad profiles reach its history too rarely:
+    # wipes x 3 did not catch it in seeds 0-7, lagging-and-wiping configs
+    # without the targeted world (RF changes on) not in 0-7 either.
     "hole 1: a wiped member keeps its vote": (3, 3, "wipe-while-lagging", "real"),
     # seed 0, (b): a learner added at RF 3 -> 2 -> 4 with an empty log takes
     # the term, lacking an acknowledged write (profiles.py, "even-learners").
