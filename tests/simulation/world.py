@@ -100,9 +100,8 @@ class SimConfig:
     long_lag_probability: float = 0.0
     long_lag_steps: tuple[int, int] = (150, 400)
     # A replica loses its disk (log, KV and term) and comes back empty with a new
-    # incarnation of its data; only while the other members of the ensemble keep
-    # a majority with the data they are recorded to hold (the fault model: a
-    # shard survives losing the disks of a minority of its members).
+    # incarnation of its data; only within the fault model (World._wipe: a
+    # shard survives losing the disks of a minority of its voters).
     wipe_probability: float = 0.0
     # A learner (a member the leader is still catching up) stops part-way: it
     # crashes (and restarts later like any crashed replica), per step and learner.
@@ -200,6 +199,8 @@ class World:
         self.acks_seen = 0
         # The step at which the current long lag ends with a leader change.
         self.lag_ends_step: int | None = None
+        # Crashed replicas kept down until a step (a slow restart), by name.
+        self.down_until: dict[str, int] = {}
         self.reads_sent = 0
         self.env.net.up(CLIENT, 1)
         for reader in READERS:
@@ -402,7 +403,11 @@ class World:
             for victim in victims:
                 victim.crash()
         for replica in self.replicas.values():
-            if not replica.up and rng.random() < config.restart_probability:
+            if (
+                not replica.up
+                and env.now >= self.down_until.get(replica.name, 0)
+                and rng.random() < config.restart_probability
+            ):
                 replica.start()
                 env.log(f"{replica.name} restarts at term {replica.persisted_term}", "restarts")
         if rng.random() < config.trim_probability:
@@ -460,44 +465,78 @@ class World:
                 )
                 replica.crash()
 
-    def _wipe(self, victim: SimReplica) -> None:
-        """Within the fault model only: every other member of the ensemble but a
-        minority holds the data the controller recorded for it."""
-        coordinator = self.coordinator
-        ensemble = coordinator.ensemble
-        # The correct controller's judgement (a mutant's may differ).
-        intact = [name for name in ensemble if name != victim.name and self._intact(name)]
-        lost = len(ensemble) - len(intact) - (victim.name in ensemble)
-        if isinstance(coordinator, Controllers):
-            # Members being removed still vote; members still catching up are not
-            # lost, only not (yet) holding everything: what matters is that a
-            # majority of the voters holds all that was acknowledged.
-            voters = coordinator.voters
-            intact = [name for name in voters if name != victim.name and self._intact(name)]
-            lost = 0 if len(intact) * 2 > len(voters) else 1
-            ensemble = voters
-        if victim.name in ensemble and (lost > 0 or len(intact) * 2 <= len(ensemble)):
-            self.env.count("wipes skipped (a majority would lose its data)")
-            return
+    def _wipe(self, victim: SimReplica) -> bool:
+        """The victim's disk is lost (it restarts empty, with a new incarnation
+        of its data; true), if the shard is promised to survive that: losing the
+        disks of a minority of its voters, as the controller counts them. A
+        voter (a member, or one still leaving) may lose its disk only if,
+        without it:
+
+        1. the voters that can answer an election for the data they are
+           recorded to hold are a majority of the voters. A voter cannot when
+           it lost its disk and has not been caught up since (its leader
+           readmitted it, and the controller recorded its new incarnation), or
+           when its replica is not created yet (a member being added); one
+           merely lagging, or down, can (it answers with its head once up);
+        2. one of them holds on its disk everything acknowledged to clients.
+
+        (1) is what an election needs (planner.answer_problem): a wipe beyond
+        it leaves a shard that waits for an operator, by design. So one disk
+        at a time may be lost at 3 replicas or more, while the other members
+        lag (issue 38's hole 1: B wiped while C lags and only the leader holds
+        everything), but none at 2: one of two is not a majority, and half of
+        an even ensemble elects only while the controller remembers that its
+        last leader committed in its term (election.enough_answers, best
+        effort; a restarted controller does not). (2) follows from (1) when
+        the controller is correct; it is stated so that the fault model never
+        rests on what it tests. Pods that are not voters (spares, members
+        already removed) may lose their disks at any time.
+
+        The judgement is the correct controller's (a mutant's may differ)."""
+        voters = self._voters()
+        others = [name for name in voters if name != victim.name]
+        answering = [name for name in others if self._answers_for_its_data(name)]
+        if victim.name in voters and (
+            len(answering) * 2 <= len(voters)
+            or not any(self._holds_everything_acknowledged(n) for n in answering)
+        ):
+            self.env.count("wipes skipped (beyond the loss of a minority of the voters)")
+            return False
         self.env.log(f"{victim.name} loses its disk", "wipes")
         victim.wipe()
+        return True
+
+    def _voters(self) -> list[str]:
+        """Who an election must hear from a majority of: with the real
+        controller, the recorded members and those still leaving."""
+        coordinator = self.coordinator
+        if isinstance(coordinator, Controllers):
+            return coordinator.voters
+        return list(coordinator.ensemble)
+
+    def _answers_for_its_data(self, name: str) -> bool:
+        """Can `name` answer an election for the data the controller recorded
+        it to hold: is its replica created, not wiped since or caught up again?"""
+        replica = self.replicas[name]
+        incarnation = replica.data_incarnation
+        if isinstance(self.coordinator, Controllers):
+            return not replica.absent and self.coordinator.intact(name, incarnation)
+        return not replica.absent and Coordinator.intact(self.coordinator, name, incarnation)
 
     def _intact(self, name: str) -> bool:
         """Does `name` hold the data the controller recorded? (The correct
         controller's judgement: a mutant's may differ.)"""
-        replica = self.replicas[name]
-        incarnation = replica.data_incarnation
         if isinstance(self.coordinator, Controllers):
             # With ensemble changes, a member may also hold less than what was
             # acknowledged without any wipe: one added and still catching up, or
             # one whose replica is not created yet. It does not count either.
-            acked = self.observer.ack_max_offsets
-            return (
-                not replica.absent
-                and replica.log.synced_offset >= (acked[-1] if acked else -1)
-                and self.coordinator.intact(name, incarnation)
-            )
+            return self._answers_for_its_data(name) and self._holds_everything_acknowledged(name)
+        incarnation = self.replicas[name].data_incarnation
         return Coordinator.intact(self.coordinator, name, incarnation)
+
+    def _holds_everything_acknowledged(self, name: str) -> bool:
+        acked = self.observer.ack_max_offsets
+        return self.replicas[name].log.synced_offset >= (acked[-1] if acked else -1)
 
     def _trim(self, replica: SimReplica) -> None:
         log, applied = replica.log, replica.kv.applied_offset
