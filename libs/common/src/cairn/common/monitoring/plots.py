@@ -82,6 +82,10 @@ class Cluster:
                     "--free-ports",
                     "--log-level",
                     "WARNING",
+                    # A throwaway cluster on this machine, for its metrics only:
+                    # plaintext and no tokens keep the scrape and the load simple.
+                    "--insecure",
+                    "--no-auth",
                     *(f"--controller-arg={arg}" for arg in CONTROLLER_ARGS),
                     *(f"--sidecar-arg={arg}" for arg in SIDECAR_ARGS),
                 ],
