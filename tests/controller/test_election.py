@@ -454,10 +454,13 @@ def led_in_term(draw: st.DrawFn) -> tuple[History, list[str], CountedVoters]:
     logs[members[0]] = log
     learner = draw(st.none() | st.sampled_from(members[1:]))
     voters = [name for name in members if name != learner]
-    held = sorted((len(logs[name]) for name in voters), reverse=True)[majority(len(voters)) - 1]
-    # What earlier terms committed lies on a majority of the voters (learners
-    # vote only once caught up): a majority answering always holds it.
-    committed_before = draw(st.integers(0, min(len(earlier), held)))
+    lengths = sorted((len(logs[name]) for name in voters), reverse=True)
+    held = lengths[majority(len(voters)) - 1]
+    # What earlier terms committed meets every majority of the voters (else no
+    # rule could elect safely): voters handed to the leader lacking it are too
+    # few to make a majority on their own.
+    met = lengths[len(voters) - majority(len(voters))]
+    committed_before = draw(st.integers(0, min(len(earlier), met)))
     committed = held if held > len(earlier) else committed_before
     known = draw(st.sets(st.sampled_from(voters))) | {members[0]}
     counted = CountedVoters(term, frozenset(known), leader=members[0])
