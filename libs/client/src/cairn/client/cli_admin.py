@@ -30,7 +30,7 @@ import httpx
 
 from cairn.client.cli_output import EXIT_FAILED, EXIT_UNAVAILABLE, EXIT_USAGE, Output
 from cairn.client.options import ClientOptions
-from cairn.common.tls import LiveSSLContext, TlsSource
+from cairn.common.tls import LiveSSLContext, TlsFiles, TlsSource
 
 # How often `--wait` reads the cluster views again.
 WAIT_POLL_S = 0.5
@@ -256,11 +256,14 @@ def add_admin_commands(admin: argparse.ArgumentParser) -> None:
     pods.add_argument("pods", type=int, metavar="N")
 
 
-def _http_client(admin_url: str, timeout_s: float, options: ClientOptions) -> httpx.AsyncClient:
+def admin_api_client(
+    admin_url: str, timeout_s: float, tls: TlsFiles | None, token: str | None
+) -> httpx.AsyncClient:
+    """An HTTP client of the controller's admin API: `tls` the CA (and client
+    certificate) for an https URL, `token` the bearer token it needs."""
     verify: Any = True
-    if options.tls is not None:
-        verify = LiveSSLContext(TlsSource(options.tls), server=False).context
-    token = options.bearer_token
+    if tls is not None:
+        verify = LiveSSLContext(TlsSource(tls), server=False).context
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     return httpx.AsyncClient(base_url=admin_url, timeout=timeout_s, verify=verify, headers=headers)
 
@@ -310,7 +313,9 @@ async def _wait(
 
 async def admin_command(args: argparse.Namespace, output: Output, options: ClientOptions) -> None:
     action = action_of(args)
-    async with _http_client(args.admin_url, args.timeout_s, options) as http:
+    async with admin_api_client(
+        args.admin_url, args.timeout_s, options.tls, options.bearer_token
+    ) as http:
         answer = await _call(http, action.method, action.path, action.body)
         if not output.as_json:
             output.line(f"accepted: {action.description}")

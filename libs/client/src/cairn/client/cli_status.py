@@ -11,10 +11,11 @@ from typing import Any
 import grpc
 import httpx
 
+from cairn.client.cli_admin import admin_api_client
 from cairn.client.cli_output import Output, table
 from cairn.client.client import AsyncClient
 from cairn.client.options import ClientOptions
-from cairn.common.tls import LiveSSLContext, TlsFiles, TlsSource, aio_channel
+from cairn.common.tls import TlsFiles, TlsSource, aio_channel
 from cairn.proto import replication_pb2 as rpb
 from cairn.proto import replication_pb2_grpc as rpb_grpc
 
@@ -29,14 +30,8 @@ async def controller_view(
     """The cluster, shards and nodes views of the controller's admin API, or None
     and why not. `tls`: the CA (and client certificate) for an https URL. `token`:
     the bearer token the API needs (its views need read on every namespace)."""
-    verify: Any = True
-    if tls is not None:
-        verify = LiveSSLContext(TlsSource(tls), server=False).context
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        async with httpx.AsyncClient(
-            base_url=admin_url, timeout=timeout_s, verify=verify, headers=headers
-        ) as http:
+        async with admin_api_client(admin_url, timeout_s, tls, token) as http:
             views = {}
             for name in ("cluster", "shards", "nodes"):
                 response = await http.get(f"/v1/{name}")
