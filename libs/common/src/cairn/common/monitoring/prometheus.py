@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+
+from cairn.common.ports import unused_port
 
 T = TypeVar("T")
 START_TIMEOUT_S = 30.0
@@ -30,13 +31,6 @@ class PrometheusError(Exception):
     def __init__(self, error_type: str, message: str) -> None:
         super().__init__(f"{error_type}: {message}")
         self.error_type = error_type
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def wait_for(
@@ -76,7 +70,7 @@ class PrometheusServer:
         config_file.write_text(
             yaml.safe_dump({**self.config, "rule_files": [str(rules_file)]}, sort_keys=False)
         )
-        self.port = free_port()
+        self.port = unused_port()
         log = (self.directory / "prometheus.log").open("wb")
         self.process = subprocess.Popen(
             [

@@ -34,7 +34,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -46,6 +45,7 @@ from typing import IO
 from cairn.common.certs import LOCAL_HOSTS, CertificateAuthority, has_certificate
 from cairn.common.files import write_atomically
 from cairn.common.identity import Principal, Role
+from cairn.common.ports import can_bind, unused_port
 from cairn.common.telemetry import (
     METRICS_PORT_CONTROLLER,
     METRICS_PORT_GATEWAY,
@@ -90,19 +90,11 @@ POD_METRICS_PORTS = (METRICS_PORT_STORAGE, METRICS_PORT_HEALTH)
 
 
 def free_port(host: str, preferred: int = 0) -> int:
-    """`preferred` if it can be bound now, else any free port. The probe binds
-    with SO_REUSEADDR, as the servers do: a port whose last connections linger
-    in TIME_WAIT (a cluster stopped seconds ago) is free for them."""
-    for candidate in (preferred, 0) if preferred else (0,):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind((host, candidate))
-            except OSError:
-                continue
-            port: int = sock.getsockname()[1]
-            return port
-    raise OSError(f"no free port on {host}")
+    """`preferred` if it can be bound now, else a port no outgoing connection
+    will take first (`unused_port`)."""
+    if preferred and can_bind(host, preferred):
+        return preferred
+    return unused_port(host)
 
 
 def _conventional_pod_ports(name: str) -> tuple[int, int, int]:
@@ -575,7 +567,9 @@ class LocalCluster:
             )
 
         def new_pod_ports() -> None:
-            del self.ports.pods[name]  # _pod_ports picks (and saves) new ones
+            # _pod_ports and metrics_port pick (and save) new ones.
+            del self.ports.pods[name]
+            self.ports.metrics.pop(name, None)
 
         pod = self._start_child(
             pod_child, "cairn-storage listening on", new_pod_ports if fresh else None
