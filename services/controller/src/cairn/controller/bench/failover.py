@@ -213,8 +213,27 @@ class FailoverBench:
         deadline = time.monotonic() + timeout_s
         while not self.settled():
             if time.monotonic() > deadline:
-                raise TimeoutError(f"cluster did not settle: {json.dumps(self.shards())[:2000]}")
+                raise TimeoutError(f"cluster did not settle: {self._unsettled_report()}")
             time.sleep(0.2)
+
+    def _unsettled_report(self) -> str:
+        """What an unsettled cluster looks like: shards, nodes, and the last log
+        lines of each process that had to be restarted."""
+        try:
+            views = json.dumps({"shards": self.shards(), "nodes": self.nodes()})[:2000]
+        except httpx.HTTPError as error:
+            views = f"(controller unreachable: {error})"
+        restarted = [
+            child
+            for pair in self.cluster.pods.values()
+            for child in pair
+            if child.restarts or child.exited() is not None
+        ]
+        tails = [
+            f"\n--- {child.name} (restarts {child.restarts}):\n{_log_tail(child.log_path)}"
+            for child in restarted
+        ]
+        return views + "".join(tails)
 
     def start_probes(self) -> None:
         addresses = [self.cluster.public_address(name) for name in sorted(self.cluster.pods)]
@@ -450,3 +469,10 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def _log_tail(path: Path, lines: int = 8) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as error:
+        return f"(no log: {error})"
