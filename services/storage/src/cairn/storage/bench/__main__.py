@@ -1053,8 +1053,10 @@ def _validate(args: argparse.Namespace) -> None:
     if args.workload in CLUSTER_WORKLOADS:
         if args.address or args.server_pid is not None:
             raise UsageError(f"{args.workload} spawns its own pods: drop --address/--server-pid")
-        if args.rate is not None or args.mode != "stream":
-            raise UsageError(f"{args.workload} picks its own rates and modes: drop --rate, --mode")
+        if args.rate is not None:
+            raise UsageError(f"{args.workload} picks its own rates: drop --rate")
+        if args.workload == "snapshot" and args.mode != "stream":
+            raise UsageError("snapshot picks its own load: drop --mode")
     if args.workload != "snapshot" and (args.snapshot_bytes or args.snapshot_sizes):
         raise UsageError("--snapshot-bytes and --snapshot-sizes are for the snapshot workload")
     if needs_server and not args.spawn and not args.address:
