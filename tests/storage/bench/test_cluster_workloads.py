@@ -111,10 +111,8 @@ def test_bad_cluster_arguments_are_refused(argv: list[str]) -> None:
 def test_replication_takes_unary_single_op_loads_from_several_processes() -> None:
     # One operation per unary Write at rf=1 and rf=3; the phase of one request in
     # flight runs from one process, the others from --procs (see _counted_phase).
-    args = parse_args(
-        ["replication", "--mode", "unary", "--batch", "1", "--peak-concurrencies", "1,64"]
-        + ["--procs", "4"]
-    )
+    argv = ["replication", "--mode", "unary", "--batch", "1", "--peak-concurrencies", "1,64"]
+    args = parse_args([*argv, "--procs", "4"])
     _validate(args)
     assert (args.mode, args.batch, args.peak_concurrencies) == ("unary", 1, (1, 64))
 
