@@ -12,11 +12,12 @@ import pytest
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.storage.bench.null_server import (
     NullService,
+    ReadResponses,
     WriteResponses,
     assignments_message,
     generic_handler,
 )
-from cairn.storage.bench.pools import count_put_results
+from cairn.storage.bench.pools import count_get_results, count_put_results
 from cairn.storage.bench.report import (
     Row,
     ceiling_label,
@@ -24,7 +25,13 @@ from cairn.storage.bench.report import (
     format_ceiling_shares,
     with_ceiling_shares,
 )
-from cairn.storage.bench.rpc import METHOD_WRITE, METHOD_WRITE_STREAM, NAMESPACE, fetch_shards
+from cairn.storage.bench.rpc import (
+    METHOD_READ,
+    METHOD_WRITE,
+    METHOD_WRITE_STREAM,
+    NAMESPACE,
+    fetch_shards,
+)
 from cairn.storage.bench.specs import LoadSpec
 
 
@@ -124,9 +131,34 @@ def test_each_put_row_is_given_as_a_share_of_its_own_ceiling() -> None:
         "(2000 vs 2500 ops/s; server CPU 400 vs 250 us/op)",
     ]
     extended = {r.name: dict(r.extra) for r in with_ceiling_shares(rows)}
-    assert extended["put stream b=100"] == {"ceiling_pct": 64.0, "ceiling_ops_per_s": 200_000}
+    assert extended["put stream b=100"] == {
+        "ceiling_pct": 64.0,
+        "ceiling_ops_per_s": 200_000,
+        "ceiling_server_cpu_us_per_op": 2.5,
+    }
     assert extended["put stream b=1"]["ceiling_pct"] == 80.0
     assert extended["mix put stream b=100 @64000/s"] == {}
+
+
+def test_unary_put_and_get_rows_stand_beside_their_own_ceilings() -> None:
+    put = LoadSpec("put", "unary", 1, 100, 10, 64, None)
+    get = LoadSpec("get", "unary", 1, 100, 10, 64, None)
+    suffix = " callers=64"
+    assert ceiling_label(put, suffix) == "ceiling grpc.aio unary b=1 callers=64"
+    assert ceiling_label(get, suffix) == "ceiling grpc.aio read b=1 callers=64"
+    rows = [
+        row(ceiling_label(put, " callers=1"), 700, 500),
+        row("put unary b=1 callers=1", 160, 2000),
+        row(ceiling_label(put, suffix), 1400, 400),
+        row(put.label() + suffix, 700, 800),
+        row(ceiling_label(get, suffix), 1000, 600),
+        row(get.label() + suffix, 500, 900),
+    ]
+    assert [(s.row.name, s.ceiling.name) for s in ceiling_shares(rows)] == [
+        ("put unary b=1 callers=1", "ceiling grpc.aio unary b=1 callers=1"),
+        ("put unary b=1 callers=64", "ceiling grpc.aio unary b=1 callers=64"),
+        ("get read b=1 callers=64", "ceiling grpc.aio read b=1 callers=64"),
+    ]
 
 
 def test_a_zero_ceiling_gives_no_percentage() -> None:
@@ -143,7 +175,12 @@ async def _against_an_in_process_null_server() -> None:
     server = grpc.aio.server()
     port = server.add_insecure_port("127.0.0.1:0")
     address = f"127.0.0.1:{port}"
-    service = NullService(WriteResponses(timestamp_ms=5), assignments_message(address, 1), 4)
+    service = NullService(
+        WriteResponses(timestamp_ms=5),
+        ReadResponses(timestamp_ms=5, value_size_bytes=7),
+        assignments_message(address, 1),
+        4,
+    )
     server.add_generic_rpc_handlers([generic_handler(service)])
     await server.start()
     try:
@@ -172,6 +209,16 @@ async def _against_an_in_process_null_server() -> None:
             with pytest.raises(grpc.aio.AioRpcError) as raised:
                 await channel.unary_unary(METHOD_WRITE)(b"\xff\xff", timeout=5)
             assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            read = pb.ReadRequest(shard=0, gets=[pb.GetRequest(key="/a")] * 2)
+            chunks = [
+                raw
+                async for raw in channel.unary_stream(METHOD_READ)(
+                    read.SerializeToString(), timeout=5
+                )
+            ]
+            assert count_get_results(chunks, 2) == (2, 0)
+            (chunk,) = chunks
+            assert [get.value for get in pb.ReadResponse.FromString(chunk).gets] == [b"v" * 7] * 2
     finally:
         service.stop()
         await server.stop(1.0)

@@ -91,7 +91,7 @@ def test_snapshot_sizes_parse() -> None:
         ["snapshot", "--snapshot-sizes", ","],
         ["snapshot", "--snapshot-sizes", "2T"],  # above the bound
         ["replication", "--rate", "1000"],
-        ["replication", "--mode", "unary"],
+        ["snapshot", "--mode", "unary"],
         ["replication", "--address", "127.0.0.1:1"],
         ["replication", "--concurrency", "32"],  # it takes --peak-concurrencies
         ["replication", "--peak-concurrencies", "16,16"],
@@ -108,12 +108,21 @@ def test_bad_cluster_arguments_are_refused(argv: list[str]) -> None:
     assert raised.value.code == 2
 
 
+def test_replication_takes_unary_single_op_loads_from_several_processes() -> None:
+    # One operation per unary Write at rf=1 and rf=3; the phase of one request in
+    # flight runs from one process, the others from --procs (see _counted_phase).
+    argv = ["replication", "--mode", "unary", "--batch", "1", "--peak-concurrencies", "1,64"]
+    args = parse_args([*argv, "--procs", "4"])
+    _validate(args)
+    assert (args.mode, args.batch, args.peak_concurrencies) == ("unary", 1, (1, 64))
+
+
 def test_replication_peaks_default_to_three_concurrencies() -> None:
     assert parse_args(["replication"]).peak_concurrencies == (16, 32, 64)
     assert parse_args(["--spawn", "put"]).concurrency == 16
     assert parse_args(["replication", "--peak-concurrencies", "8"]).peak_concurrencies == (8,)
-    with pytest.raises(UsageError):
-        _validate(parse_args(["replication", "--procs", "9", "--peak-concurrencies", "8,64"]))
+    # More load processes than a phase's requests in flight: that phase runs from fewer.
+    _validate(parse_args(["replication", "--procs", "9", "--peak-concurrencies", "8,64"]))
 
 
 def test_cluster_workloads_need_no_server_address() -> None:

@@ -7,6 +7,7 @@
     cairn-bench --spawn notify --subscribers 8   # notification fan-out
     cairn-bench --spawn ephemeral --sessions 4   # puts tied to sessions
     cairn-bench --spawn all --duration-s 5       # the table the team quotes
+    cairn-bench --spawn unary                    # one operation per unary call
     cairn-bench replication --duration-s 10      # rf=1 vs rf=3 clusters of pods spawned here
     cairn-bench snapshot --snapshot-sizes 256M,1G  # snapshot transfer rate and memory
 
@@ -36,14 +37,22 @@ and ephemeral at batch 100, flat out, for half the duration; a summary table, an
 put row's ops/s as a share of its ceiling: quote that share, which the noise of
 a shared machine moves less than absolute figures; one line each for the
 notification fan-out and the ephemeral puts as a share of plain puts).
+`unary` (what clients sending one operation per call cost, like the oxia 0.2.1
+Python client: with 1 and then 64 callers, each with one call in flight, put as
+unary Write and get as Read, one operation each, 64 callers from max(4, --procs)
+load processes; each row right after its ceiling, the same load against the null
+server (which answers Read too); a summary table, and each row's ops/s and server
+CPU per request beside its ceiling's).
 `replication` and `snapshot` spawn clusters of storage pods (`cairn-storage
 node`) on this machine and play the controller (bench/cluster.py); they are
-separate, longer runs, not part of `all`. `replication`: the batched put load
-(stream mode) against a one-pod cluster (rf=1) and then a three-pod cluster
-(rf=3), --shards shards led by the first pod, each flat out with each of
+separate, longer runs, not part of `all`. `replication`: the put load (--mode
+and --batch: by default batched on WriteStream; `--mode unary --batch 1` is one
+operation per unary Write) against a one-pod cluster (rf=1) and then a three-pod
+cluster (rf=3), --shards shards led by the first pod, each flat out with each of
 --peak-concurrencies requests in flight (default 16,32,64: a closed loop's
 throughput is its requests in flight over their latency, so the longer commit
-path of rf=3 needs more of them to reach its peak), and then at half its peak
+path of rf=3 needs more of them to reach its peak; each phase's load comes from
+min(--procs, its requests in flight) processes), and then at half its peak
 (the best of those, with its requests in flight as the bound); rows `rf=1
 ... c=N`/`rf=3 ... c=N`, server CPU summed over the cluster's pods (pod_cores:
 each pod's, leader first), requests_per_entry (the phase's write requests per
@@ -151,6 +160,7 @@ WORKLOADS = (
     "notify",
     "ephemeral",
     "all",
+    "unary",
     "replication",
     "snapshot",
 )
@@ -158,6 +168,11 @@ CLUSTER_WORKLOADS = ("replication", "snapshot")  # spawn their own pods
 REPLICATION_FACTORS = (1, 3)
 CATCH_UP_TIMEOUT_S = 60.0
 DEFAULT_VALUE_SIZE_BYTES = 100
+# `unary`: callers each with one request in flight, one operation per unary Write or
+# Read (what the oxia 0.2.1 Python client sends); many callers come from several
+# load processes, so that the load generator is not what saturates.
+UNARY_CALLERS = (1, 64)
+UNARY_LOAD_PROCS = 4
 SNAPSHOT_VALUE_SIZE_BYTES = 1024
 DEFAULT_SNAPSHOT_BYTES = 1024**3
 MAX_SNAPSHOT_BYTES = 1024**4
@@ -474,7 +489,7 @@ def _header(workload: str, args: argparse.Namespace, target: Target | None) -> s
             f"rate={'max' if args.rate is None else f'{args.rate:g}'}",
             f"procs={args.procs}",
         ]
-        if workload in ("get", "all"):
+        if workload in ("get", "all", "unary"):
             fields.append(f"preload={_preload_keys(args)}")
         if workload in ("notify", "all"):
             fields += [f"subscribers={args.subscribers}/shard", "subscribers_run_in=writer-loop"]
@@ -529,10 +544,11 @@ async def _run_load_phase(
     target: Target,
     phase: PhaseSpec,
     names: Sequence[str],
+    procs: int | None = None,
     completed: Callable[[Row], Awaitable[Row]] | None = None,
 ) -> list[Row]:
     """The phase's rows, each printed once `completed` (if given) added its figures."""
-    result = await execute_phase(phase, target, args.procs)
+    result = await execute_phase(phase, target, args.procs if procs is None else procs)
     rows = [load_row(n, r, result) for n, r in zip(names, result.loads, strict=True)]
     if completed is not None:
         rows = [await completed(row) for row in rows]
@@ -544,18 +560,25 @@ async def _run_load_phase(
 @asynccontextmanager
 async def _null_target(args: argparse.Namespace, shards: int) -> AsyncIterator[Target]:
     """A null server spawned for one ceiling phase, so it sits idle through no other."""
-    async with spawned_null_server(shards, args.spawn_timeout_s, args.stop_timeout_s) as null:
+    async with spawned_null_server(
+        shards, args.value_size, args.spawn_timeout_s, args.stop_timeout_s
+    ) as null:
         found = await fetch_shards(null.address, args.rpc_timeout_s)
         yield Target(null.address, found, null.pid, spawned=True)
 
 
 async def _ceiling_rows(
-    args: argparse.Namespace, spec: LoadSpec, shards: int, channels: int | None = None
+    args: argparse.Namespace,
+    spec: LoadSpec,
+    shards: int,
+    channels: int | None = None,
+    procs: int | None = None,
+    suffix: str = "",
 ) -> list[Row]:
-    """The put load `spec` against a null server announcing `shards` shards."""
+    """The load `spec` against a null server announcing `shards` shards."""
     async with _null_target(args, shards) as target:
         phase = _phase(args, spec, channels=channels)
-        return await _run_load_phase(args, target, phase, [ceiling_label(spec)])
+        return await _run_load_phase(args, target, phase, [ceiling_label(spec, suffix)], procs)
 
 
 def _notify_stream_timeout_s(phase: PhaseSpec) -> float:
@@ -702,7 +725,11 @@ async def _counted_phase(
     async def with_counts(row: Row) -> Row:
         return _with_requests_per_entry(row, before, await _log_counts(cluster))
 
-    return await _run_load_phase(args, target, _phase(args, spec), [name], with_counts)
+    # Each phase from at most one load process per request in flight.
+    procs = min(args.procs, spec.concurrency)
+    return await _run_load_phase(
+        args, target, _phase(args, spec), [name], procs, completed=with_counts
+    )
 
 
 async def _replication_cluster_rows(
@@ -731,7 +758,7 @@ async def _replication_cluster_rows(
         rows: list[Row] = []
         peak: tuple[Row, LoadSpec] | None = None
         for concurrency in args.peak_concurrencies:
-            spec = _load_spec(args, mode="stream", rate_ops_per_s=None, concurrency=concurrency)
+            spec = _load_spec(args, rate_ops_per_s=None, concurrency=concurrency)
             name = replication_label(factor, concurrency_label(spec.label(), concurrency))
             phase_rows = await _counted_phase(args, cluster, target, spec, name)
             _note_stretched(args, phase_rows)
@@ -848,6 +875,8 @@ async def run_workload(args: argparse.Namespace, target: Target, fsync_dir: Path
         await _do_preload(args, target)
         spec = _load_spec(args, kind="get", keys=_preload_keys(args))
         return await _run_load_phase(args, target, _phase(args, spec), [spec.label()])
+    if workload == "unary":
+        return await _unary_rows(args, target)
     assert workload == "all", workload
     rows = await _fsync_rows(args, fsync_dir)
     put_batched = _load_spec(args, mode="stream", rate_ops_per_s=None)
@@ -906,6 +935,24 @@ async def run_workload(args: argparse.Namespace, target: Target, fsync_dir: Path
     return rows
 
 
+async def _unary_rows(args: argparse.Namespace, target: Target) -> list[Row]:
+    """Per number of callers (UNARY_CALLERS), put and get with one operation per unary
+    call, each right after its ceiling: the same load against the null server."""
+    await _do_preload(args, target)
+    shards = len(target.shards)
+    rows: list[Row] = []
+    for callers in UNARY_CALLERS:
+        procs = min(callers, max(args.procs, UNARY_LOAD_PROCS))
+        put = _load_spec(args, mode="unary", batch=1, concurrency=callers, rate_ops_per_s=None)
+        get = replace(put, kind="get", keys=_preload_keys(args))
+        suffix = f" callers={callers}"
+        for spec in (put, get):
+            rows += await _ceiling_rows(args, spec, shards, procs=procs, suffix=suffix)
+            phase = _phase(args, spec)
+            rows += await _run_load_phase(args, target, phase, [spec.label() + suffix], procs)
+    return rows
+
+
 async def _all_notify_and_ephemeral(
     args: argparse.Namespace, target: Target, put_batched: LoadSpec
 ) -> list[Row]:
@@ -923,8 +970,26 @@ def _short_duration_s(args: argparse.Namespace) -> float:
     return float(args.duration_s) / 2
 
 
-_PHASES = {"put": 1, "get": 1, "fsync": 0, "ceiling": 1, "notify": 1, "ephemeral": 1, "all": 12}
-_SPAWNS = {"put": 1, "get": 1, "fsync": 0, "ceiling": 1, "notify": 1, "ephemeral": 1, "all": 4}
+_PHASES = {
+    "put": 1,
+    "get": 1,
+    "fsync": 0,
+    "ceiling": 1,
+    "notify": 1,
+    "ephemeral": 1,
+    "all": 12,
+    "unary": 4 * len(UNARY_CALLERS),
+}
+_SPAWNS = {
+    "put": 1,
+    "get": 1,
+    "fsync": 0,
+    "ceiling": 1,
+    "notify": 1,
+    "ephemeral": 1,
+    "all": 4,
+    "unary": 1 + 2 * len(UNARY_CALLERS),
+}
 
 
 def _phase_count(args: argparse.Namespace) -> float:
@@ -972,7 +1037,7 @@ def _hard_timeout_s(args: argparse.Namespace) -> float:
     per_phase_s = float(args.warmup_s + args.duration_s + args.drain_s) + 30.0  # + pool build
     fsync_s = 2 * (args.warmup_s + args.duration_s) if args.workload in ("fsync", "all") else 0.0
     preload_s = 60.0 + _preload_keys(args) / PRELOAD_RATE_FLOOR_OPS_PER_S
-    preload_s = preload_s if args.workload in ("get", "all") else 0.0
+    preload_s = preload_s if args.workload in ("get", "all", "unary") else 0.0
     phases = _phase_count(args)
     spawn_s = _spawn_count(args.workload) * float(args.spawn_timeout_s + args.stop_timeout_s)
     companion_s = _companion_s(args)
@@ -988,18 +1053,18 @@ def _validate(args: argparse.Namespace) -> None:
     if args.workload in CLUSTER_WORKLOADS:
         if args.address or args.server_pid is not None:
             raise UsageError(f"{args.workload} spawns its own pods: drop --address/--server-pid")
-        if args.rate is not None or args.mode != "stream":
-            raise UsageError(f"{args.workload} picks its own rates and modes: drop --rate, --mode")
+        if args.rate is not None:
+            raise UsageError(f"{args.workload} picks its own rates: drop --rate")
+        if args.workload == "snapshot" and args.mode != "stream":
+            raise UsageError("snapshot picks its own load: drop --mode")
     if args.workload != "snapshot" and (args.snapshot_bytes or args.snapshot_sizes):
         raise UsageError("--snapshot-bytes and --snapshot-sizes are for the snapshot workload")
     if needs_server and not args.spawn and not args.address:
         raise UsageError(f"workload {args.workload!r} needs --address HOST:PORT or --spawn")
-    if args.workload in ("get", "all") and _preload_keys(args) < 1:
+    if args.workload in ("get", "all", "unary") and _preload_keys(args) < 1:
         raise UsageError("get needs at least one preloaded key")
     if args.procs > args.concurrency:
         raise UsageError("--procs must not exceed --concurrency")
-    if args.workload == "replication" and args.procs > min(args.peak_concurrencies):
-        raise UsageError("--procs must not exceed any of --peak-concurrencies")
     if args.workload == "all" and (args.rate is not None or args.mode != "stream"):
         raise UsageError("all picks its own rates and modes: drop --rate and --mode")
     if args.workload == "notify" and args.procs != 1:
@@ -1083,7 +1148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
-    if args.workload in ("all", "replication"):
+    if args.workload in ("all", "unary", "replication"):
         print()
         print(format_table(rows))
         shares = ceiling_shares(rows)

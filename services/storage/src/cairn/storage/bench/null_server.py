@@ -12,10 +12,13 @@ It does the least any server of this API must do per request: it parses the
 WriteRequest once (to know how many puts to answer) and sends back a WriteResponse
 of the same shape as the real server's (status OK, a Version with version id,
 modifications count, created and modified timestamps), pre-serialized once per
-put count. Handlers take and return raw bytes (no (de)serializers), as the real
-server's write handlers do, and it uses the real server's gRPC options and
-limits, so the difference between the two is the storage work and the
-per-request plumbing around it.
+put count. A Read (a server stream, as in the real server) is answered with one
+ReadResponse: a found record per get, with a value of --value-size bytes (the size
+the bench's load writes) and the same Version. The handlers (de)serialize as the
+real server's do (write handlers take and return raw bytes; Read's request is
+parsed by its deserializer, its answer sent as bytes), and it uses the real
+server's gRPC options and limits, so the difference between the two is the
+storage work and the per-request plumbing around it.
 
 GetShardAssignments answers one message for namespace `default` (shard 0..N-1
 over the whole 32-bit hash range, leader = this server) and keeps the stream
@@ -52,6 +55,7 @@ MODIFICATIONS_COUNT = 1
 # response built on the spot (nothing the bench sends comes near it).
 MAX_CACHED_PUT_COUNTS = 1024
 STOP_GRACE_S = 2.0
+DEFAULT_VALUE_SIZE_BYTES = 100
 
 
 class WriteResponses:
@@ -92,9 +96,44 @@ def assignments_message(address: str, shards: int) -> bytes:
     return raw
 
 
+class ReadResponses:
+    """Serialized ReadResponses with `n` found records, built once per `n`."""
+
+    def __init__(
+        self, timestamp_ms: int, value_size_bytes: int, max_cached: int = MAX_CACHED_PUT_COUNTS
+    ) -> None:
+        self._get = pb.GetResponse(
+            value=b"v" * value_size_bytes,
+            version=pb.Version(
+                version_id=VERSION_ID,
+                modifications_count=MODIFICATIONS_COUNT,
+                created_timestamp=timestamp_ms,
+                modified_timestamp=timestamp_ms,
+            ),
+        )
+        self._max_cached = max_cached
+        self._cache: dict[int, bytes] = {}
+
+    def for_gets(self, count: int) -> bytes:
+        cached = self._cache.get(count)
+        if cached is not None:
+            return cached
+        raw: bytes = pb.ReadResponse(gets=[self._get] * count).SerializeToString()
+        if len(self._cache) < self._max_cached:
+            self._cache[count] = raw
+        return raw
+
+
 class NullService:
-    def __init__(self, responses: WriteResponses, assignments: bytes, max_inflight: int) -> None:
+    def __init__(
+        self,
+        responses: WriteResponses,
+        reads: ReadResponses,
+        assignments: bytes,
+        max_inflight: int,
+    ) -> None:
         self._responses = responses
+        self._reads = reads
         self._assignments = assignments
         self._max_inflight = max_inflight  # answered requests not yet sent, per stream
         self._stopping = asyncio.Event()
@@ -148,6 +187,12 @@ class NullService:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader
 
+    async def read(
+        self, request: pb.ReadRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[bytes]:
+        # Parsed by the handler's deserializer, as the real server's Read is.
+        yield self._reads.for_gets(len(request.gets))
+
     async def get_shard_assignments(
         self, raw: bytes, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[bytes]:
@@ -160,12 +205,15 @@ def generic_handler(service: NullService) -> grpc.GenericRpcHandler:
     methods = {
         "Write": grpc.unary_unary_rpc_method_handler(service.write),
         "WriteStream": grpc.stream_stream_rpc_method_handler(service.write_stream),
+        "Read": grpc.unary_stream_rpc_method_handler(
+            service.read, request_deserializer=pb.ReadRequest.FromString
+        ),
         "GetShardAssignments": grpc.unary_stream_rpc_method_handler(service.get_shard_assignments),
     }
     return grpc.method_handlers_generic_handler(SERVICE_NAME, methods)
 
 
-async def serve(host: str, port: int, shards: int) -> int:
+async def serve(host: str, port: int, shards: int, value_size_bytes: int) -> int:
     limits = Limits()
     server = new_server(limits)
     bound_port = server.add_insecure_port(f"{host}:{port}")
@@ -173,9 +221,12 @@ async def serve(host: str, port: int, shards: int) -> int:
         print(f"null-server: could not bind {host}:{port}", file=sys.stderr)
         return 2
     address = f"{host}:{bound_port}"
-    responses = WriteResponses(timestamp_ms=int(time.time() * 1000))
+    now_ms = int(time.time() * 1000)
     service = NullService(
-        responses, assignments_message(address, shards), limits.max_inflight_per_write_stream
+        WriteResponses(timestamp_ms=now_ms),
+        ReadResponses(timestamp_ms=now_ms, value_size_bytes=value_size_bytes),
+        assignments_message(address, shards),
+        limits.max_inflight_per_write_stream,
     )
     server.add_generic_rpc_handlers([generic_handler(service)])
     await server.start()
@@ -203,6 +254,12 @@ def _parser() -> argparse.ArgumentParser:
         default=1,
         help="shards to announce (match the real server's, so the load opens as many streams)",
     )
+    parser.add_argument(
+        "--value-size",
+        type=int,
+        default=DEFAULT_VALUE_SIZE_BYTES,
+        help="bytes of the value each get answers (match the load's --value-size)",
+    )
     return parser
 
 
@@ -211,9 +268,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not 1 <= args.shards <= MAX_SHARDS_PER_NAMESPACE:
         print(f"null-server: --shards must be in [1, {MAX_SHARDS_PER_NAMESPACE}]", file=sys.stderr)
         return 2
+    if args.value_size < 0:
+        print("null-server: --value-size must be >= 0", file=sys.stderr)
+        return 2
     # uvloop, as the real server runs on it: the ceiling is of the same stack.
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(serve(args.host, args.port, args.shards))
+        return runner.run(serve(args.host, args.port, args.shards, args.value_size))
 
 
 if __name__ == "__main__":

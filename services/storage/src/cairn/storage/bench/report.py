@@ -316,14 +316,20 @@ def format_table(rows: Sequence[Row]) -> str:
 # The grpc.aio ceiling: what the null server carries under the same load
 
 
-def ceiling_label(spec: LoadSpec) -> str:
-    """`ceiling grpc.aio stream b=100`: the put row's label, against the null server."""
-    return CEILING_PREFIX + spec.label().removeprefix(f"{spec.kind} ")
+# The loads a ceiling row can stand beside: a row named `<kind> <rest>` matches the
+# ceiling named `ceiling grpc.aio <rest>`.
+_CEILED_KINDS = ("put ", "get ")
+
+
+def ceiling_label(spec: LoadSpec, suffix: str = "") -> str:
+    """`ceiling grpc.aio stream b=100`: the put row's label (`read b=1` for a get
+    row's), against the null server; `suffix` as the row's label has it."""
+    return CEILING_PREFIX + spec.label().removeprefix(f"{spec.kind} ") + suffix
 
 
 @dataclass(frozen=True, slots=True)
 class CeilingShare:
-    """A put row and the ceiling row measured with the same mode, batch and rate."""
+    """A put or get row and the ceiling row measured with the same mode, batch and rate."""
 
     row: Row
     ceiling: Row
@@ -336,7 +342,8 @@ class CeilingShare:
 
 
 def ceiling_shares(rows: Sequence[Row]) -> list[CeilingShare]:
-    """Every put row that has a ceiling row of the same mode and batch, in row order."""
+    """Every put or get row that has a ceiling row of the same mode and batch, in row
+    order."""
     ceilings = {
         row.name.removeprefix(CEILING_PREFIX): row
         for row in rows
@@ -344,22 +351,22 @@ def ceiling_shares(rows: Sequence[Row]) -> list[CeilingShare]:
     }
     shares = []
     for row in rows:
-        ceiling = (
-            ceilings.get(row.name.removeprefix("put ")) if row.name.startswith("put ") else None
-        )
+        kind = next((k for k in _CEILED_KINDS if row.name.startswith(k)), None)
+        ceiling = None if kind is None else ceilings.get(row.name.removeprefix(kind))
         if ceiling is not None:
             shares.append(CeilingShare(row, ceiling))
     return shares
 
 
 def with_ceiling_shares(rows: Sequence[Row]) -> list[Row]:
-    """The rows, the put rows with a ceiling given its figures too (for --json)."""
+    """The rows, those with a ceiling given its figures too (for --json)."""
     extra = {}
     for share in ceiling_shares(rows):
         percent = share.percent
         extra[share.row.name] = (
             ("ceiling_pct", None if percent is None else round(percent, 1)),
             ("ceiling_ops_per_s", round(share.ceiling.ops_per_s, 1)),
+            ("ceiling_server_cpu_us_per_op", _round(share.ceiling.server_cpu_us_per_op)),
         )
     return [
         replace(row, extra=row.extra + extra[row.name]) if row.name in extra else row
@@ -368,7 +375,7 @@ def with_ceiling_shares(rows: Sequence[Row]) -> list[Row]:
 
 
 def format_ceiling_shares(shares: Sequence[CeilingShare]) -> str:
-    """`put stream b=100: 64% of the grpc.aio ceiling (...)`, one line per put row."""
+    """`put stream b=100: 64% of the grpc.aio ceiling (...)`, one line per row with one."""
     lines = []
     for share in shares:
         row, ceiling, percent = share.row, share.ceiling, share.percent

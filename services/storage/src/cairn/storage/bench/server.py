@@ -189,19 +189,30 @@ async def spawned_server(
         shutil.rmtree(work_dir, ignore_errors=True)
 
 
-def null_server_command(shards: int) -> list[str]:
+def null_server_command(shards: int, value_size_bytes: int) -> list[str]:
     module = "cairn.storage.bench.null_server"
-    return [sys.executable, "-m", module, "--port", "0", "--shards", str(shards)]
+    return [
+        sys.executable,
+        "-m",
+        module,
+        "--port",
+        "0",
+        "--shards",
+        str(shards),
+        "--value-size",
+        str(value_size_bytes),
+    ]
 
 
 @asynccontextmanager
 async def spawned_null_server(
-    shards: int, start_timeout_s: float, stop_timeout_s: float
+    shards: int, value_size_bytes: int, start_timeout_s: float, stop_timeout_s: float
 ) -> AsyncIterator[SpawnedProcess]:
-    """The null server (see null_server.py) announcing `shards` shards, for a ceiling."""
+    """The null server (see null_server.py) announcing `shards` shards, for a ceiling;
+    its gets answer values of `value_size_bytes`."""
     async with spawned_process(
         "null server",
-        null_server_command(shards),
+        null_server_command(shards, value_size_bytes),
         NULL_LISTENING_LINE,
         start_timeout_s,
         stop_timeout_s,
