@@ -43,7 +43,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from cairn.client import errors
+from cairn.client import DISTRIBUTION, errors
 from cairn.client.cli_admin import AdminError, add_admin_commands, admin_command
 from cairn.client.cli_output import (
     EXIT_FAILED,
@@ -66,6 +66,7 @@ from cairn.client.options import ClientOptions
 from cairn.client.records import Comparison
 from cairn.common.hashing import KeyHash
 from cairn.common.tls import TlsConfigError, TlsFiles
+from cairn.common.version import add_version_option
 
 DEFAULT_ADDRESS = "127.0.0.1:6648"
 DEFAULT_NAMESPACE = "default"
@@ -164,6 +165,7 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
         epilog="Exit status: 0 ok, 1 no such record, 2 usage or invalid request, 3 unexpected "
         "version, 4 unavailable or outcome unknown, 5 other failure, 130 interrupted.",
     )
+    add_version_option(parser, DISTRIBUTION)
     _add_global_options(parser, env, top=True)
     # Read from the environment the parser was built with (tests pass their own).
     parser.set_defaults(env_token=env.get("CAIRN_TOKEN"))
