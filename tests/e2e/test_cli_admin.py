@@ -1,6 +1,7 @@
-"""`cairn admin` against a real local cluster with authentication on: a leader
-move, a replication-factor change and a drain, each followed with `--wait`, and
-the refusals an operator meets. (That writes survive these changes is the
+"""`cairn admin` against a real local cluster with authentication on: its views
+(nodes, shards, elections, namespaces), a leader move, a replication-factor
+change and a drain, each followed with `--wait`, and the refusals an operator
+meets. (That writes survive these changes is the
 controller tests' business, tests/e2e/test_controller.py.)"""
 
 from __future__ import annotations
@@ -46,6 +47,30 @@ def _cairn_admin(bench: FailoverBench, *argv: str, token: bool = True) -> Result
 def _ok(result: Result) -> str:
     assert result.returncode == 0, (result.returncode, result.stdout, result.stderr)
     return result.stdout
+
+
+def test_views_list_the_cluster_as_tables_and_json(bench: FailoverBench) -> None:
+    nodes = json.loads(_ok(_cairn_admin(bench, "--json", "nodes")))
+    assert [n["name"] for n in nodes] == [n["name"] for n in bench.nodes()]
+    assert sorted(n["name"] for n in nodes) == ["storage-0", "storage-1", "storage-2"]
+    shards = json.loads(_ok(_cairn_admin(bench, "--json", "shards")))
+    assert [(s["id"], s["namespace"]) for s in shards] == [
+        (s["id"], s["namespace"]) for s in bench.shards()
+    ]
+    (namespace,) = json.loads(_ok(_cairn_admin(bench, "--json", "namespaces")))
+    assert namespace["name"] == "default"
+    assert sorted(namespace["shards"]) == sorted(s["id"] for s in shards)
+    elections = json.loads(_ok(_cairn_admin(bench, "--json", "elections")))
+    # Every shard's first leader was elected.
+    assert {e["shard"] for e in elections} >= {s["id"] for s in shards}
+    table = _ok(_cairn_admin(bench, "nodes")).splitlines()
+    assert table[0].split()[:3] == ["NODE", "ADDRESS", "ALIVE"]
+    assert sorted(line.split()[0] for line in table[1:]) == ["storage-0", "storage-1", "storage-2"]
+    table = _ok(_cairn_admin(bench, "shards")).splitlines()
+    assert len(table) == 1 + len(shards)
+    # The views need credentials like the changes.
+    refused = _cairn_admin(bench, "shards", token=False)
+    assert refused.returncode == 5 and "HTTP 401" in refused.stderr, refused
 
 
 def test_refusals_change_nothing_and_exit_by_kind(bench: FailoverBench) -> None:

@@ -13,8 +13,9 @@
     status                  the cluster from its controller's admin API; with no
                             controller, the shard map of --address and each shard's
                             request counters
-    admin ACTION ...        change the cluster through the controller: drain, undrain,
-                            replication-factor, move-leader, storage-pods (`--wait`)
+    admin ACTION ...        the cluster through its controller: views (nodes, shards,
+                            elections, namespaces) and changes (drain, undrain,
+                            replication-factor, move-leader, storage-pods; `--wait`)
     perf                    a load generator (`cairn perf --help`)
 
 Global options work before or after the command; `--address` and `--namespace`
@@ -292,11 +293,12 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
     admin_url(status)
     status.set_defaults(handler=None)
 
-    admin = command("admin", "change the cluster: drain, replication factor, leader, pods")
+    admin = command("admin", "see and change the cluster: nodes, shards, drain, leader, ...")
     admin.description = (
-        "Change the cluster through its controller's admin API (needs an admin token "
-        "when the controller checks credentials). Each action prints what the controller "
-        "accepted; --wait follows the cluster until the change has taken effect."
+        "See and change the cluster through its controller's admin API (needs a token "
+        "when the controller checks credentials). The views print tables (--json: the "
+        "API's JSON); each change prints what the controller accepted, and --wait follows "
+        "the cluster until the change has taken effect."
     )
     admin_url(admin)
     add_admin_commands(admin)
