@@ -145,8 +145,8 @@ def test_pod_count_waits_for_new_pods_alive_and_leaving_pods_empty() -> None:
 
 
 def test_refusals_read_as_their_problem_documents() -> None:
-    problem = '{"type": "about:blank", "title": "Not a member", "status": 409, "detail": "no"}'
-    assert refusal_message(409, problem) == "HTTP 409 Not a member: no"
+    problem = '{"type": "about:blank", "title": "Conflict", "status": 409, "detail": "no"}'
+    assert refusal_message(409, problem) == "HTTP 409 Conflict: no"
     assert refusal_message(502, "<html>bad gateway</html>") == "HTTP 502: <html>bad gateway</html>"
     assert exit_status_of(409) == exit_status_of(422) == exit_status_of(404) == EXIT_USAGE
     assert exit_status_of(401) == exit_status_of(403) == EXIT_FAILED

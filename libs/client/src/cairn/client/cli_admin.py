@@ -16,7 +16,7 @@ changes out in the background; `--wait` follows the cluster views until the chan
 has taken effect (or `--wait-timeout-s` passes) and says what it is waiting for.
 
 Refusals are the API's problem documents, shown as `HTTP STATUS TITLE: DETAIL`:
-an invalid change (400, 404, 409, 422) exits 2, missing or insufficient
+an invalid change (400, 404, 409, 415, 422) exits 2, missing or insufficient
 credentials (401, 403) exit 5, and a controller that does not answer or is not
 leading (503) exits 4, as a timed-out `--wait` does.
 """
@@ -40,7 +40,7 @@ from cairn.common.tls import LiveSSLContext, TlsFiles, TlsSource
 # How often `--wait` reads the cluster views again.
 WAIT_POLL_S = 0.5
 DEFAULT_WAIT_TIMEOUT_S = 300.0
-INVALID_CHANGE_STATUSES = frozenset({400, 404, 409, 422})
+INVALID_CHANGE_STATUSES = frozenset({400, 404, 409, 415, 422})
 CREDENTIAL_STATUSES = frozenset({401, 403})
 
 # The cluster views `--wait` judges by: "shards" and "nodes", as the API serves them.
