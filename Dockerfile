@@ -41,28 +41,28 @@ COPY services/gateway/pyproject.toml services/gateway/
 COPY sidecars/health/pyproject.toml sidecars/health/
 
 FROM build AS build-storage
-RUN uv sync --frozen --no-dev --no-install-workspace --package cairn-storage
+RUN uv sync --frozen --no-dev --no-install-workspace --package cairn-kv-storage
 COPY libs/ libs/
 COPY services/storage/ services/storage/
-RUN uv sync --frozen --no-dev --no-editable --package cairn-storage
+RUN uv sync --frozen --no-dev --no-editable --package cairn-kv-storage
 
 FROM build AS build-controller
-RUN uv sync --frozen --no-dev --no-install-workspace --package cairn-controller
+RUN uv sync --frozen --no-dev --no-install-workspace --package cairn-kv-controller
 COPY libs/ libs/
 COPY services/controller/ services/controller/
-RUN uv sync --frozen --no-dev --no-editable --package cairn-controller
+RUN uv sync --frozen --no-dev --no-editable --package cairn-kv-controller
 
 FROM build AS build-gateway
-RUN uv sync --frozen --no-dev --no-install-workspace --package cairn-gateway
+RUN uv sync --frozen --no-dev --no-install-workspace --package cairn-kv-gateway
 COPY libs/ libs/
 COPY services/gateway/ services/gateway/
-RUN uv sync --frozen --no-dev --no-editable --package cairn-gateway
+RUN uv sync --frozen --no-dev --no-editable --package cairn-kv-gateway
 
 FROM build AS build-health
-RUN uv sync --frozen --no-dev --no-install-workspace --package cairn-health
+RUN uv sync --frozen --no-dev --no-install-workspace --package cairn-kv-health
 COPY libs/ libs/
 COPY sidecars/health/ sidecars/health/
-RUN uv sync --frozen --no-dev --no-editable --package cairn-health
+RUN uv sync --frozen --no-dev --no-editable --package cairn-kv-health
 
 # -- runtime: the base, an unprivileged user, the environment -----------------------
 FROM ${PYTHON_IMAGE} AS runtime

@@ -9,9 +9,11 @@ import pytest
 
 from cairn.client.cli import build_parser
 from cairn.client.cli_admin import (
+    VIEWS,
     action_of,
     drained,
     exit_status_of,
+    format_view,
     led_by,
     refusal_message,
     replicated,
@@ -143,9 +145,38 @@ def test_pod_count_waits_for_new_pods_alive_and_leaving_pods_empty() -> None:
 
 
 def test_refusals_read_as_their_problem_documents() -> None:
-    problem = '{"type": "about:blank", "title": "Not a member", "status": 409, "detail": "no"}'
-    assert refusal_message(409, problem) == "HTTP 409 Not a member: no"
+    problem = '{"type": "about:blank", "title": "Conflict", "status": 409, "detail": "no"}'
+    assert refusal_message(409, problem) == "HTTP 409 Conflict: no"
     assert refusal_message(502, "<html>bad gateway</html>") == "HTTP 502: <html>bad gateway</html>"
     assert exit_status_of(409) == exit_status_of(422) == exit_status_of(404) == EXIT_USAGE
     assert exit_status_of(401) == exit_status_of(403) == EXIT_FAILED
     assert exit_status_of(503) == EXIT_UNAVAILABLE
+
+
+def test_views_parse_and_print_as_tables() -> None:
+    assert {name: VIEWS[name].path for name in VIEWS} == {
+        "nodes": "/v1/nodes",
+        "shards": "/v1/shards",
+        "elections": "/v1/elections",
+        "namespaces": "/v1/namespaces",
+    }
+    for name in VIEWS:
+        assert _parse(name).admin_command == name
+    node = {"name": "storage-0", "publicAddress": "10.0.0.1:6648", "alive": True,
+            "wanted": True, "draining": False, "replicas": 2, "leaders": 1}  # fmt: skip
+    assert format_view(VIEWS["nodes"], [node]).splitlines() == [
+        "NODE       ADDRESS        ALIVE  WANTED  DRAINING  REPLICAS  LEADERS",
+        "storage-0  10.0.0.1:6648  yes    yes     no        2         1",
+    ]
+    shard = {**_shard(0, ["storage-0", "storage-1"]), "term": 1, "leader": "",
+             "headOffset": None, "commitOffset": 4}  # fmt: skip
+    (_, row) = format_view(VIEWS["shards"], [shard]).splitlines()
+    assert row.split() == ["default", "0", "1", "steady", "-", "-", "4", "0",
+                           "storage-0,storage-1"]  # fmt: skip
+    namespace = {"name": "default", "replicationFactor": 3, "shards": [0, 1, 2]}
+    assert format_view(VIEWS["namespaces"], [namespace]).splitlines()[1].split() == [
+        "default", "3", "3", "0,1,2"
+    ]  # fmt: skip
+    election = {"namespace": "default", "shard": 1, "term": 4, "leader": "storage-2",
+                "reason": "leader lost", "startedMs": 1000, "durationMs": 35}  # fmt: skip
+    assert "storage-2  leader lost  1000" in format_view(VIEWS["elections"], [election])

@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -237,6 +238,6 @@ def problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
     document: dict[str, Any] = response.json()
     assert document["status"] == status
     assert document["code"] == code, document
-    assert document["type"] == f"https://cairn.dev/problems/{code}"
-    assert document["title"] and document["detail"]
+    assert document["type"] == "about:blank"
+    assert document["title"] == HTTPStatus(status).phrase and document["detail"]
     return document

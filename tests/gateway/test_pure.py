@@ -7,6 +7,7 @@ import base64
 import json
 import re
 import zlib
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -292,8 +293,8 @@ def test_client_errors_map_to_problems(
     problem = problem_for_client_error(error, retry_after_s=3)
     document = problem.document()
     assert document == {
-        "type": f"https://cairn.dev/problems/{code}",
-        "title": document["title"],
+        "type": "about:blank",
+        "title": HTTPStatus(status).phrase,
         "status": status,
         "detail": str(error),
         "code": code,
@@ -321,12 +322,18 @@ def test_http_errors_map_to_problems() -> None:
 @pytest.mark.parametrize(
     ("status", "body", "code"),
     [
-        (404, {"title": "No such namespace", "detail": "x"}, Code.NAMESPACE_NOT_FOUND),
-        (404, {"title": "No such shard", "detail": "x"}, Code.SHARD_NOT_FOUND),
-        (404, {"title": "No such node", "detail": "x"}, Code.NODE_NOT_FOUND),
+        (404, {"code": "namespace-not-found", "detail": "x"}, Code.NAMESPACE_NOT_FOUND),
+        (404, {"code": "shard-not-found", "detail": "x"}, Code.SHARD_NOT_FOUND),
+        (404, {"code": "node-not-found", "detail": "x"}, Code.NODE_NOT_FOUND),
         (404, {"detail": "Not Found"}, Code.NOT_FOUND),
-        (409, {"title": "Not a member", "detail": "x"}, Code.CONFLICT),
-        (422, {"title": "Invalid change", "detail": "x"}, Code.INVALID_CHANGE),
+        (409, {"code": "conflict", "detail": "x"}, Code.CONFLICT),
+        (422, {"code": "invalid-change", "detail": "x"}, Code.INVALID_CHANGE),
+        (400, {"code": "invalid-argument", "detail": "x"}, Code.INVALID_ARGUMENT),
+        (415, {"code": "unsupported-media-type", "detail": "x"}, Code.UNSUPPORTED_MEDIA_TYPE),
+        # A code passed on only with its own status; the controller's "unavailable"
+        # is the gateway's "controller-unavailable".
+        (404, {"code": "key-not-found", "detail": "x"}, Code.NOT_FOUND),
+        (503, {"code": "unavailable", "detail": "x"}, Code.CONTROLLER_UNAVAILABLE),
         (422, {"detail": [{"loc": ["body", "replicas"], "msg": "too big"}]}, Code.INVALID_CHANGE),
         (503, {"title": "Not leading", "detail": "x"}, Code.CONTROLLER_UNAVAILABLE),
         (400, None, Code.INVALID_ARGUMENT),

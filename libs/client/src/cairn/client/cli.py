@@ -13,8 +13,9 @@
     status                  the cluster from its controller's admin API; with no
                             controller, the shard map of --address and each shard's
                             request counters
-    admin ACTION ...        change the cluster through the controller: drain, undrain,
-                            replication-factor, move-leader, storage-pods (`--wait`)
+    admin ACTION ...        the cluster through its controller: views (nodes, shards,
+                            elections, namespaces) and changes (drain, undrain,
+                            replication-factor, move-leader, storage-pods; `--wait`)
     perf                    a load generator (`cairn perf --help`)
 
 Global options work before or after the command; `--address` and `--namespace`
@@ -43,7 +44,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from cairn.client import errors
+from cairn.client import DISTRIBUTION, errors
 from cairn.client.cli_admin import AdminError, add_admin_commands, admin_command
 from cairn.client.cli_output import (
     EXIT_FAILED,
@@ -66,6 +67,7 @@ from cairn.client.options import ClientOptions
 from cairn.client.records import Comparison
 from cairn.common.hashing import KeyHash
 from cairn.common.tls import TlsConfigError, TlsFiles
+from cairn.common.version import add_version_option
 
 DEFAULT_ADDRESS = "127.0.0.1:6648"
 DEFAULT_NAMESPACE = "default"
@@ -164,6 +166,7 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
         epilog="Exit status: 0 ok, 1 no such record, 2 usage or invalid request, 3 unexpected "
         "version, 4 unavailable or outcome unknown, 5 other failure, 130 interrupted.",
     )
+    add_version_option(parser, DISTRIBUTION)
     _add_global_options(parser, env, top=True)
     # Read from the environment the parser was built with (tests pass their own).
     parser.set_defaults(env_token=env.get("CAIRN_TOKEN"))
@@ -290,11 +293,12 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
     admin_url(status)
     status.set_defaults(handler=None)
 
-    admin = command("admin", "change the cluster: drain, replication factor, leader, pods")
+    admin = command("admin", "see and change the cluster: nodes, shards, drain, leader, ...")
     admin.description = (
-        "Change the cluster through its controller's admin API (needs an admin token "
-        "when the controller checks credentials). Each action prints what the controller "
-        "accepted; --wait follows the cluster until the change has taken effect."
+        "See and change the cluster through its controller's admin API (needs a token "
+        "when the controller checks credentials). The views print tables (--json: the "
+        "API's JSON); each change prints what the controller accepted, and --wait follows "
+        "the cluster until the change has taken effect."
     )
     admin_url(admin)
     add_admin_commands(admin)

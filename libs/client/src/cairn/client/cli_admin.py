@@ -1,17 +1,22 @@
-"""`cairn admin`: change a cluster through its controller's admin API.
+"""`cairn admin`: see and change a cluster through its controller's admin API.
 
+    cairn admin nodes                        the storage pods: address, alive, draining, replicas
+    cairn admin shards                       each shard: term, state, leader, offsets, ensemble
+    cairn admin elections                    the recent elections, newest first
+    cairn admin namespaces                   each namespace: shards, replication factor
     cairn admin drain NODE                   move every replica off NODE (it stays in the pod count)
     cairn admin undrain NODE                 let NODE take replicas again
     cairn admin replication-factor NS N      the replicas of each of NS's shards
     cairn admin move-leader SHARD NODE       make NODE (a member) SHARD's leader
     cairn admin storage-pods N               the number of storage pods
 
-Each asks the controller once and prints what it accepted. The controller carries
+The four views print a table, or with `--json` the API's JSON array as it is.
+Each change asks the controller once and prints what it accepted. The controller carries
 changes out in the background; `--wait` follows the cluster views until the change
 has taken effect (or `--wait-timeout-s` passes) and says what it is waiting for.
 
 Refusals are the API's problem documents, shown as `HTTP STATUS TITLE: DETAIL`:
-an invalid change (400, 404, 409, 422) exits 2, missing or insufficient
+an invalid change (400, 404, 409, 415, 422) exits 2, missing or insufficient
 credentials (401, 403) exit 5, and a controller that does not answer or is not
 leading (503) exits 4, as a timed-out `--wait` does.
 """
@@ -28,14 +33,14 @@ from typing import Any
 
 import httpx
 
-from cairn.client.cli_output import EXIT_FAILED, EXIT_UNAVAILABLE, EXIT_USAGE, Output
+from cairn.client.cli_output import EXIT_FAILED, EXIT_UNAVAILABLE, EXIT_USAGE, Output, table
 from cairn.client.options import ClientOptions
 from cairn.common.tls import LiveSSLContext, TlsFiles, TlsSource
 
 # How often `--wait` reads the cluster views again.
 WAIT_POLL_S = 0.5
 DEFAULT_WAIT_TIMEOUT_S = 300.0
-INVALID_CHANGE_STATUSES = frozenset({400, 404, 409, 422})
+INVALID_CHANGE_STATUSES = frozenset({400, 404, 409, 415, 422})
 CREDENTIAL_STATUSES = frozenset({401, 403})
 
 # The cluster views `--wait` judges by: "shards" and "nodes", as the API serves them.
@@ -61,6 +66,74 @@ class AdminAction:
     body: dict[str, Any] | None
     description: str
     progress: Progress
+
+
+@dataclass(frozen=True)
+class AdminView:
+    """A read-only view of the admin API, and its columns as a table."""
+
+    path: str
+    help: str
+    headers: tuple[str, ...]
+    row: Callable[[Mapping[str, Any]], Sequence[Any]]
+
+
+def _yes(flag: Any) -> str:
+    return "yes" if flag else "no"
+
+
+def _node_row(n: Mapping[str, Any]) -> Sequence[Any]:
+    flags = (_yes(n["alive"]), _yes(n["wanted"]), _yes(n["draining"]))
+    return (n["name"], n["publicAddress"] or None, *flags, n["replicas"], n["leaders"])
+
+
+def _shard_row(s: Mapping[str, Any]) -> Sequence[Any]:
+    lags = [follower["lag"] for follower in s.get("followers", ())]
+    offsets = (s.get("headOffset"), s.get("commitOffset"), max(lags) if lags else None)
+    ensemble = ",".join(s["ensemble"])
+    return (s["namespace"], s["id"], s["term"], s["state"], s["leader"] or None, *offsets, ensemble)
+
+
+def _election_row(e: Mapping[str, Any]) -> Sequence[Any]:
+    where = (e["namespace"], e["shard"], e["term"], e["leader"] or None)
+    return (*where, e["reason"], e["startedMs"], e["durationMs"])
+
+
+def _namespace_row(n: Mapping[str, Any]) -> Sequence[Any]:
+    shard_ids = ",".join(str(shard) for shard in n["shards"])
+    return (n["name"], len(n["shards"]), n["replicationFactor"], shard_ids)
+
+
+VIEWS: Mapping[str, AdminView] = {
+    "nodes": AdminView(
+        "/v1/nodes",
+        "the storage pods: address, alive, wanted, draining, replicas, leaders",
+        ("NODE", "ADDRESS", "ALIVE", "WANTED", "DRAINING", "REPLICAS", "LEADERS"),
+        _node_row,
+    ),
+    "shards": AdminView(
+        "/v1/shards",
+        "each shard: term, state, leader, offsets, lag, ensemble",
+        ("NAMESPACE", "SHARD", "TERM", "STATE", "LEADER", "HEAD", "COMMIT", "MAX LAG", "ENSEMBLE"),
+        _shard_row,
+    ),
+    "elections": AdminView(
+        "/v1/elections",
+        "the recent elections, newest first",
+        ("NAMESPACE", "SHARD", "TERM", "LEADER", "REASON", "STARTED MS", "DURATION MS"),
+        _election_row,
+    ),
+    "namespaces": AdminView(
+        "/v1/namespaces",
+        "each namespace: its shards and replication factor",
+        ("NAMESPACE", "SHARDS", "REPLICATION FACTOR", "SHARD IDS"),
+        _namespace_row,
+    ),
+}
+
+
+def format_view(view: AdminView, items: Sequence[Mapping[str, Any]]) -> str:
+    return table(view.headers, [view.row(item) for item in items])
 
 
 # ---- what each command asks, and when it is done (pure) -----------------------------
@@ -240,6 +313,8 @@ def add_admin_commands(admin: argparse.ArgumentParser) -> None:
         help=f"give up waiting after this long (default {DEFAULT_WAIT_TIMEOUT_S:g}; exit 4)",
     )
     commands = admin.add_subparsers(dest="admin_command", required=True, metavar="ACTION")
+    for name, view in VIEWS.items():
+        commands.add_parser(name, help=view.help, description=view.help)
     drain = commands.add_parser("drain", help="move every replica off NODE")
     drain.add_argument("node")
     undrain = commands.add_parser("undrain", help="let NODE take replicas again")
@@ -312,6 +387,17 @@ async def _wait(
 
 
 async def admin_command(args: argparse.Namespace, output: Output, options: ClientOptions) -> None:
+    view = VIEWS.get(args.admin_command)
+    if view is not None:
+        async with admin_api_client(
+            args.admin_url, args.timeout_s, options.tls, options.bearer_token
+        ) as http:
+            items = await _call(http, "GET", view.path)
+        if output.as_json:
+            output.json(items)
+        else:
+            output.line(format_view(view, items))
+        return
     action = action_of(args)
     async with admin_api_client(
         args.admin_url, args.timeout_s, options.tls, options.bearer_token

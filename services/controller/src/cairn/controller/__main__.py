@@ -37,6 +37,8 @@ from cairn.common.telemetry import (
 )
 from cairn.common.tls import add_transport_arguments, server_ssl_context
 from cairn.common.tls_asgi import uvicorn_tls_options
+from cairn.common.version import add_version_option
+from cairn.controller import DISTRIBUTION
 from cairn.controller.api import create_app
 from cairn.controller.metrics import ControllerMetrics
 from cairn.controller.model import default_spec
@@ -51,6 +53,7 @@ LISTENING = "cairn-controller listening on"
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cairn-controller", description=__doc__.split("\n")[0])
+    add_version_option(parser, DISTRIBUTION)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=6650, help="admin/heartbeat HTTP; 0 = any")
     parser.add_argument("--state", choices=["file", "kubernetes"], default="file")

@@ -9,7 +9,9 @@ Actions: PUT  /v1/namespaces/{name}/replication-factor  {"replicationFactor": n}
 Changes of desired state (replication factor, pod count, drains) are written to
 the cluster spec (on Kubernetes: the custom resource's spec, so kubectl and this
 API always agree); a leader move is a request recorded in the status.
-Errors are RFC 9457 problem documents.
+Every error, validation included, is an RFC 9457 problem document with a stable
+`code` (cairn.common.problems, as the gateway answers); a body sent as anything
+but JSON is refused with 415 (one with no Content-Type is read as JSON).
 
 With TLS (`require_identity`), a heartbeat is taken only from the sidecar of
 the pod it is about (its client certificate names `sidecar/<pod>`): 401 without
@@ -34,6 +36,8 @@ from cairn.common.auth.config import AuthConfig
 from cairn.common.auth.config import disabled as disabled_auth
 from cairn.common.heartbeat import HeartbeatError, parse_heartbeat
 from cairn.common.identity import asgi_peer_principal
+from cairn.common.problems import Code, Problem
+from cairn.common.problems_http import install_problem_handlers, json_body, problem_response
 from cairn.controller.api_access import READ_METHODS, Refusal, check_request
 from cairn.controller.fencing import ControllerFenced
 from cairn.controller.model import (
@@ -54,12 +58,8 @@ log = logging.getLogger(__name__)
 MAX_HEARTBEAT_BYTES = 4 * 1024 * 1024
 
 
-class Problem(Exception):
-    def __init__(self, status: int, title: str, detail: str) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.title = title
-        self.detail = detail
+# The challenge a 401 carries (RFC 6750).
+BEARER_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="cairn"'}
 
 
 class ReplicationFactorChange(BaseModel):
@@ -83,8 +83,10 @@ def _admit_heartbeat(request: Request, node: str) -> None:
     who = str(principal) if principal is not None else "no client certificate"
     log.warning("refused a heartbeat for %s from %s", node, who)
     if verdict is Verdict.UNAUTHENTICATED:
-        raise Problem(401, "Unauthenticated", "a heartbeat needs a sidecar's client certificate")
-    raise Problem(403, "Forbidden", f"{who} may not send heartbeats for {node}")
+        raise Problem(
+            Code.UNAUTHORIZED, "a heartbeat needs a sidecar's client certificate", BEARER_CHALLENGE
+        )
+    raise Problem(Code.FORBIDDEN, f"{who} may not send heartbeats for {node}")
 
 
 def create_app(
@@ -104,8 +106,9 @@ def create_app(
                 request.scope,
             )
         except Refusal as refusal:
-            title = "Unauthorized" if refusal.status == 401 else "Forbidden"
-            raise Problem(refusal.status, title, refusal.detail) from None
+            if refusal.status == 401:
+                raise Problem(Code.UNAUTHORIZED, refusal.detail, BEARER_CHALLENGE) from None
+            raise Problem(Code.FORBIDDEN, refusal.detail) from None
         if principal is not None and request.method not in READ_METHODS:
             log.info("%s %s by %s", request.method, request.url.path, principal)
 
@@ -116,32 +119,24 @@ def create_app(
         dependencies=[Depends(authorized)],
         docs_url=None,
         redoc_url=None,
+        # A body without a Content-Type is read as JSON; one of another media type
+        # (curl's -d sends a form's) is refused with 415 (json_body).
+        strict_content_type=False,
     )
     serve_docs(app)
 
-    @app.exception_handler(Problem)
-    async def problem(_: Request, error: Problem) -> JSONResponse:
-        headers = {"WWW-Authenticate": 'Bearer realm="cairn"'} if error.status == 401 else None
-        return JSONResponse(
-            headers=headers,
-            content={
-                "type": "about:blank",
-                "title": error.title,
-                "status": error.status,
-                "detail": error.detail,
-            },
-            status_code=error.status,
-            media_type="application/problem+json",
-        )
+    install_problem_handlers(app, "controller")
 
     @app.exception_handler(ControllerFenced)
-    async def fenced(request: Request, error: ControllerFenced) -> JSONResponse:
+    async def fenced(_: Request, error: ControllerFenced) -> JSONResponse:
         # A newer controller took over while this request was being served.
-        return await problem(request, Problem(503, "Not leading", str(error)))
+        return problem_response(Problem(Code.UNAVAILABLE, f"not leading: {error}"))
 
     def keeper() -> Any:
         if controller.keeper is None or not controller.leading.is_set():
-            raise Problem(503, "Not leading", "this controller does not hold the lock (yet)")
+            raise Problem(
+                Code.UNAVAILABLE, "not leading: this controller does not hold the lock (yet)"
+            )
         return controller.keeper
 
     # -- probes and heartbeats ---------------------------------------------------------
@@ -159,11 +154,11 @@ def create_app(
     async def heartbeat(request: Request) -> dict[str, bool]:
         body = await request.body()
         if len(body) > MAX_HEARTBEAT_BYTES:
-            raise Problem(413, "Heartbeat too large", f"{len(body)} bytes")
+            raise Problem(Code.PAYLOAD_TOO_LARGE, f"a heartbeat of {len(body)} bytes")
         try:
             beat = parse_heartbeat(json.loads(body))
         except (HeartbeatError, ValueError) as error:
-            raise Problem(400, "Bad heartbeat", str(error)) from None
+            raise Problem(Code.INVALID_ARGUMENT, f"bad heartbeat: {error}") from None
         if require_identity:
             _admit_heartbeat(request, beat.node)
         controller.observer.on_heartbeat(beat)
@@ -307,16 +302,16 @@ def create_app(
         try:
             state = await keeper().update_spec(change)
         except SpecError as error:
-            raise Problem(422, "Invalid change", str(error)) from None
+            raise Problem(Code.INVALID_CHANGE, str(error)) from None
         controller.wake.set()
         return {"generation": state.generation, "spec": spec_document(state.spec)}
 
-    @app.put("/v1/namespaces/{name}/replication-factor")
+    @app.put("/v1/namespaces/{name}/replication-factor", dependencies=[Depends(json_body)])
     async def set_replication_factor(name: str, body: ReplicationFactorChange) -> dict[str, Any]:
         def change(spec: ClusterSpec) -> ClusterSpec:
             namespace = spec.namespace(name)
             if namespace is None:
-                raise Problem(404, "No such namespace", f"namespace {name!r} does not exist")
+                raise Problem(Code.NAMESPACE_NOT_FOUND, f"namespace {name!r} does not exist")
             updated = replace(namespace, replication_factor=body.replicationFactor)
             return replace(
                 spec,
@@ -325,7 +320,7 @@ def create_app(
 
         return await change_spec(change)
 
-    @app.put("/v1/storage-pods")
+    @app.put("/v1/storage-pods", dependencies=[Depends(json_body)])
     async def set_storage_pods(body: PodCountChange) -> dict[str, Any]:
         return await change_spec(lambda spec: replace(spec, storage_pods=body.replicas))
 
@@ -333,7 +328,7 @@ def create_app(
         try:
             node_ordinal(name)
         except SpecError as error:
-            raise Problem(404, "No such node", str(error)) from None
+            raise Problem(Code.NODE_NOT_FOUND, str(error)) from None
 
     @app.put("/v1/nodes/{name}/drain")
     async def drain(name: str) -> dict[str, Any]:
@@ -349,16 +344,15 @@ def create_app(
             lambda spec: replace(spec, drain=tuple(n for n in spec.drain if n != name))
         )
 
-    @app.post("/v1/shards/{shard}/leader", status_code=202)
+    @app.post("/v1/shards/{shard}/leader", status_code=202, dependencies=[Depends(json_body)])
     async def move_leader(shard: int, body: LeaderMoveRequest) -> dict[str, Any]:
         handle = keeper()
         record = handle.state.status.shard(shard)
         if record is None:
-            raise Problem(404, "No such shard", f"shard {shard} does not exist")
+            raise Problem(Code.SHARD_NOT_FOUND, f"shard {shard} does not exist")
         if body.node not in record.ensemble:
             raise Problem(
-                409,
-                "Not a member",
+                Code.CONFLICT,
                 f"{body.node} is not in shard {shard}'s ensemble {list(record.ensemble)}",
             )
 

@@ -1,6 +1,10 @@
 """Cairn's REST gateway: a stateless HTTP front door over the client library."""
 
 from cairn.common.grpc_runtime import use_poller_io
+from cairn.common.version import distribution_version
 
 # Before any module of this package imports grpc: see cairn.common.grpc_runtime.
 use_poller_io()
+
+DISTRIBUTION = "cairn-kv-gateway"
+__version__ = distribution_version(DISTRIBUTION)

@@ -38,7 +38,8 @@ from cairn.common.telemetry import (
 )
 from cairn.common.tls import TlsFiles, add_transport_arguments, server_ssl_context
 from cairn.common.tls_asgi import uvicorn_tls_options
-from cairn.gateway import metrics
+from cairn.common.version import add_version_option
+from cairn.gateway import DISTRIBUTION, metrics
 from cairn.gateway.app import Lifecycle, create_app
 from cairn.gateway.settings import GatewaySettings
 
@@ -52,6 +53,7 @@ CLIENT_IDENTITY = "cairn-gateway"
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cairn-gateway", description=__doc__.split("\n")[0])
+    add_version_option(parser, DISTRIBUTION)
     parser.add_argument(
         "--address",
         required=True,

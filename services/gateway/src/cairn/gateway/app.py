@@ -21,13 +21,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cairn.client.errors import ClientError
 from cairn.common.api_docs import serve_docs
+from cairn.common.problems import validation_detail
+from cairn.common.problems_http import problem_response
 from cairn.gateway import admin, changes, keys, openapi, scans, sessions
 from cairn.gateway.callers import caller_dependency
 from cairn.gateway.cursors import CursorError
 from cairn.gateway.headers import HeaderError
 from cairn.gateway.pool import ClientPool
 from cairn.gateway.problems import (
-    PROBLEM_MEDIA_TYPE,
     Code,
     Problem,
     problem_for_client_error,
@@ -48,25 +49,6 @@ Every error is an RFC 9457 problem document (`application/problem+json`) with
 a stable `code`. The gateway keeps no state between requests: session tokens,
 cursors and event ids carry it, so any number of gateways can serve one address.
 """
-# Validation messages listed in a problem's detail, at most.
-MAX_VALIDATION_MESSAGES = 10
-
-
-def problem_response(problem: Problem) -> JSONResponse:
-    return JSONResponse(
-        problem.document(),
-        status_code=problem.status,
-        headers=problem.headers,
-        media_type=PROBLEM_MEDIA_TYPE,
-    )
-
-
-def _validation_detail(error: RequestValidationError) -> str:
-    messages = []
-    for item in error.errors()[:MAX_VALIDATION_MESSAGES]:
-        location = ".".join(str(part) for part in item.get("loc", ()))
-        messages.append(f"{location}: {item.get('msg', 'invalid')}")
-    return "; ".join(messages) or "malformed request"
 
 
 def bearer_auth(token: str) -> Callable[..., Awaitable[None]]:
@@ -233,7 +215,7 @@ def _error_handlers(app: FastAPI, settings: GatewaySettings, routes: Sequence[Ba
 
     async def on_validation(_: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, RequestValidationError)
-        return problem_response(Problem(Code.INVALID_ARGUMENT, _validation_detail(error)))
+        return problem_response(Problem(Code.INVALID_ARGUMENT, validation_detail(error.errors())))
 
     async def on_http(request: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, StarletteHTTPException)

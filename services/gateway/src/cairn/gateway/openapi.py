@@ -21,7 +21,7 @@ from cairn.gateway.problems import (
     Code,
     ProblemDocument,
     status_of,
-    title_of,
+    summary_of,
 )
 
 _PROBLEM_REF = {"$ref": "#/components/schemas/ProblemDocument"}
@@ -38,7 +38,7 @@ def errors(*codes: Code) -> dict[int | str, dict[str, Any]]:
 
 
 def _description(codes: list[Code]) -> str:
-    return "; ".join(f"`{code.value}`: {title_of(code)}" for code in codes)
+    return "; ".join(f"`{code.value}`: {summary_of(code)}" for code in codes)
 
 
 def install(app: FastAPI, *, auth: bool) -> None:

@@ -36,6 +36,8 @@ from cairn.common.telemetry import (
     metrics_tls_dir,
 )
 from cairn.common.tls import add_transport_arguments
+from cairn.common.version import add_version_option
+from cairn.storage import DISTRIBUTION
 from cairn.storage.config import (
     DEFAULT_NAMESPACE,
     DEFAULT_WAL_RETENTION_BYTES,
@@ -118,6 +120,7 @@ def parse_namespace_spec(spec: str) -> NamespaceConfig:
 def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     """The program's parser and its `standalone` subparser (whose usage errors show)."""
     parser = argparse.ArgumentParser(prog="cairn-storage", description=__doc__.split("\n")[0])
+    add_version_option(parser, DISTRIBUTION)
     commands = parser.add_subparsers(dest="command", required=True)
     standalone = commands.add_parser(
         "standalone",

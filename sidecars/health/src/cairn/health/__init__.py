@@ -14,6 +14,10 @@ controller, also while the pod is hung, so that the controller hears of it.
 """
 
 from cairn.common.grpc_runtime import use_poller_io
+from cairn.common.version import distribution_version
 
 # Before any module of this package imports grpc: see cairn.common.grpc_runtime.
 use_poller_io()
+
+DISTRIBUTION = "cairn-kv-health"
+__version__ = distribution_version(DISTRIBUTION)

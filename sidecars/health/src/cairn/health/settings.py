@@ -11,6 +11,8 @@ from urllib.parse import urlsplit
 from cairn.common.logs import add_log_arguments
 from cairn.common.telemetry import METRICS_PORT_HEALTH, add_metrics_arguments
 from cairn.common.tls import add_transport_arguments
+from cairn.common.version import add_version_option
+from cairn.health import DISTRIBUTION
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8081
@@ -85,6 +87,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Health sidecar of a Cairn storage pod: probes the pod, serves "
         "/livez /readyz /status, and heartbeats to the controller.",
     )
+    add_version_option(parser, DISTRIBUTION)
     parser.add_argument("--node-name", required=True, help="the pod's name, e.g. storage-0")
     parser.add_argument(
         "--storage-internal",

@@ -39,8 +39,10 @@ import grpc
 from cairn.client.failures import server_status
 from cairn.common.errors import OffsetPassed
 from cairn.common.tls import TlsSource, aio_channel, client_ssl_context
+from cairn.common.version import add_version_option
 from cairn.proto import replication_pb2 as rpb
 from cairn.proto import replication_pb2_grpc as rpb_grpc
+from cairn.spark import DISTRIBUTION
 from cairn.spark.jobs.progress import say
 
 OFFSET_PASSED = OffsetPassed.reason
@@ -209,6 +211,7 @@ def report(audits: Sequence[ShardAudit]) -> tuple[list[Divergence], list[ShardAu
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="cairn-audit", description=__doc__.split("\n")[0])
+    add_version_option(parser, DISTRIBUTION)
     parser.add_argument("--controller", required=True, help="the controller's admin API URL")
     parser.add_argument("--namespace", help="only this namespace (default: every one)")
     transport = parser.add_mutually_exclusive_group(required=True)

@@ -24,6 +24,8 @@ import time
 from collections.abc import Sequence
 
 from cairn.client.client import AsyncClient
+from cairn.common.version import add_version_option
+from cairn.spark import DISTRIBUTION
 from cairn.spark.jobs import export, restore
 from cairn.spark.jobs.common import job_session
 from cairn.spark.jobs.progress import rate, say
@@ -54,6 +56,7 @@ def line(step: str, rows: int, size_bytes: int, elapsed_s: float) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cairn-spark-bench", description=__doc__.split("\n")[0])
+    add_version_option(parser, DISTRIBUTION)
     parser.add_argument("--address", required=True, help="the source (written, exported)")
     parser.add_argument("--target-address", required=True, help="the restore's target")
     parser.add_argument("--rows", type=int, default=100_000)

@@ -18,6 +18,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from cairn.common.version import add_version_option
+from cairn.spark import DISTRIBUTION
 from cairn.spark.jobs.common import (
     add_connection_arguments,
     add_spark_arguments,
@@ -30,6 +32,7 @@ from cairn.spark.jobs.progress import rate, say
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="cairn-cdc", description=__doc__.split("\n")[0])
+    add_version_option(parser, DISTRIBUTION)
     add_connection_arguments(parser)
     add_spark_arguments(parser)
     parser.add_argument("--output", required=True, help="the Parquet directory (path or URI)")

@@ -24,6 +24,8 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from cairn.client.sync import Client
+from cairn.common.version import add_version_option
+from cairn.spark import DISTRIBUTION
 from cairn.spark.jobs.common import (
     add_connection_arguments,
     add_spark_arguments,
@@ -38,6 +40,7 @@ from cairn.spark.options import ConnectionSettings
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="cairn-export", description=__doc__.split("\n")[0])
+    add_version_option(parser, DISTRIBUTION)
     add_connection_arguments(parser)
     add_spark_arguments(parser)
     parser.add_argument(

@@ -38,6 +38,8 @@ import pyarrow.parquet as pq
 
 from cairn.client.scans import KEYS_END
 from cairn.client.sync import Client
+from cairn.common.version import add_version_option
+from cairn.spark import DISTRIBUTION
 from cairn.spark.jobs.common import (
     add_connection_arguments,
     add_spark_arguments,
@@ -55,6 +57,7 @@ FORMATS = ("export", "parquet", "csv", "json")
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="cairn-restore", description=__doc__.split("\n")[0])
+    add_version_option(parser, DISTRIBUTION)
     add_connection_arguments(parser)
     add_spark_arguments(parser)
     parser.add_argument("--input", required=True, help="an export's directory, or data files")

@@ -45,6 +45,8 @@ from grpc_status import rpc_status
 
 from cairn.common.errors import LEADER_HINT_KEY
 from cairn.common.hashing import HashRange, key_hash
+from cairn.common.version import add_version_option
+from cairn.controller import DISTRIBUTION
 from cairn.controller.local.launcher import LocalCluster
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import oxia_client_pb2_grpc as pb_grpc
@@ -432,6 +434,7 @@ def summarize(results: Sequence[RunResult]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="cairn-failover", description=__doc__.split("\n")[0])
+    add_version_option(parser, DISTRIBUTION)
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--mode", choices=["crash", "hang", "scale-out"], default="crash")
     parser.add_argument("--pods", type=int, default=3)

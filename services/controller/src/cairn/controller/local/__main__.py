@@ -18,6 +18,8 @@ from pathlib import Path
 from types import FrameType
 
 from cairn.common.logs import add_log_arguments, setup_logging
+from cairn.common.version import add_version_option
+from cairn.controller import DISTRIBUTION
 from cairn.controller.local.launcher import LOCAL_USER, LocalCluster
 
 
@@ -43,6 +45,7 @@ def _connecting(cluster: LocalCluster) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="cairn-local", description=__doc__.split("\n")[0])
+    add_version_option(parser, DISTRIBUTION)
     parser.add_argument("--dir", type=Path, default=Path(".cairn"), help="state, data and logs")
     parser.add_argument("--host", default="127.0.0.1")
     first = parser.add_argument_group("first start (the stored spec wins afterwards)")

@@ -102,6 +102,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from cairn.common.version import add_version_option
+from cairn.storage import DISTRIBUTION
 from cairn.storage.bench import security
 from cairn.storage.bench.cluster import Cluster, ClusterError, running_cluster
 from cairn.storage.bench.fsync_probe import FsyncSpec, run_fsync_probe
@@ -255,6 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=(__doc__ or "").split("\n", 2)[2],
     )
+    add_version_option(parser, DISTRIBUTION)
     parser.add_argument("workload", choices=WORKLOADS)
     target = parser.add_argument_group("server")
     where = target.add_mutually_exclusive_group()
