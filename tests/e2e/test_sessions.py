@@ -6,7 +6,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -122,11 +122,22 @@ def test_expiry_after_a_full_timeout_and_heartbeats_keep_sessions_alive(
         assert raised.value.code() == grpc.StatusCode.NOT_FOUND  # type: ignore[attr-defined]
 
 
+@pytest.fixture(scope="module")
+def one_shard_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
+    """A server for the tests that change nothing on it (refused requests)."""
+    server = StandaloneProcess(tmp_path_factory.mktemp("sessions"), 1)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
 @pytest.mark.parametrize("timeout_ms", [0, 1999, 300_001])
 def test_session_timeouts_outside_2s_to_5min_are_refused(
-    standalone_factory: Callable[..., StandaloneProcess], timeout_ms: int
+    one_shard_server: StandaloneProcess, timeout_ms: int
 ) -> None:
-    server = standalone_factory(1)
+    server = one_shard_server
     with grpc.insecure_channel(server.address) as channel:
         stub = pb_grpc.OxiaClientStub(channel)
         with pytest.raises(grpc.RpcError) as raised:

@@ -376,6 +376,8 @@ def running_cluster(
         preferred_ports=False,
         # Its probes dial plaintext channels; the cost of failover is measured without TLS.
         tls=False,
+        # Nothing here goes through the REST gateway (the admin API is the controller's).
+        gateway=False,
     )
     stop = threading.Event()
 
