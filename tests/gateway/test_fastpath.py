@@ -60,7 +60,8 @@ def test_fast_and_routed_answers_agree(g1: httpx.Client, prefix: str) -> None:
     problem(g1.get(missing), 404, "key-not-found")
     # A conditional write at a stale version: the same problem either way
     # (`If-Match: *` is the router's, a version the fast path's).
-    stale = g1.put(key_url(key), content=b"v", headers={"If-Match": '"1"'})
+    other_version = f'"{int(tag.strip(chr(34))) + 1000}"'
+    stale = g1.put(key_url(key), content=b"v", headers={"If-Match": other_version})
     problem(stale, 412, "version-mismatch")
 
 
@@ -107,9 +108,10 @@ def test_workers_share_the_port_and_sessions(
     gateway = GatewayProcess(
         [storage.address], extra_args=["--workers", "2", "--session-key-file", str(key_file)]
     )
-    gateway.start(timeout_s=60.0)
+    # Two processes start (each imports the gateway): a longer bound than one's.
+    gateway.start(timeout_s=120.0)
     try:
-        assert gateway.url and "(2 workers)" in gateway.log_text()
+        # Each worker serves its own metrics.
         metrics = wait_until(
             lambda: len(_worker_metrics(gateway)) == 2 and _worker_metrics(gateway)
         )

@@ -309,7 +309,10 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, args: argparse.
             flush=True,
         )
     if args.worker_ready_fd is not None:
-        os.write(args.worker_ready_fd, b"1")
+        try:
+            os.write(args.worker_ready_fd, b"1")
+        except BrokenPipeError:
+            stop.set()  # the supervisor is gone already
         os.close(args.worker_ready_fd)
     if args.worker_life_fd is not None:
         # End of file once the supervisor is gone (killed: it forwards no signal).
@@ -376,7 +379,7 @@ def _supervise(args: argparse.Namespace, argv: list[str]) -> None:
                 return
             os.close(read_end)
         port = sock.getsockname()[1]
-        print(f"{LISTENING} {_url(args.host, port, scheme)} ({args.workers} workers)", flush=True)
+        print(f"{LISTENING} {_url(args.host, port, scheme)}", flush=True)
         while not stop.wait(0.5):
             exited = next((w for w in workers if w.poll() is not None), None)
             if exited is not None:
