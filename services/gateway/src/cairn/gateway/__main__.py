@@ -315,8 +315,14 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, args: argparse.
             stop.set()  # the supervisor is gone already
         os.close(args.worker_ready_fd)
     if args.worker_life_fd is not None:
-        # End of file once the supervisor is gone (killed: it forwards no signal).
-        loop.add_reader(args.worker_life_fd, stop.set)
+        life_fd = args.worker_life_fd
+
+        def orphaned() -> None:
+            # End of file: the supervisor is gone (killed: it forwards no signal).
+            loop.remove_reader(life_fd)
+            stop.set()
+
+        loop.add_reader(life_fd, orphaned)
     stopped = asyncio.create_task(stop.wait())
     try:
         await asyncio.wait({http, stopped}, return_when=asyncio.FIRST_COMPLETED)
