@@ -14,6 +14,8 @@ not take it hands to FastAPI untouched, before reading any of its body:
 - a parameter outside its declared bounds (FastAPI's 400 problem names it);
 - parameters left to the routers: `comparison` and `index` of a read, `session`
   and `index` of a write, `index` of a page;
+- a body declared over the app's limit on a route that reads none (the app's
+  limit answers it, 413);
 - every request while tracing is on (FastAPI's telemetry makes the spans).
 
 Either way the request is authenticated alike, its body held to the same limit,
@@ -195,6 +197,13 @@ class _Request:
         if not names.isdisjoint(self.query):
             raise _Defer
 
+    def declares_no_body_over(self, limit: int) -> None:
+        """A route that reads no body: one declared over the app's limit is
+        refused by the app's limit (a 413 problem), so the router answers it."""
+        declared = self.headers.get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+            raise _Defer
+
 
 class Front:
     """The gateway's ASGI app: times every HTTP request, serves the hot routes'
@@ -250,6 +259,8 @@ class Front:
         try:
             if match := _KEY_ROUTE.match(path):
                 request = _Request(scope, match.groupdict())
+                if method != "PUT":
+                    request.declares_no_body_over(self.settings.max_json_body_bytes)
                 if method == "GET":
                     return KEY_PATH, self._get_key(request)
                 if method == "PUT":
@@ -257,9 +268,13 @@ class Front:
                 if method == "DELETE":
                     return KEY_PATH, self._delete_key(request)
             elif method == "GET" and (match := _KEYS_ROUTE.match(path)):
-                return KEYS_PATH, self._page(_Request(scope, match.groupdict()), records=False)
+                request = _Request(scope, match.groupdict())
+                request.declares_no_body_over(self.settings.max_json_body_bytes)
+                return KEYS_PATH, self._page(request, records=False)
             elif method == "GET" and (match := _RECORDS_ROUTE.match(path)):
-                return RECORDS_PATH, self._page(_Request(scope, match.groupdict()), records=True)
+                request = _Request(scope, match.groupdict())
+                request.declares_no_body_over(self.settings.max_json_body_bytes)
+                return RECORDS_PATH, self._page(request, records=True)
         except (_Defer, HeaderError):
             return None
         return None
