@@ -12,11 +12,11 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 import pytest
 
 from cairn.client import cli
 from cairn.client.perf.driver import interval_ends, mode_of, run
+from cairn.client.perf.http import HttpEndpoint
 from cairn.client.perf.options import PerfOptions
 from cairn.client.perf.stats import (
     IntervalLine,
@@ -328,28 +328,67 @@ def test_preload_writes_every_key_so_gets_find_them() -> None:
 # ---- the HTTP target ------------------------------------------------------------------
 
 
+async def _http_server(
+    answer: Callable[[str, str, bytes], tuple[int, bytes, bool]],
+) -> tuple[asyncio.Server, str]:
+    """A minimal HTTP/1.1 server on a free port: `answer(method, path, body)` gives
+    the status, the body and whether to send it chunked."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                await answer_one(head, reader, writer)
+        except asyncio.IncompleteReadError:
+            pass  # the client closed the connection
+        finally:
+            writer.close()
+
+    async def answer_one(
+        head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        lines = head.decode("latin-1").split("\r\n")
+        method, path, _ = lines[0].split(" ")
+        fields = dict(line.lower().split(": ", 1) for line in lines[1:] if line)
+        body = await reader.readexactly(int(fields.get("content-length", "0")))
+        status, content, chunked = answer(method, path, body)
+        if chunked:
+            half = len(content) // 2
+            chunks = b"".join(
+                b"%x\r\n%s\r\n" % (len(part), part) for part in (content[:half], content[half:])
+            )
+            writer.write(
+                b"HTTP/1.1 %d X\r\ntransfer-encoding: chunked\r\n\r\n%s0\r\n\r\n" % (status, chunks)
+            )
+        else:
+            writer.write(
+                b"HTTP/1.1 %d X\r\ncontent-length: %d\r\n\r\n%s" % (status, len(content), content)
+            )
+        await writer.drain()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, f"http://127.0.0.1:{port}"
+
+
 def test_http_target_sends_raw_values_to_escaped_key_paths() -> None:
     seen: list[tuple[str, str, bytes]] = []
     stored: dict[str, bytes] = {}
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        path = request.url.raw_path.decode()
-        seen.append((request.method, path, request.content))
+    def handler(method: str, path: str, body: bytes) -> tuple[int, bytes, bool]:
+        seen.append((method, path, body))
         if path.endswith("%2Fbroken"):
-            return httpx.Response(503)
-        if request.method == "PUT":
-            stored[path] = request.content
-            return httpx.Response(200, json={})
+            return 503, b"", False
+        if method == "PUT":
+            stored[path] = body
+            return 200, b"{}", True
         if path in stored:
-            return httpx.Response(200, content=stored[path])
-        return httpx.Response(404)
+            return 200, stored[path], False
+        return 404, b'{"code": "key-not-found"}', False
 
     async def scenario() -> None:
-        clients = [
-            httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://gw")
-            for _ in range(2)
-        ]
-        target = HttpTarget(clients, "my ns")
+        server, url = await _http_server(handler)
+        target = HttpTarget.open(PerfOptions(target=url, namespace="my ns", concurrency=2))
         await target.put("/a/b c", b"\x00value")
         assert await target.get("/a/b c")
         assert not await target.get("/absent")
@@ -357,10 +396,55 @@ def test_http_target_sends_raw_values_to_escaped_key_paths() -> None:
             await target.put("/broken", b"v")
         assert error_type(raised.value) == "HTTP 503"
         await target.close()
+        server.close()
+        await server.wait_closed()
 
     asyncio.run(scenario())
     assert seen[0] == ("PUT", "/v1/namespaces/my%20ns/keys/%2Fa%2Fb%20c", b"\x00value")
     assert seen[1][:2] == ("GET", "/v1/namespaces/my%20ns/keys/%2Fa%2Fb%20c")
+
+
+def test_http_connection_reads_every_kind_of_body() -> None:
+    """Bodies by length, chunked (split across reads at every byte) and until
+    close, several answers on one connection."""
+
+    async def scenario() -> None:
+        answers = [
+            b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello",
+            b"HTTP/1.1 204 No Content\r\n\r\n",
+            b"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"3;x=y\r\nabc\r\n2\r\nde\r\n0\r\ntrailer: t\r\n\r\n",
+            b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n",
+            b"HTTP/1.0 200 OK\r\n\r\nuntil close",
+        ]
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            for answer in answers:
+                await reader.readuntil(b"\r\n\r\n")
+                for byte in answer:  # one byte per write: every split is seen
+                    writer.write(bytes([byte]))
+                    await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        endpoint = HttpEndpoint(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+        connection = await endpoint.connect()
+        got = [
+            await connection.exchange(endpoint.request(b"GET", b"/x"), 30.0, keep_body=True)
+            for _ in answers
+        ]
+        assert got == [
+            (200, b"hello"),
+            (204, b""),
+            (201, b"abcde"),
+            (404, b""),
+            (200, b"until close"),
+        ]
+        assert not connection.is_open
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(scenario())
 
 
 # ---- short real runs -------------------------------------------------------------------

@@ -3,7 +3,8 @@
     cairn-gateway --address 127.0.0.1:6648 --controller-url http://127.0.0.1:6650
 
 Serves HTTP on --host/--port (8080; 0 picks a free port) and prints
-`cairn-gateway: listening on http://HOST:PORT` once it does. With
+`cairn-gateway: listening on http://HOST:PORT` once it does. With --workers N,
+N processes serve the one listening socket (see `_supervise`). With
 --auth-config (the file the pods read) each caller's bearer token is checked
 here and the caller is named to the pods, which apply the rules; --no-auth
 passes every request on as the gateway's own. The older single token
@@ -19,6 +20,9 @@ import math
 import os
 import signal
 import socket
+import subprocess
+import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -41,6 +45,8 @@ from cairn.common.tls_asgi import uvicorn_tls_options
 from cairn.common.version import add_version_option
 from cairn.gateway import DISTRIBUTION, metrics
 from cairn.gateway.app import Lifecycle, create_app
+from cairn.gateway.fastpath import Front
+from cairn.gateway.http_server import bounded_protocol
 from cairn.gateway.settings import GatewaySettings
 
 LISTENING = "cairn-gateway: listening on"
@@ -64,6 +70,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080, help="HTTP port; 0 picks a free one")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes serving the port (each with its own event loop and storage "
+        "connections; sessions, cursors and event ids work through any of them)",
+    )
+    # A worker's inherited listening socket and readiness pipe (set by the supervisor).
+    parser.add_argument("--worker-socket-fd", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--worker-ready-fd", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--worker-life-fd", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument(
         "--namespace",
         default="default",
@@ -227,13 +245,18 @@ def _url(host: str, port: int, scheme: str = "http") -> str:
     return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
 
-async def _serve(
-    settings: GatewaySettings, host: str, port: int, log_level: str, args: argparse.Namespace
-) -> None:
+def _listen(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
+    return sock
+
+
+async def _serve(settings: GatewaySettings, sock: socket.socket, args: argparse.Namespace) -> None:
+    """Serve HTTP on `sock` until a signal says stop. A worker (of --workers)
+    reports through its readiness pipe instead of printing the listening line."""
+    host = args.host
     bound_port = sock.getsockname()[1]
     # Client certificates are verified when presented (CERT_OPTIONAL) and reach the
     # app as the ASGI TLS extension (identity.asgi_peer_principal); none is required.
@@ -245,13 +268,13 @@ async def _serve(
     server = _Server(
         lambda: loop.call_soon_threadsafe(lifecycle.begin_drain),
         uvicorn.Config(
-            metrics.HttpMetrics(app),
+            Front(app, settings, app.state.pool),
             # Logging is set up by setup_logging: uvicorn's loggers write through the
             # process's one handler (and format), and its access log shows at INFO.
             log_config=None,
             log_level=None,
             timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s),
-            h11_max_incomplete_event_size=settings.max_request_head_bytes,
+            http=bounded_protocol(settings.max_request_head_bytes),
             # The gateway's own answer for every error: no server banner.
             server_header=False,
             **uvicorn_tls_options(ssl_context),
@@ -266,13 +289,17 @@ async def _serve(
             http.result()
             return
         await asyncio.sleep(0.01)
-    print(f"{LISTENING} {_url(host, bound_port, scheme)}", flush=True)
+    if args.worker_ready_fd is None:
+        print(f"{LISTENING} {_url(host, bound_port, scheme)}", flush=True)
     reload_tls = asyncio.create_task(ssl_context.keep_fresh()) if ssl_context else None
     telemetry = Telemetry(
         "cairn-gateway",
         _url(host, bound_port),
         metrics_host=args.metrics_host,
-        metrics_port=args.metrics_port,
+        # Each worker serves its own metrics: the port's successors (or free ones).
+        metrics_port=(
+            args.metrics_port + args.worker_index if args.metrics_port else args.metrics_port
+        ),
         metrics_tls_dir=metrics_tls_dir(args),
         tls_dir=args.tls_dir,
     )
@@ -283,6 +310,21 @@ async def _serve(
             f"cairn-gateway: metrics on {telemetry.scheme}://{metrics_address}/metrics",
             flush=True,
         )
+    if args.worker_ready_fd is not None:
+        try:
+            os.write(args.worker_ready_fd, b"1")
+        except BrokenPipeError:
+            stop.set()  # the supervisor is gone already
+        os.close(args.worker_ready_fd)
+    if args.worker_life_fd is not None:
+        life_fd = args.worker_life_fd
+
+        def orphaned() -> None:
+            # End of file: the supervisor is gone (killed: it forwards no signal).
+            loop.remove_reader(life_fd)
+            stop.set()
+
+        loop.add_reader(life_fd, orphaned)
     stopped = asyncio.create_task(stop.wait())
     try:
         await asyncio.wait({http, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -297,10 +339,83 @@ async def _serve(
         tracing.shutdown()
 
 
+def _supervise(args: argparse.Namespace, argv: list[str]) -> None:
+    """--workers N: bind the port here, start N worker processes (this program
+    again, each handed the listening socket) and print the listening line once
+    every one serves. The kernel spreads connections over the workers' accepts.
+
+    The workers share nothing but the socket: each has its own event loop,
+    storage connections and controller client. That is safe because the gateway
+    keeps no state between requests (session tokens, cursors and event ids carry
+    it, sealed with the key every gateway shares); what is per process is a bound
+    (--max-open-feeds, namespaces kept) and the metrics (each worker serves its
+    own, on --metrics-port plus its index). A signal stops every worker; a worker
+    that exits stops the others, and this process exits with its status, so that
+    whatever runs the gateway restarts it whole."""
+    sock = _listen(args.host, args.port)
+    sock.set_inheritable(True)
+    scheme = "https" if args.tls_dir is not None else "http"
+    workers: list[subprocess.Popen[bytes]] = []
+    ready: list[int] = []
+    # Held open here and never written: the workers read its end of file once
+    # this process is gone, however it went.
+    life_read, life_write = os.pipe()
+    for index in range(args.workers):
+        read_end, write_end = os.pipe()
+        command = [
+            sys.executable, "-m", "cairn.gateway", *argv,
+            "--workers", "1",  # the last --workers given wins
+            "--worker-socket-fd", str(sock.fileno()),
+            "--worker-ready-fd", str(write_end),
+            "--worker-life-fd", str(life_read),
+            "--worker-index", str(index),
+        ]  # fmt: skip
+        inherited = (sock.fileno(), write_end, life_read)
+        workers.append(subprocess.Popen(command, pass_fds=inherited))
+        os.close(write_end)
+        ready.append(read_end)
+    os.close(life_read)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    status = 0
+    try:
+        for worker, read_end in zip(workers, ready, strict=True):
+            # One byte once it serves; none (end of file) if it exited first.
+            if not os.read(read_end, 1):
+                status = worker.wait() or 1
+                return
+            os.close(read_end)
+        port = sock.getsockname()[1]
+        print(f"{LISTENING} {_url(args.host, port, scheme)}", flush=True)
+        while not stop.wait(0.5):
+            exited = next((w for w in workers if w.poll() is not None), None)
+            if exited is not None:
+                status = exited.returncode
+                return
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.send_signal(signal.SIGTERM)
+        for worker in workers:
+            worker.wait()
+        os.close(life_write)
+        sock.close()
+        if status:
+            raise SystemExit(status)
+
+
 def main(argv: list[str] | None = None) -> None:
-    args = _parser().parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(arguments)
+    if args.workers < 1:
+        raise SystemExit("cairn-gateway: --workers must be at least 1")
     node = node_name()
     setup_logging("cairn-gateway", args.log_level, args.log_format, node=node, access_log=True)
+    if args.workers > 1:
+        settings_from(args)  # refuses bad settings before any worker starts
+        _supervise(args, arguments)
+        return
     # With tracing on, FastAPI's own telemetry (it follows the global tracer provider
     # this sets) makes each request's SERVER span from its traceparent header; the
     # client library's spans are its children.
@@ -312,7 +427,11 @@ def main(argv: list[str] | None = None) -> None:
         uvloop.install()
     except ImportError:  # pragma: no cover - uvloop is a dependency
         pass
-    asyncio.run(_serve(settings, args.host, args.port, args.log_level, args))
+    if args.worker_socket_fd is not None:
+        sock = socket.socket(fileno=args.worker_socket_fd)
+    else:
+        sock = _listen(args.host, args.port)
+    asyncio.run(_serve(settings, sock, args))
 
 
 if __name__ == "__main__":

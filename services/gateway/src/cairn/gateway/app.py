@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security.utils import get_authorization_scheme_param
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -62,21 +63,35 @@ def bearer_auth(token: str) -> Callable[..., Awaitable[None]]:
     async def check(
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(scheme)],
     ) -> None:
-        if credentials is None:
-            raise Problem(
-                Code.UNAUTHORIZED,
-                "this gateway needs a bearer token (Authorization: Bearer <token>)",
-                {"WWW-Authenticate": 'Bearer realm="cairn"'},
-            )
-        # Constant time: the comparison must not tell how much of a guess was right.
-        if not hmac.compare_digest(credentials.credentials.encode("utf-8"), expected):
-            raise Problem(
-                Code.UNAUTHORIZED,
-                "the bearer token is not this gateway's",
-                {"WWW-Authenticate": 'Bearer realm="cairn", error="invalid_token"'},
-            )
+        check_bearer(credentials.credentials if credentials is not None else None, expected)
 
     return check
+
+
+def bearer_credentials(authorization: str | None) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header (None without one),
+    read as FastAPI's HTTPBearer reads it."""
+    scheme, credentials = get_authorization_scheme_param(authorization)
+    if not (authorization and scheme and credentials) or scheme.lower() != "bearer":
+        return None
+    return credentials
+
+
+def check_bearer(credentials: str | None, expected: bytes) -> None:
+    """The gateway's single token (--token-file): a 401 problem unless given."""
+    if credentials is None:
+        raise Problem(
+            Code.UNAUTHORIZED,
+            "this gateway needs a bearer token (Authorization: Bearer <token>)",
+            {"WWW-Authenticate": 'Bearer realm="cairn"'},
+        )
+    # Constant time: the comparison must not tell how much of a guess was right.
+    if not hmac.compare_digest(credentials.encode("utf-8"), expected):
+        raise Problem(
+            Code.UNAUTHORIZED,
+            "the bearer token is not this gateway's",
+            {"WWW-Authenticate": 'Bearer realm="cairn", error="invalid_token"'},
+        )
 
 
 class _ProblemForPlainLimit:
@@ -130,7 +145,8 @@ class Lifecycle:
 
 
 def create_app(settings: GatewaySettings) -> FastAPI:
-    """The gateway's app; `app.state.lifecycle` is its Lifecycle."""
+    """The gateway's app; `app.state.lifecycle` is its Lifecycle, `app.state.pool`
+    its clients (which fastpath.Front, the app's front in a server, shares)."""
     pool = ClientPool(settings)
     controller = admin.Controller(settings)
     lifecycle = Lifecycle()
@@ -155,6 +171,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     )
     serve_docs(app)
     app.state.lifecycle = lifecycle
+    app.state.pool = pool
     guarded = [Depends(bearer_auth(settings.token))] if settings.token is not None else []
     guarded.append(Depends(caller_dependency(settings.auth)))
     routers = [

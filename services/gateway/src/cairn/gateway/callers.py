@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 
 from fastapi import Request
+from starlette.types import Scope
 
 from cairn.common.auth.config import (
     AUTHORIZATION_HEADER,
@@ -46,25 +47,26 @@ def on_behalf_of_metadata(principal: Principal) -> tuple[tuple[str, str], ...]:
     return ((ON_BEHALF_OF_HEADER, str(principal)),)
 
 
+def identify_caller(config: AuthConfig, authorization: str | None, scope: Scope) -> None:
+    """Name the request's caller for the rest of the request (a 401 problem for a
+    bad token); nothing without auth."""
+    if not config.enabled:
+        return
+    try:
+        # Callers cannot name someone else: only the gateway speaks for others.
+        principal = config.caller(authorization, asgi_peer_principal(scope), None, time.time())
+    except CallerRefused as error:
+        raise Problem(
+            Code.UNAUTHORIZED,
+            error.message,
+            {"WWW-Authenticate": 'Bearer realm="cairn", error="invalid_token"'},
+        ) from None
+    CURRENT_CALLER.set(principal)
+
+
 def caller_dependency(config: AuthConfig) -> Callable[[Request], Awaitable[None]]:
     async def identify(request: Request) -> None:
-        if not config.enabled:
-            return
-        try:
-            # Callers cannot name someone else: only the gateway speaks for others.
-            principal = config.caller(
-                request.headers.get(AUTHORIZATION_HEADER),
-                asgi_peer_principal(request.scope),
-                None,
-                time.time(),
-            )
-        except CallerRefused as error:
-            raise Problem(
-                Code.UNAUTHORIZED,
-                error.message,
-                {"WWW-Authenticate": 'Bearer realm="cairn", error="invalid_token"'},
-            ) from None
-        CURRENT_CALLER.set(principal)
+        identify_caller(config, request.headers.get(AUTHORIZATION_HEADER), request.scope)
 
     return identify
 

@@ -65,6 +65,8 @@ MAX_PREFIX_CHARS = (STORE_MAX_KEY_BYTES - SEQUENCE_COMPONENT_BYTES * MAX_SEQUENC
 _FIRST_DELTA = rf"[1-9][0-9]{{0,{MAX_DELTA_DIGITS - 1}}}"
 _MORE_DELTAS = rf"(,[0-9]{{1,{MAX_DELTA_DIGITS}}}){{0,{MAX_SEQUENCE_DELTAS - 1}}}"
 DELTAS_PATTERN = f"^{_FIRST_DELTA}{_MORE_DELTAS}$"
+# A record's route (also served by fastpath.py).
+KEY_PATH = "/v1/namespaces/{namespace}/keys/{key:key}"
 
 
 class ComparisonName(enum.StrEnum):
@@ -155,7 +157,7 @@ def router(settings: GatewaySettings, pool: ClientPool) -> APIRouter:
     api = APIRouter(tags=["keys"])
 
     @api.get(
-        "/v1/namespaces/{namespace}/keys/{key:key}",
+        KEY_PATH,
         summary="Read a record",
         response_class=Response,
         responses={
@@ -214,7 +216,7 @@ def router(settings: GatewaySettings, pool: ClientPool) -> APIRouter:
         return Response(record.value or b"", media_type=OCTET_STREAM, headers=headers)
 
     @api.put(
-        "/v1/namespaces/{namespace}/keys/{key:key}",
+        KEY_PATH,
         summary="Write a record",
         response_model=WriteAnswer,
         status_code=200,
@@ -281,7 +283,7 @@ def router(settings: GatewaySettings, pool: ClientPool) -> APIRouter:
         return write_answer(namespace, result, partition_key, created=created)
 
     @api.delete(
-        "/v1/namespaces/{namespace}/keys/{key:key}",
+        KEY_PATH,
         summary="Delete a record",
         status_code=204,
         response_class=Response,

@@ -1,5 +1,5 @@
 """The gateway's metrics: `http.server.request.duration` by method, route template
-and status (an ASGI wrapper around the app), and the change-feed streams open.
+and status (recorded by the app's front, fastpath.Front), and the change-feed streams open.
 
 Durations are counted in `LatencyCounter`s (plain ints, one per method, route and
 status) and published at collection time, like the storage pods' latencies.
@@ -9,11 +9,9 @@ keys/{key}`), never the path; a request no route matched is `unmatched`.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Observation
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cairn.common.telemetry import LatencyCounter, Telemetry
 
@@ -31,37 +29,16 @@ class GatewayCounters:
 COUNTERS = GatewayCounters()
 
 
-class HttpMetrics:
-    """ASGI wrapper: times each HTTP request from its start to its last body byte
-    (a change feed: the whole stream)."""
-
-    def __init__(self, app: ASGIApp, counters: GatewayCounters = COUNTERS) -> None:
-        self.app = app
-        self.counters = counters
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started_ns = time.perf_counter_ns()
-        status = 500  # if the app fails before it answers
-
-        async def send_status(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_status)
-        finally:
-            route = scope.get("route")
-            template = getattr(route, "path", None) or UNMATCHED_ROUTE
-            key = (str(scope.get("method", "")), str(template), status)
-            counter = self.counters.requests.get(key)
-            if counter is None:
-                counter = self.counters.requests[key] = LatencyCounter()
-            counter.record_since(started_ns)
+def record_request(
+    counters: GatewayCounters, method: str, route: str, status: int, started_ns: int
+) -> None:
+    """Count one HTTP request, timed from `started_ns` (its start) to now (its
+    last body byte; a change feed: the whole stream)."""
+    key = (method, route, status)
+    counter = counters.requests.get(key)
+    if counter is None:
+        counter = counters.requests[key] = LatencyCounter()
+    counter.record_since(started_ns)
 
 
 def register(telemetry: Telemetry, counters: GatewayCounters = COUNTERS) -> None:

@@ -7,7 +7,7 @@ endpoints carry them as application/octet-stream instead.
 from __future__ import annotations
 
 import base64
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -118,3 +118,29 @@ class ChangeBatch(BaseModel):
     offset: int = Field(description="The entry's offset in the shard's log")
     timestampMs: int = Field(description="When it was committed, ms since the Unix epoch")
     changes: list[Change]
+
+
+# The same documents as plain dicts, for the hot routes (fastpath.py), which
+# serialize them without building models; the tests hold them equal to the
+# models' dumps.
+
+
+def version_document(version: Version) -> dict[str, Any]:
+    return {
+        "versionId": version.version_id,
+        "modificationsCount": version.modifications_count,
+        "createdTimestampMs": version.created_timestamp_ms,
+        "modifiedTimestampMs": version.modified_timestamp_ms,
+        "ephemeral": version.ephemeral,
+        "sessionId": version.session_id,
+        "clientIdentity": version.client_identity,
+    }
+
+
+def record_document(record: Record) -> dict[str, Any]:
+    return {
+        "key": record.key,
+        "value": None if record.value is None else base64.b64encode(record.value).decode("ascii"),
+        "version": version_document(record.version),
+        "secondaryIndexKey": record.secondary_index_key,
+    }

@@ -3,22 +3,21 @@
 gRPC (`host:port`): through AsyncClient, so only the public Oxia protocol is used
 and any Oxia-compatible server will do; the client's batching is what is measured.
 HTTP (`http://host:port`): through Cairn's REST gateway, one request per
-operation over a bounded pool of keep-alive connections: `PUT` of the raw value to
-`/v1/namespaces/{ns}/keys/{key}`, `GET` of the same path for it back.
+operation over a bounded pool of keep-alive connections (a lean HTTP/1.1 client,
+perf/http.py, so that the client costs well under the gateway): `PUT` of the raw
+value to `/v1/namespaces/{ns}/keys/{key}`, `GET` of the same path for it back.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from typing import Protocol
 from urllib.parse import quote
-
-import httpx
 
 from cairn.client.client import AsyncClient
 from cairn.client.errors import KeyNotFound
 from cairn.client.options import ClientOptions
+from cairn.client.perf.http import HttpConnection, HttpEndpoint
 from cairn.client.perf.options import PerfOptions
 
 
@@ -95,55 +94,62 @@ class GrpcTarget:
 
 
 class HttpTarget:
-    """Operations over a bounded set of keep-alive connections, each its own
-    one-connection httpx client, lent to one operation at a time. (One httpx client
-    with a pool of N connections costs CPU per request that grows with N and with
-    the requests queued on it, since the pool re-examines every connection on each
-    request and answer; with one connection per client each of those is O(1), so
-    the figures show the gateway's cost rather than the pool's.)"""
+    """Operations over a bounded set of keep-alive connections (perf/http.py's
+    lean client), each lent to one operation at a time; a connection the server
+    closed is opened again for the next operation that takes it."""
 
-    def __init__(self, clients: Sequence[httpx.AsyncClient], namespace: str) -> None:
-        if not clients:
-            raise ValueError("an HTTP target needs at least one client")
-        self._clients = list(clients)
-        self._idle: asyncio.Queue[httpx.AsyncClient] = asyncio.Queue(len(self._clients))
-        for client in self._clients:
-            self._idle.put_nowait(client)
-        self._prefix = f"/v1/namespaces/{quote(namespace, safe='')}/keys/"
+    def __init__(self, endpoint: HttpEndpoint, connections: int, namespace: str) -> None:
+        if connections < 1:
+            raise ValueError("an HTTP target needs at least one connection")
+        self._endpoint = endpoint
+        self._idle: asyncio.Queue[HttpConnection | None] = asyncio.Queue(connections)
+        for _ in range(connections):
+            self._idle.put_nowait(None)  # opened on first use
+        self._open: set[HttpConnection] = set()
+        self._prefix = f"/v1/namespaces/{quote(namespace, safe='')}/keys/".encode("ascii")
+        self._timeout_s: float | None = None
 
     @classmethod
     def open(cls, options: PerfOptions) -> HttpTarget:
-        connections = options.http_connections or options.concurrency
-        one = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-        timeout = httpx.Timeout(options.request_timeout_s)
-        clients = [
-            httpx.AsyncClient(base_url=options.target, limits=one, timeout=timeout)
-            for _ in range(connections)
-        ]
-        return cls(clients, options.namespace)
+        target = cls(
+            HttpEndpoint(options.target),
+            options.http_connections or options.concurrency,
+            options.namespace,
+        )
+        target._timeout_s = options.request_timeout_s
+        return target
 
-    def path(self, key: str) -> str:
+    def path(self, key: str) -> bytes:
         # Every byte of the key that is not unreserved is escaped, slashes included,
         # so that a key is always one path segment.
-        return self._prefix + quote(key, safe="")
+        return self._prefix + quote(key, safe="").encode("ascii")
 
-    async def _request(self, method: str, key: str, content: bytes | None = None) -> int:
+    async def _request(self, method: bytes, key: str, content: bytes | None = None) -> int:
         """The answer's status code (the connection goes back to the idle set
-        whatever happens)."""
-        client = await self._idle.get()
+        whatever happens; one that failed is dropped and opened again later)."""
+        connection = await self._idle.get()
         try:
-            response = await client.request(method, self.path(key), content=content)
-        finally:
-            self._idle.put_nowait(client)
-        return response.status_code
+            if connection is None or not connection.is_open:
+                connection = await self._endpoint.connect()
+                self._open.add(connection)
+            request = self._endpoint.request(method, self.path(key), content)
+            status, _ = await connection.exchange(request, self._timeout_s)
+        except BaseException:
+            if connection is not None:
+                connection.close()
+                self._open.discard(connection)
+            self._idle.put_nowait(None)
+            raise
+        self._idle.put_nowait(connection)
+        return status
 
     async def put(self, key: str, value: bytes) -> None:
-        status = await self._request("PUT", key, value)
+        status = await self._request(b"PUT", key, value)
         if status >= 300:
             raise HttpStatusError(status)
 
     async def get(self, key: str) -> bool:
-        status = await self._request("GET", key)
+        status = await self._request(b"GET", key)
         if status == 404:
             return False
         if status >= 300:
@@ -151,8 +157,9 @@ class HttpTarget:
         return True
 
     async def close(self) -> None:
-        for client in self._clients:
-            await client.aclose()
+        for connection in self._open:
+            connection.close()
+        self._open.clear()
 
 
 async def open_target(options: PerfOptions) -> Target:

@@ -1,0 +1,139 @@
+"""The hot routes' fast path (fastpath.py) and the server around it: answers equal
+to the routers' for the same request, the request head bounded, and
+`--workers N` processes serving one port with sessions usable through any."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+
+from cairn.client.records import Record, Version
+from cairn.gateway.models import RecordModel, VersionModel, record_document, version_document
+from gateway.helpers import GatewayProcess, problem, wait_until
+from support.processes import StandaloneProcess
+
+MiB = 1024 * 1024
+
+
+def key_url(key: str) -> str:
+    return f"/v1/namespaces/default/keys/{key}"
+
+
+def test_the_documents_are_the_models_dumps() -> None:
+    plain = Version(7, 0, 1, 2)
+    owned = Version(8, 3, 1, 5, session_id=12, client_identity="worker-1")
+    for version in (plain, owned):
+        assert version_document(version) == VersionModel.of(version).model_dump()
+    for record in (
+        Record("/a", b"\x00value", plain),
+        Record("/b", None, owned, "secondary"),
+    ):
+        assert record_document(record) == RecordModel.of(record).model_dump()
+
+
+def _same_answer(fast: httpx.Response, routed: httpx.Response) -> None:
+    def headers(response: httpx.Response) -> dict[str, str]:
+        return {name: value for name, value in response.headers.items() if name != "date"}
+
+    assert fast.status_code == routed.status_code
+    assert headers(fast) == headers(routed)
+    assert fast.content == routed.content
+
+
+@pytest.mark.e2e
+def test_fast_and_routed_answers_agree(g1: httpx.Client, prefix: str) -> None:
+    """`comparison=equal` means what no comparison means, and sends the read to
+    the router: both answers must be the same, byte for byte."""
+    key = f"{prefix}same"
+    written = g1.put(key_url(key), content=b"\x00value")
+    assert written.status_code == 201, written.text
+    tag = written.headers["etag"]
+    for headers in ({}, {"Accept": "application/json"}, {"If-None-Match": tag}):
+        fast = g1.get(key_url(key), headers=headers)
+        routed = g1.get(key_url(key), params={"comparison": "equal"}, headers=headers)
+        _same_answer(fast, routed)
+    missing = key_url(f"{prefix}missing")
+    _same_answer(g1.get(missing), g1.get(missing, params={"comparison": "equal"}))
+    problem(g1.get(missing), 404, "key-not-found")
+    # A conditional write at a stale version: the same problem either way
+    # (`If-Match: *` is the router's, a version the fast path's).
+    other_version = f'"{int(tag.strip(chr(34))) + 1000}"'
+    stale = g1.put(key_url(key), content=b"v", headers={"If-Match": other_version})
+    problem(stale, 412, "version-mismatch")
+
+
+@pytest.mark.e2e
+def test_the_request_head_is_bounded(g1: httpx.Client, prefix: str) -> None:
+    # The gateway's bound is 1 MiB of request line and headers.
+    near = g1.get(key_url(f"{prefix}k"), headers={"X-Padding": "p" * (MiB - 4096)})
+    problem(near, 404, "key-not-found")
+    with httpx.Client(base_url=str(g1.base_url), timeout=30.0) as fresh:
+        over = fresh.get(key_url(f"{prefix}k"), headers={"X-Padding": "p" * (MiB + 1)})
+        document = problem(over, 400, "invalid-argument")
+        assert "head" in document["detail"]
+        over_put = fresh.put(
+            key_url(f"{prefix}k"), content=b"v", headers={"X-Padding": "p" * (MiB + 1)}
+        )
+        problem(over_put, 400, "invalid-argument")
+    problem(g1.get(key_url(f"{prefix}k")), 404, "key-not-found")
+
+
+def _worker_metrics(gateway: GatewayProcess) -> list[str]:
+    pattern = re.compile(r"cairn-gateway: metrics on (\S+)")
+    return [m.group(1) for line in gateway.output if (m := pattern.search(line))]
+
+
+def _puts_served(metrics_url: str) -> float:
+    page = httpx.get(metrics_url, timeout=10.0).text
+    total = 0.0
+    for line in page.splitlines():
+        if (
+            line.startswith("http_server_request_duration_seconds_count{")
+            and 'http_request_method="PUT"' in line
+            and 'http_response_status_code="201"' in line
+        ):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+@pytest.mark.e2e
+def test_workers_share_the_port_and_sessions(
+    storage: StandaloneProcess, tmp_path: Path, prefix: str
+) -> None:
+    key_file = tmp_path / "session.key"
+    key_file.write_text("a secret every worker reads")
+    gateway = GatewayProcess(
+        [storage.address], extra_args=["--workers", "2", "--session-key-file", str(key_file)]
+    )
+    # Two processes start (each imports the gateway): a longer bound than one's.
+    gateway.start(timeout_s=120.0)
+    try:
+        # Each worker serves its own metrics.
+        metrics = wait_until(
+            lambda: len(_worker_metrics(gateway)) == 2 and _worker_metrics(gateway)
+        )
+        with gateway.client() as client:
+            created = client.post("/v1/namespaces/default/sessions", json={})
+            assert created.status_code == 201, created.text
+            token = created.json()["session"]
+        written = 0
+
+        def both_workers_served() -> bool:
+            # A connection of its own per put, so that the kernel hands them to
+            # either worker; every put is under the session made above.
+            nonlocal written
+            with gateway.client() as client:
+                answer = client.put(
+                    key_url(f"{prefix}w{written}"), params={"session": token}, content=b"v"
+                )
+            assert answer.status_code == 201, answer.text
+            assert answer.json()["version"]["ephemeral"] is True
+            written += 1
+            return all(_puts_served(url) > 0 for url in metrics)
+
+        wait_until(both_workers_served, timeout_s=60.0, interval_s=0.0)
+    finally:
+        assert gateway.stop() == 0, gateway.log_text()
