@@ -91,7 +91,13 @@ from cairn.controller.model import (
 )
 from cairn.controller.observed import LeaderReports, NodeView, Observed
 from cairn.controller.placement import leader_load
-from cairn.controller.planner import PlannerSettings, counted_voters, incarnations_to_record, plan
+from cairn.controller.planner import (
+    PlannerSettings,
+    counted_voters,
+    incarnations_to_record,
+    learners_voting,
+    plan,
+)
 
 FENCED = "fenced"
 FOLLOWER = "follower"
@@ -850,7 +856,9 @@ class ModelCluster:
         leader = self._leader_of(record)
         if action.add is not None:
             if action.add not in record.ensemble:
-                record = self._set_shard(record.shard, ensemble=(*record.ensemble, action.add))
+                # The executor's step: listed as a member and as a learner.
+                self.status = steps.add_member(self.status, record.shard, record.term, action.add)
+                record = self._shard_record(record.shard)
                 yield
             yield from self._add_member(record, action.add, namespace.name)
             self._refresh = [action.add, leader]
@@ -868,8 +876,8 @@ class ModelCluster:
                 leader, record.shard, record.term, self._node_address(action.remove)
             )
             yield
-            self._set_shard(
-                record.shard, leaving=tuple(n for n in record.leaving if n != action.remove)
+            self.status = steps.finish_removal(
+                self.status, record.shard, record.term, (action.remove,)
             )
             self._refresh = [action.remove, leader]
             yield
@@ -887,7 +895,10 @@ class ModelCluster:
             self._remove_follower(leader, record.shard, record.term, self._node_address(name))
             yield
         if record.leaving:
-            record = self._set_shard(record.shard, leaving=())
+            self.status = steps.finish_removal(
+                self.status, record.shard, record.term, record.leaving
+            )
+            record = self._shard_record(record.shard)
             yield
         failed = []
         for name in record.ensemble:
@@ -911,6 +922,12 @@ class ModelCluster:
             latest = self._shard_record(record.shard)
             self._set_shard(
                 record.shard, incarnations=latest.with_incarnations(caught_up).incarnations
+            )
+            yield
+        voting = learners_voting(record, report, self._node_address)
+        if voting:
+            self.status = steps.record_voting(
+                self.status, record.shard, record.term, leader, sorted(voting)
             )
             yield
         self._refresh = list(record.voters)
