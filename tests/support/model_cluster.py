@@ -761,12 +761,13 @@ class ModelCluster:
     def _elect(self, action: Elect) -> Generator[None, None, None]:
         record = self._shard_record(action.shard)
         namespace = self._namespace(record)
-        term = record.term + 1
         # As the executor: a never-led shard stays NEW and may create replicas.
         creating = record.state is ShardState.NEW
-        state = ShardState.NEW if creating else ShardState.ELECTION
         counted = counted_voters(record, self.observe(), self.status)
-        record = self._set_shard(action.shard, term=term, state=state, leader=None)
+        # The executor's own step: a new term, no leader (the last one kept).
+        self.status = steps.open_term(self.status, action.shard)
+        record = self._shard_record(action.shard)
+        term = record.term
         yield
         heads: dict[str, tuple[int, int]] = {}
         answered: dict[str, int] = {}
