@@ -91,13 +91,7 @@ from cairn.controller.model import (
 )
 from cairn.controller.observed import LeaderReports, NodeView, Observed
 from cairn.controller.placement import leader_load
-from cairn.controller.planner import (
-    PlannerSettings,
-    counted_voters,
-    incarnations_to_record,
-    learners_voting,
-    plan,
-)
+from cairn.controller.planner import PlannerSettings, counted_voters, incarnations_to_record, plan
 
 FENCED = "fenced"
 FOLLOWER = "follower"
@@ -761,13 +755,12 @@ class ModelCluster:
     def _elect(self, action: Elect) -> Generator[None, None, None]:
         record = self._shard_record(action.shard)
         namespace = self._namespace(record)
+        term = record.term + 1
         # As the executor: a never-led shard stays NEW and may create replicas.
         creating = record.state is ShardState.NEW
+        state = ShardState.NEW if creating else ShardState.ELECTION
         counted = counted_voters(record, self.observe(), self.status)
-        # The executor's own step: a new term, no leader (the last one kept).
-        self.status = steps.open_term(self.status, action.shard)
-        record = self._shard_record(action.shard)
-        term = record.term
+        record = self._set_shard(action.shard, term=term, state=state, leader=None)
         yield
         heads: dict[str, tuple[int, int]] = {}
         answered: dict[str, int] = {}
@@ -857,9 +850,7 @@ class ModelCluster:
         leader = self._leader_of(record)
         if action.add is not None:
             if action.add not in record.ensemble:
-                # The executor's step: listed as a member and as a learner.
-                self.status = steps.add_member(self.status, record.shard, record.term, action.add)
-                record = self._shard_record(record.shard)
+                record = self._set_shard(record.shard, ensemble=(*record.ensemble, action.add))
                 yield
             yield from self._add_member(record, action.add, namespace.name)
             self._refresh = [action.add, leader]
@@ -877,8 +868,8 @@ class ModelCluster:
                 leader, record.shard, record.term, self._node_address(action.remove)
             )
             yield
-            self.status = steps.finish_removal(
-                self.status, record.shard, record.term, (action.remove,)
+            self._set_shard(
+                record.shard, leaving=tuple(n for n in record.leaving if n != action.remove)
             )
             self._refresh = [action.remove, leader]
             yield
@@ -896,10 +887,7 @@ class ModelCluster:
             self._remove_follower(leader, record.shard, record.term, self._node_address(name))
             yield
         if record.leaving:
-            self.status = steps.finish_removal(
-                self.status, record.shard, record.term, record.leaving
-            )
-            record = self._shard_record(record.shard)
+            record = self._set_shard(record.shard, leaving=())
             yield
         failed = []
         for name in record.ensemble:
@@ -923,12 +911,6 @@ class ModelCluster:
             latest = self._shard_record(record.shard)
             self._set_shard(
                 record.shard, incarnations=latest.with_incarnations(caught_up).incarnations
-            )
-            yield
-        voting = learners_voting(record, report, self._node_address)
-        if voting:
-            self.status = steps.record_voting(
-                self.status, record.shard, record.term, leader, sorted(voting)
             )
             yield
         self._refresh = list(record.voters)

@@ -64,7 +64,7 @@ from cairn.controller.model import (
 )
 from cairn.controller.observed import NodeViews
 from cairn.controller.placement import leader_load
-from cairn.controller.planner import counted_voters, incarnations_to_record, learners_voting
+from cairn.controller.planner import counted_voters, incarnations_to_record
 from cairn.controller.pods import Fenced, PodAddress, PodCalls
 from cairn.proto import oxia_client_pb2 as pb
 
@@ -599,21 +599,6 @@ class Executor:
                 ", ".join(sorted(caught_up)),
                 {name: f"{value:#x}" for name, value in sorted(caught_up.items())},
             )
-        # Learners the leader counts now: recorded, so that an election after
-        # its death counts them too, whoever plans it.
-        voting = learners_voting(record, report, lambda n: self._address(n).internal)
-        if voting:
-            await self._step(
-                record.shard,
-                partial(
-                    steps.record_voting,
-                    shard=record.shard,
-                    term=record.term,
-                    leader=leader,
-                    names=sorted(voting),
-                ),
-            )
-            log.info("shard %d: %s voting now", record.shard, ", ".join(sorted(voting)))
         await self.observer.refresh(list(record.voters))
         if failures:
             raise ActionFailed(f"shard {record.shard}: could not add {'; '.join(failures)}")
