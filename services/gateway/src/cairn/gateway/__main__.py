@@ -263,6 +263,8 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, args: argparse.
     ssl_context = server_ssl_context(settings.tls_dir, require_client_cert=False)
     scheme = "https" if ssl_context is not None else "http"
     app = create_app(settings)
+    tls_options = uvicorn_tls_options(ssl_context)
+    protocol = bounded_protocol(settings.max_request_head_bytes, tls_options.pop("http", None))
     lifecycle: Lifecycle = app.state.lifecycle
     loop = asyncio.get_running_loop()
     server = _Server(
@@ -274,10 +276,10 @@ async def _serve(settings: GatewaySettings, sock: socket.socket, args: argparse.
             log_config=None,
             log_level=None,
             timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s),
-            http=bounded_protocol(settings.max_request_head_bytes),
+            http=protocol,
             # The gateway's own answer for every error: no server banner.
             server_header=False,
-            **uvicorn_tls_options(ssl_context),
+            **tls_options,
         ),
     )
     stop = asyncio.Event()

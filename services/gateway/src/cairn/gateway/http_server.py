@@ -112,10 +112,13 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self.parser = None  # type: ignore[assignment]
 
 
-def bounded_protocol(max_head_bytes: int) -> type[BoundedHttpToolsProtocol]:
-    """The protocol class (uvicorn's `http=` setting) bounding heads at this size."""
-    return type(
-        "BoundedHttpToolsProtocol",
-        (BoundedHttpToolsProtocol,),
-        {"max_head_bytes": max_head_bytes},
-    )
+def bounded_protocol(
+    max_head_bytes: int, tls_protocol: type[HttpToolsProtocol] | None = None
+) -> type[BoundedHttpToolsProtocol]:
+    """The protocol class (uvicorn's `http=` setting) bounding heads at this size.
+    `tls_protocol`: the httptools protocol that TLS serving needs (it puts the
+    peer's certificate in the scope, cairn.common.tls_asgi), combined with it."""
+    bases: tuple[type[HttpToolsProtocol], ...] = (BoundedHttpToolsProtocol,)
+    if tls_protocol is not None:
+        bases = (BoundedHttpToolsProtocol, tls_protocol)
+    return type("BoundedHttpToolsProtocol", bases, {"max_head_bytes": max_head_bytes})
