@@ -159,7 +159,7 @@ def check_plan(model: ModelCluster, actions: Sequence[Action]) -> None:
                 )
                 if not action.reason.endswith("never added"):
                     assert majority_holds_commit(model, record, rest), (
-                        f"{action}: no majority of {rest} holds the commit offset"
+                        f"{action}: no majority of {rest} holds every committed entry"
                     )
                 else:  # the leader never had it: its voters do not change
                     report = model.observe().report(record.leader, record.shard)
@@ -175,18 +175,19 @@ def check_plan(model: ModelCluster, actions: Sequence[Action]) -> None:
 
 def majority_holds_commit(model: ModelCluster, record: ShardRecord, rest: Sequence[str]) -> bool:
     """Per the leader's last report: does a majority of `rest` hold the commit
-    offset? (Then every election among them keeps every committed entry, and
-    the leader can go on committing without waiting for one lagging behind.)"""
+    offset and the term's first entry, so every committed entry? (Then every
+    election among them keeps every committed entry, and the leader can go on
+    committing without waiting for one lagging behind.)"""
     report = model.observe().report(record.leader, record.shard)
     assert report is not None, f"a change planned for {record} without a leader report"
+    assert report.term_start_offset is not None
+    needed = max(report.commit_offset, report.term_start_offset)
     by_address = {follower.internal_address: follower for follower in report.followers}
     holding = 0
     for name in rest:
         follower = by_address.get(internal_address(name))
         if name == record.leader or (
-            follower is not None
-            and follower.voting
-            and follower.acked_offset >= report.commit_offset
+            follower is not None and follower.voting and follower.acked_offset >= needed
         ):
             holding += 1
     return holding >= majority(len(rest))

@@ -178,6 +178,7 @@ class SimReplica:
             leader_internal_address=core.leader.internal_address if core.leader else "",
             followers=followers,
             incarnation=self.data_incarnation,
+            term_start_offset=leading.core.quorum.term_start_offset if leading else None,
         )
         return (report,)
 

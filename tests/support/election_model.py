@@ -20,11 +20,12 @@ is modelled:
   the new member, AddFollower; `steps.start_removal`, RemoveFollower,
   `steps.finish_removal`, each stoppable after its first write and finished by
   FinishEnsembleChange), planned under the planner's guards (`_in_step`,
-  `_settled`, `_remove`: a removal needs the rest to hold the commit offset
-  and a majority of them alive; only a dead member's removal when not
-  settled). Which member is added or removed, and when, is left free (rf
-  changes, drains, balancing and dead members all pick some member), so the
-  model allows every choice the planner could make under those guards;
+  `_settled`, `_remove`: a removal needs a majority of the rest to hold every
+  committed entry (`planner.everything_committed_at`) and to be alive; only
+  a dead member's removal when not settled). Which member is added or
+  removed, and when, is left free (rf changes, drains, balancing and dead
+  members all pick some member), so the model allows every choice the
+  planner could make under those guards;
 - logs are tuples of entry terms; a follower's log is durable when it
   acknowledges it; the leader's own tail is durable only once it syncs (a
   crash loses the rest, even entries its followers made committed); NewTerm
@@ -278,6 +279,7 @@ def leader_report(state: State, name: str) -> ReplicaReport | None:
             FollowerReport(member, NO_OFFSET, member in t.voters, "streaming")
             for member in sorted((t.voters | t.learners) - {name})
         ),
+        term_start_offset=t.term_start_offset,
     )
 
 
@@ -546,11 +548,14 @@ class Model:
         leader = state.node(state.record.leader or "").replica
         assert leader is not None and leader.tracker is not None
         acked = dict(leader.tracker.acked)
+        report = leader_report(state, leader.tracker.leader)
+        assert report is not None
+        needed = planner.everything_committed_at(report)
         return [
             name
             for name in sorted(leader.tracker.voters - {leader.tracker.leader})
             if name in state.record.ensemble
-            and acked.get(name, NO_OFFSET) >= leader.tracker.commit_offset
+            and acked.get(name, NO_OFFSET) >= needed
             and state.node(name).up
         ]
 
@@ -674,10 +679,12 @@ class Model:
             return
         state = state._replace(changes_left=state.changes_left - 1)
         acked = dict(t.acked)
+        assert state.report is not None
+        needed = planner.everything_committed_at(state.report)
         holding = {record.leader} | {
             name
             for name in record.ensemble
-            if name in t.voters and acked.get(name, NO_OFFSET) >= t.commit_offset
+            if name in t.voters and acked.get(name, NO_OFFSET) >= needed
         }
         settled = len(holding) >= election.majority(len(record.ensemble))
         size = len(record.ensemble)

@@ -173,6 +173,7 @@ class Replica:
                 for address, state in sorted(self.followers.items())
             ),
             incarnation=self.incarnation,
+            term_start_offset=self.term_start_offset if self.role == LEADER else None,
         )
 
 
@@ -461,7 +462,7 @@ class ModelCluster:
         """The shard's live leader brings one live follower's log up to
         `offset` only (`replicate` brings every follower all the way): a
         follower partway through catching up. A learner still votes only once
-        it holds the commit offset."""
+        it holds the commit offset and the term's first entry."""
         leader = self._live_leader(shard)
         assert leader is not None, f"shard {shard} has no live leader"
         assert offset < len(leader.log)
@@ -514,9 +515,7 @@ class ModelCluster:
         replica.followers = {}
         replica.log = leader.log[: offset + 1]
         progress.acked_offset = max(progress.acked_offset, offset)
-        caught_up = leader.commit_offset
-        if progress.returning:
-            caught_up = max(caught_up, leader.term_start_offset)
+        caught_up = max(leader.commit_offset, leader.term_start_offset)
         if not progress.voting and progress.acked_offset >= caught_up:
             progress.voting = True
             progress.returning = False

@@ -58,7 +58,8 @@ def test_commit_matches_the_oracle_and_never_goes_back(
             result = tracker.acknowledge(member, 6 if stale_term else 7, offset)
             if not stale_term and member in model_voters | model_learners:
                 model_acked[member] = max(model_acked.get(member, NO_OFFSET), offset)
-                if member in model_learners and model_acked[member] >= model_commit:
+                caught_up = max(model_commit, term_start)
+                if member in model_learners and model_acked[member] >= caught_up:
                     model_learners.remove(member)
                     model_voters.add(member)
         elif kind == "learn":
@@ -126,6 +127,23 @@ def test_a_new_member_votes_only_once_caught_up() -> None:
     assert "d" in tracker.learners
     tracker.acknowledge("d", 1, 120)
     assert "d" in tracker.voters
+
+
+def test_a_learner_votes_only_once_it_holds_the_terms_first_entry() -> None:
+    """Issue 38: a new term's leader may start from a commit offset lower than
+    what the earlier term committed (here 0 while entry 1 was committed). A
+    learner holding only that offset may lack entry 1, and as a voter it could
+    make, with another member lacking it, a majority that elects without it."""
+    tracker = QuorumTracker.for_new_term(
+        2, "a", ["a", "b"], committed_offset=0, term_start_offset=2
+    )
+    tracker.add_learner("c")
+    tracker.acknowledge("c", 2, 0)
+    assert "c" in tracker.learners
+    tracker.acknowledge("c", 2, 1)
+    assert "c" in tracker.learners
+    tracker.acknowledge("c", 2, 2)
+    assert "c" in tracker.voters
 
 
 def test_random_clusters_against_the_oracle_many_seeds() -> None:

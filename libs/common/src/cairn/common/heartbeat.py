@@ -52,6 +52,9 @@ class ReplicaReport:
     followers: tuple[FollowerReport, ...] = ()
     # The incarnation of the replica's data (0: not reported).
     incarnation: int = 0
+    # A leader's: the offset of its term's first entry (None: not a leader, or
+    # a pod that does not report it). See ShardStatus.term_start_offset.
+    term_start_offset: int | None = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,9 @@ def replica_report_of(status: rpb.ShardStatus) -> ReplicaReport:
             for follower in status.followers
         ),
         incarnation=status.incarnation,
+        term_start_offset=(
+            status.term_start_offset if status.HasField("term_start_offset") else None
+        ),
     )
 
 
@@ -132,6 +138,7 @@ def heartbeat_document(heartbeat: Heartbeat) -> dict[str, Any]:
                     for f in r.followers
                 ],
                 "incarnation": r.incarnation,
+                "termStartOffset": r.term_start_offset,
             }
             for r in heartbeat.replicas
         ],
@@ -177,6 +184,7 @@ def parse_heartbeat(document: Mapping[str, Any]) -> Heartbeat:
                         for f in r.get("followers", [])
                     ),
                     incarnation=int(r.get("incarnation", 0)),
+                    term_start_offset=_optional_int(r.get("termStartOffset")),
                 )
                 for r in replicas
             ),
@@ -194,3 +202,7 @@ def _text(value: Any) -> str:
     if not isinstance(value, str):
         raise HeartbeatError(f"expected a string, got {type(value).__name__}")
     return value
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)

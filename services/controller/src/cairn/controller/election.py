@@ -35,10 +35,11 @@ whose acknowledgements the leader counted meet every three of those four and
 any two of three once one has left. That covers what the leader's own term
 committed; entries earlier terms committed lie on a majority of the earlier
 voters, and a member made a voter since may lack them. They are held by the
-answering members when the leader's term committed an entry (its report shows
-the commit offset on an entry of its term: the members counted since hold all
-before it), or when the leader itself answers with its data: it was elected
-holding every entry committed before its term, and a leader never drops an
+answering members when the leader's term committed its first entry (its
+report shows the commit offset there or past it: members counted since then
+hold all before it, as a learner votes only once it holds that entry), or
+when the leader itself answers with its data: it was elected holding every
+entry committed before its term, and a leader never drops an
 entry of its own durable log. The leader always counts itself, so a controller
 that has no report of it (restarted since) still knows that much: with two
 members, the last leader answering alone is enough. Members of four that answer
@@ -65,8 +66,9 @@ class CountedVoters:
 
     term: int
     members: frozenset[str]
-    # The leader's report showed its commit offset on an entry of `term`: every
-    # entry committed before is then held by a majority of these voters too.
+    # The leader's report showed its commit offset at or past its term's first
+    # entry: every entry committed before is then held by a majority of these
+    # voters too (a learner votes only once it holds that entry).
     committed_in_term: bool = False
     # The member chosen to lead `term` (one of `members` when named): it holds
     # every entry committed before `term` as long as it holds its data.

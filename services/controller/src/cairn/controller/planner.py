@@ -17,7 +17,8 @@ Per shard, in order of urgency:
 3. an ensemble change that did not finish is finished (for members alive to
    take it: a dead one is left to come back or to be replaced);
 4. once the ensemble is settled (every live member voting, a majority holding
-   the commit offset in this term): a long-dead follower is removed when a
+   every committed entry in this term, see `everything_committed_at`): a
+   long-dead follower is removed when a
    spare exists, members on nodes being drained or released are replaced (a
    leader there hands over first, or is replaced like a follower when no
    member can take over), the ensemble grows or shrinks one member at a time
@@ -30,9 +31,9 @@ Per shard, in order of urgency:
    only in a shard settled as in 4.
 
 Leadership is handed over (a requested move, a drain, balancing) only to a
-follower the leader counts as a voter and that holds the commit offset in this
-term: a learner still catching up holds less than what was committed, and so
-may a lagging voter. The election would not choose either (see election.py),
+follower the leader counts as a voter and that holds every committed entry in
+this term: a learner still catching up holds less than what was committed, and
+so may a lagging voter. The election would not choose either (see election.py),
 but would bump the term for nothing.
 
 Stale replicas (kept by a node that is no longer a member) are deleted while
@@ -40,9 +41,19 @@ nothing else happens to their shard; new namespaces are placed; node records
 follow what is observed.
 
 No plan leaves a shard without a majority: a removal is planned only once a
-majority of the ensemble holds the commit offset (so every majority of the
-members that remain includes one holding it) and a majority of those that
-remain can answer; an election only with a majority of the members answering.
+majority of the members that remain hold every committed entry (so every
+majority of them includes one holding it) and a majority of them can answer;
+an election only with enough members answering (`enough_answers`).
+
+Holding every committed entry is not holding the commit offset. A new leader
+starts from the commit offset it knew, which may be lower than what the
+earlier term committed (its last acknowledgements never reached it); its term
+commits nothing until a majority holds the term's first entry, and then
+holds everything committed before. Until then, a member holding only the
+commit offset may lack committed entries: removing a member that held them
+could leave them on too few of the rest, and a majority without them could
+elect a leader without them. So the members that count are those holding the
+term's first entry too (the leader's report carries its offset).
 
 A member answers for the data it is recorded to hold (ShardRecord.incarnations)
 or not at all: one whose replica is gone, or came back with another incarnation
@@ -169,6 +180,27 @@ class PlannerSettings:
     max_concurrent_changes: int = 2
 
 
+def everything_committed_at(report: ReplicaReport) -> int:
+    """The offset a member must have acknowledged in the term of the leader
+    that made `report` to hold every committed entry: the commit offset and
+    the term's first entry (see the module's docstring). A pod that does not
+    report where its term began: its head, which lies at or past it."""
+    term_start = report.term_start_offset
+    if term_start is None:
+        term_start = report.head_offset
+    return max(report.commit_offset, term_start)
+
+
+def term_committed(report: ReplicaReport) -> bool:
+    """Has the leader's term (of `report`) committed its first entry? From
+    then on its commit offset is at or past everything earlier terms committed.
+    A pod that does not report where its term began: only if the commit offset
+    is at its head and the head is of its term."""
+    if report.term_start_offset is None:
+        return report.head_term == report.term and report.commit_offset == report.head_offset
+    return report.commit_offset >= report.term_start_offset
+
+
 def counted_voters(record: ShardRecord, observed: Observed, status: ClusterStatus) -> CountedVoters:
     """Who the shard's leader counts toward its commit offset, from its last
     report in the recorded term (kept after it died or restarted, see
@@ -202,13 +234,8 @@ def counted_voters(record: ShardRecord, observed: Observed, status: ClusterStatu
         for name in record.ensemble
         if name not in record.leaving and address_of(name, observed, status) in voting
     }
-    # The entry at the commit offset is of this term when it is the head and
-    # the head is (the report says no more of where the term began).
-    committed_in_term = (
-        report.head_term == record.term and report.commit_offset == report.head_offset
-    )
     return CountedVoters(
-        record.term, frozenset({record.leader, *members}), committed_in_term, record.leader
+        record.term, frozenset({record.leader, *members}), term_committed(report), record.leader
     )
 
 
@@ -516,23 +543,21 @@ class _Planner:
         return True
 
     def _settled(self, record: ShardRecord, report: ReplicaReport) -> bool:
-        """May the ensemble change again (once in step): a majority holding the
-        commit offset durably in this term (the rule the replication
-        simulation checks ensemble changes against)."""
+        """May the ensemble change again (once in step): a majority holding
+        every committed entry durably in this term (so the term has committed
+        its first entry, and a member added now votes from there)."""
         return len(self._holding(record, report)) >= majority(len(record.ensemble))
 
     def _holding(self, record: ShardRecord, report: ReplicaReport) -> set[str]:
-        """The members holding the commit offset: the leader, and the voting
-        followers that acknowledged it in this term."""
+        """The members holding every committed entry: the leader, and the
+        voting followers that acknowledged `everything_committed_at` in this
+        term."""
         by_address = {follower.internal_address: follower for follower in report.followers}
+        needed = everything_committed_at(report)
         holding = {record.leader} if record.leader is not None else set()
         for name in record.ensemble:
             follower = by_address.get(self._address(name) or "")
-            if (
-                follower is not None
-                and follower.voting
-                and follower.acked_offset >= report.commit_offset
-            ):
+            if follower is not None and follower.voting and follower.acked_offset >= needed:
                 holding.add(name)
         return holding
 
@@ -559,10 +584,10 @@ class _Planner:
         unwanted = [name for name in followers if self._unwanted(name) and name not in dead]
         spares = self._spares(record)
         if not settled:
-            # No majority holds the commit offset: perhaps because the leader
+            # No majority holds every committed entry: perhaps because the leader
             # waits for a member that died before acknowledging it (say one of
             # two, after an election). Only that member's removal may go on, if
-            # the rest hold the commit offset (see _remove); anything else
+            # the rest hold every committed entry (see _remove); anything else
             # waits for the ensemble to settle.
             if dead and (spares or size > rf):
                 return self._remove(record, f"replace unreachable {dead[0]}", dead, report)
@@ -657,10 +682,12 @@ class _Planner:
             return None
         if not self._removal_keeps_majority(record, victim):
             return None
-        # The members that remain must include a majority holding the commit
-        # offset: were it left to one lagging behind, and that one died, the
-        # leader could commit nothing more and the shard would never settle
-        # again to have it replaced. Wait for it to catch up instead.
+        # The members that remain must include a majority holding every
+        # committed entry: else a majority of them could elect a leader
+        # without one (see the module's docstring); and were the commit offset
+        # left to one lagging behind, and that one died, the leader could
+        # commit nothing more and the shard would never settle again to have
+        # it replaced. Wait for it to catch up instead.
         holding = self._holding(record, report) - {victim}
         if len(holding) < majority(len(record.ensemble) - 1):
             return None
@@ -704,20 +731,21 @@ class _Planner:
 
     def _may_take_over(self, record: ShardRecord, report: ReplicaReport, name: str) -> bool:
         """Is `name` a follower the leader (of `report`) counts as a voter, and
-        holding the commit offset in this term? A learner is neither: it joined
-        with nothing and votes only once it has caught up."""
+        holding every committed entry in this term? A learner is neither: it
+        joined with nothing and votes only once it has caught up."""
         address = self._address(name)
+        needed = everything_committed_at(report)
         return name != record.leader and any(
             follower.internal_address == address
             and follower.voting
-            and follower.acked_offset >= report.commit_offset
+            and follower.acked_offset >= needed
             for follower in report.followers
         )
 
     def _settled_report(self, record: ShardRecord) -> ReplicaReport | None:
         """The leader's report, if the shard may change now: steady, its leader
         reporting in the recorded term, no change under way, in step (every
-        live member voting) and settled (a majority holding the commit offset),
+        live member voting) and settled (a majority holding every committed entry),
         as `_shard_action` requires before any change. None otherwise."""
         if record.state is not ShardState.STEADY or record.leaving:
             return None

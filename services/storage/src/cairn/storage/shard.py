@@ -656,6 +656,7 @@ class ShardReplica:
         leader = self._leader
         if leader is not None:
             status.followers.extend(leader.follower_status())
+            status.term_start_offset = self._term_start_offset
         return status
 
     # ---- follower side ----------------------------------------------------------------

@@ -12,12 +12,19 @@ caught up to what is already committed, so adding a member never stalls commits
 or lets an empty replica be counted toward a majority. The commit offset never
 goes back, whatever the ensemble becomes.
 
+"Caught up" means holding the commit offset and the term's first entry. Until
+this term commits its first entry, the commit offset may be one the leader
+inherited, lower than what an earlier term committed (the new leader had not
+learnt of it): a learner holding only that much may lack committed entries,
+and a voter lacking them, with another, could make a majority that elects a
+member without them. The term's first entry follows everything the leader
+held when it took office, which includes every committed entry.
+
 A voter that lost its data (it came back with another incarnation, see
 LeaderCore) is *returning*: its acknowledgements are forgotten and it is a
 learner again, but it still counts in the majority's size, so losing a disk
 never lowers the number of acknowledgements a commit needs. It votes again once
-it holds the term's first entry and the commit offset: then its log holds every
-entry committed before this term (the leader's log does) and since.
+caught up, as any learner.
 """
 
 from __future__ import annotations
@@ -83,20 +90,17 @@ class QuorumTracker:
             return self.commit_offset
         if offset > self.acked.get(member, NO_OFFSET):
             self.acked[member] = offset
-        if member in self.learners and offset >= self._caught_up_at(member):
+        if member in self.learners and offset >= self._caught_up_at():
             # Caught up with what is committed: from now on it votes.
             self.learners.discard(member)
             self.returning.discard(member)
             self.voters.add(member)
         return self._advance()
 
-    def _caught_up_at(self, member: str) -> int:
-        """The offset a learner must hold to vote. A returning member must also
-        hold the term's first entry: while the commit offset is one inherited
-        from an earlier term, entries that term committed may lie beyond it."""
-        if member in self.returning:
-            return max(self.commit_offset, self.term_start_offset)
-        return self.commit_offset
+    def _caught_up_at(self) -> int:
+        """The offset a learner must hold to vote: the commit offset and the
+        term's first entry (see the module's docstring)."""
+        return max(self.commit_offset, self.term_start_offset)
 
     def readmit(self, member: str) -> int:
         """`member` lost what it acknowledged (its data was wiped and created
