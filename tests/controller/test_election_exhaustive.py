@@ -17,7 +17,10 @@ caught up with term 2's first entry, which holds (1, 1).
 
 from __future__ import annotations
 
-from support.election_model import Bounds, Model
+import pytest
+
+from cairn.controller import planner
+from support.election_model import Bounds, Model, Violation
 
 LOST_ENTRY = [
     "client write at m0",
@@ -63,6 +66,16 @@ def test_the_found_history_keeps_the_entry_once_the_term_has_committed() -> None
             "election of term 3: NewTerm to ['m2', 'm3']",
         ]
     )
+
+
+def test_with_the_old_rule_the_found_history_loses_the_entry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The mutation check: members taken to hold everything committed once
+    # they hold the commit offset, as before the fix.
+    monkeypatch.setattr(planner, "everything_committed_at", lambda report: report.commit_offset)
+    with pytest.raises(Violation, match=r"m2 takes office with \(1,\), lacking committed \(1, 1\)"):
+        Model(BOUNDS).replay(LOST_ENTRY)
 
 
 def test_every_short_history_keeps_every_committed_entry() -> None:
