@@ -1,9 +1,11 @@
 """The hot routes' fast path (fastpath.py) and the server around it: answers equal
 to the routers' for the same request, the request head bounded, and
-`--workers N` processes serving one port with sessions usable through any."""
+`--workers N` processes serving one port with sessions usable through any, and
+an answer's head and body leaving in one write."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import httpx
 import pytest
 
 from cairn.client.records import Record, Version
+from cairn.gateway.http_server import CoalescingTransport
 from cairn.gateway.models import RecordModel, VersionModel, record_document, version_document
 from gateway.helpers import GatewayProcess, problem, wait_until
 from support.processes import StandaloneProcess
@@ -137,3 +140,41 @@ def test_workers_share_the_port_and_sessions(
         wait_until(both_workers_served, timeout_s=60.0, interval_s=0.0)
     finally:
         assert gateway.stop() == 0, gateway.log_text()
+
+
+class _RecordingTransport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.writes.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+def test_the_writes_of_one_loop_turn_leave_together() -> None:
+    async def main() -> None:
+        inner = _RecordingTransport()
+        transport = CoalescingTransport(inner, asyncio.get_running_loop())
+        transport.write(b"HTTP/1.1 200 OK\r\n\r\n")
+        transport.write(b"body")
+        assert inner.writes == [] and transport.get_write_buffer_size() == 23
+        await asyncio.sleep(0)
+        assert inner.writes == [b"HTTP/1.1 200 OK\r\n\r\nbody"]
+        # Closing sends what is pending first.
+        transport.write(b"last")
+        transport.close()
+        assert inner.writes[1:] == [b"last"] and inner.closed
+        await asyncio.sleep(0)
+        assert len(inner.writes) == 2
+
+    asyncio.run(main())

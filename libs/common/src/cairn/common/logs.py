@@ -137,6 +137,19 @@ def add_log_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _lean_records() -> None:
+    """Records skip what neither format prints (the logging module's documented
+    optimisation switches): the caller's file and line (found by walking the
+    stack), and the thread, process and task names. A gateway writes an access
+    line per request: these were the costliest parts of its record."""
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
+    if hasattr(logging, "logAsyncioTasks"):  # Python 3.12+
+        logging.logAsyncioTasks = False
+
+
 def setup_logging(
     component: str,
     level: str | int,
@@ -154,6 +167,7 @@ def setup_logging(
     default; not the sidecar, whose access log would be the kubelet's probes)."""
     if log_format not in LOG_FORMATS:
         raise ValueError(f"unknown log format {log_format!r}; expected one of {LOG_FORMATS}")
+    _lean_records()
     handler = logging.StreamHandler(sys.stderr if stream is None else stream)
     handler.setFormatter(
         JsonFormatter(component, node) if log_format == "json" else TextFormatter(text_format)

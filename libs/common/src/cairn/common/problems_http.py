@@ -9,6 +9,7 @@ storage pod does not), like cairn.common.api_docs.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from email.message import Message
 from typing import Any
 
@@ -73,22 +74,42 @@ async def json_body(request: Request) -> None:
     )
 
 
-def allowed_methods(app: FastAPI, request: Request) -> list[str]:
-    """The methods of every route matching the request's path (Starlette's 405
-    names only the first route's, and several routes may share a path)."""
-    methods: set[str] = set()
-    for route in app.router.routes:
-        match, _ = route.matches(request.scope)
-        if match is not Match.NONE:
-            methods |= getattr(route, "methods", None) or set()
-    return sorted(methods)
+# The methods a 405's Allow may name: those of RFC 9110 a route can declare.
+_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+
+# What answers a kind of error as a problem (the app's own exceptions).
+ProblemOf = Callable[[Exception], Problem]
 
 
-def install_problem_handlers(app: FastAPI, service: str) -> None:
+def allowed_methods(app: FastAPI, request: Request) -> list[str] | None:
+    """The methods the app routes to an endpoint at the request's path, asked of
+    its routes method by method (Starlette's 405 names only the first matching
+    route's, several routes may share a path, and FastAPI keeps an included
+    router's routes behind one entry that declares no methods). None: a route
+    took the refused method itself, so its endpoint refused it and knows why
+    (static files: GET and HEAD only)."""
+
+    scope = request.scope
+    # A mount made its own root path the request's; the app routes from its own.
+    root_path = scope.get("app_root_path", scope.get("root_path", ""))
+
+    def routed(method: str) -> bool:
+        probe = {**scope, "method": method, "root_path": root_path}
+        return any(route.matches(probe)[0] is Match.FULL for route in app.router.routes)
+
+    if routed(request.method):
+        return None
+    return [method for method in _METHODS if routed(method)]
+
+
+def install_problem_handlers(
+    app: FastAPI, service: str, problems_of: Mapping[type[Exception], ProblemOf] | None = None
+) -> None:
     """Answer every error of `app` as a problem document: a raised Problem, a
     request that fails validation (400), the framework's own HTTP errors (404,
-    405 with Allow, 413, ...), and anything unexpected (500, logged with its
-    traceback; `service` names the log to read)."""
+    405 with Allow, 413, ...), the app's own kinds of error (`problems_of`, each
+    kind's problem), and anything unexpected (500, logged with its traceback;
+    `service` names the log to read)."""
 
     async def on_problem(_: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, Problem)
@@ -102,7 +123,9 @@ def install_problem_handlers(app: FastAPI, service: str) -> None:
         assert isinstance(error, StarletteHTTPException)
         headers: dict[str, Any] = dict(error.headers or {})
         if error.status_code == 405:
-            headers["Allow"] = ", ".join(allowed_methods(app, request))
+            allowed = allowed_methods(app, request)
+            if allowed is not None:
+                headers["Allow"] = ", ".join(allowed)
         return problem_response(problem_for_http_status(error.status_code, error.detail, headers))
 
     async def on_unexpected(request: Request, error: Exception) -> JSONResponse:
@@ -110,7 +133,15 @@ def install_problem_handlers(app: FastAPI, service: str) -> None:
         detail = f"unexpected {type(error).__name__}; see the {service}'s log"
         return problem_response(Problem(Code.INTERNAL_ERROR, detail))
 
+    def answer_with(problem_of: ProblemOf) -> Callable[[Request, Exception], Any]:
+        async def on_error(_: Request, error: Exception) -> JSONResponse:
+            return problem_response(problem_of(error))
+
+        return on_error
+
     app.add_exception_handler(Problem, on_problem)
+    for kind, problem_of in (problems_of or {}).items():
+        app.add_exception_handler(kind, answer_with(problem_of))
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(Exception, on_unexpected)

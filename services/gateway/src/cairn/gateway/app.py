@@ -5,40 +5,22 @@
 
 import asyncio
 import hmac
-import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from typing import Annotated
 
-from fastapi import Depends, FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
+from fastapi import Depends, FastAPI
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.security.utils import get_authorization_scheme_param
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from cairn.client.errors import ClientError
 from cairn.common.api_docs import serve_docs
-from cairn.common.problems import validation_detail
-from cairn.common.problems_http import problem_response
+from cairn.common.problems_http import ProblemOf, install_problem_handlers, problem_response
 from cairn.gateway import admin, changes, keys, openapi, scans, sessions
 from cairn.gateway.callers import caller_dependency
-from cairn.gateway.cursors import CursorError
-from cairn.gateway.headers import HeaderError
 from cairn.gateway.pool import ClientPool
-from cairn.gateway.problems import (
-    Code,
-    Problem,
-    problem_for_client_error,
-    problem_for_http_status,
-)
+from cairn.gateway.problems import REQUEST_ERRORS, Code, Problem, problem_for_error
 from cairn.gateway.settings import GatewaySettings
-from cairn.gateway.tokens import TokenError
-
-log = logging.getLogger(__name__)
 
 DESCRIPTION = """\
 Cairn over HTTP: records by key (the version is the ETag; `If-Match` and
@@ -184,9 +166,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     for api in routers:
         app.include_router(api, dependencies=guarded)
     _probes(app, pool, lifecycle)
-    routes = [route for api in routers for route in api.routes]
-    routes += [route for route in app.router.routes if isinstance(route, APIRoute)]
-    _error_handlers(app, settings, routes)
+    install_problem_handlers(app, "gateway", _problems_of(settings))
     openapi.install(app, auth=settings.token is not None or settings.auth.enabled)
     return app
 
@@ -209,50 +189,12 @@ def _probes(app: FastAPI, pool: ClientPool, lifecycle: Lifecycle) -> None:
         return {"status": "ready"}
 
 
-def _allowed_methods(request: Request, routes: Sequence[BaseRoute]) -> list[str]:
-    methods: set[str] = set()
-    for route in routes:
-        match, _ = route.matches(request.scope)
-        if match is not Match.NONE:
-            methods |= getattr(route, "methods", None) or set()
-    return sorted(methods)
+def _problems_of(settings: GatewaySettings) -> dict[type[Exception], ProblemOf]:
+    """The problems answering the gateway's own errors (fastpath answers alike)."""
 
+    def problem_of(error: Exception) -> Problem:
+        problem = problem_for_error(error, settings.retry_after_s)
+        assert problem is not None, error
+        return problem
 
-def _error_handlers(app: FastAPI, settings: GatewaySettings, routes: Sequence[BaseRoute]) -> None:
-    async def on_problem(_: Request, error: Exception) -> JSONResponse:
-        assert isinstance(error, Problem)
-        return problem_response(error)
-
-    async def on_client_error(_: Request, error: Exception) -> JSONResponse:
-        assert isinstance(error, ClientError)
-        return problem_response(problem_for_client_error(error, settings.retry_after_s))
-
-    async def on_bad_argument(_: Request, error: Exception) -> JSONResponse:
-        return problem_response(Problem(Code.INVALID_ARGUMENT, str(error)))
-
-    async def on_validation(_: Request, error: Exception) -> JSONResponse:
-        assert isinstance(error, RequestValidationError)
-        return problem_response(Problem(Code.INVALID_ARGUMENT, validation_detail(error.errors())))
-
-    async def on_http(request: Request, error: Exception) -> JSONResponse:
-        assert isinstance(error, StarletteHTTPException)
-        headers: dict[str, Any] = dict(error.headers or {})
-        if error.status_code == 405:
-            # Starlette names the methods of the first route matching the path;
-            # several routes share some paths (GET and DELETE of /keys).
-            headers["Allow"] = ", ".join(_allowed_methods(request, routes))
-        return problem_response(problem_for_http_status(error.status_code, error.detail, headers))
-
-    async def on_unexpected(request: Request, error: Exception) -> JSONResponse:
-        # A bug: logged with its traceback, answered as a problem all the same.
-        log.error("%s %s failed", request.method, request.url.path, exc_info=error)
-        detail = f"unexpected {type(error).__name__}; see the gateway's log"
-        return problem_response(Problem(Code.INTERNAL_ERROR, detail))
-
-    app.add_exception_handler(Problem, on_problem)
-    app.add_exception_handler(ClientError, on_client_error)
-    for kind in (CursorError, HeaderError, TokenError):
-        app.add_exception_handler(kind, on_bad_argument)
-    app.add_exception_handler(RequestValidationError, on_validation)
-    app.add_exception_handler(StarletteHTTPException, on_http)
-    app.add_exception_handler(Exception, on_unexpected)
+    return dict.fromkeys(REQUEST_ERRORS, problem_of)

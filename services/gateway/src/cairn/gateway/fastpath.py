@@ -36,13 +36,12 @@ import orjson
 from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from cairn.client.errors import ClientError
 from cairn.client.records import EXPECTED_RECORD_DOES_NOT_EXIST
 from cairn.common import tracing
 from cairn.gateway import metrics
 from cairn.gateway.app import bearer_credentials, check_bearer
 from cairn.gateway.callers import identify_caller
-from cairn.gateway.cursors import CursorError, ScanKind
+from cairn.gateway.cursors import ScanKind
 from cairn.gateway.headers import (
     ANY_PATTERN,
     JSON,
@@ -59,12 +58,7 @@ from cairn.gateway.headers import (
 from cairn.gateway.keys import KEY_PATH, key_location, version_headers
 from cairn.gateway.models import record_document, version_document
 from cairn.gateway.pool import ClientPool
-from cairn.gateway.problems import (
-    PROBLEM_MEDIA_TYPE,
-    Code,
-    Problem,
-    problem_for_client_error,
-)
+from cairn.gateway.problems import PROBLEM_MEDIA_TYPE, Code, Problem, problem_for_error
 from cairn.gateway.scans import KEYS_PATH, RECORDS_PATH, query_of, read_keys, read_records
 from cairn.gateway.settings import (
     MAX_KEY_CHARS,
@@ -72,7 +66,7 @@ from cairn.gateway.settings import (
     MAX_TOKEN_CHARS,
     GatewaySettings,
 )
-from cairn.gateway.tokens import TOKEN_PATTERN, TokenError
+from cairn.gateway.tokens import TOKEN_PATTERN
 
 log = logging.getLogger(__name__)
 
@@ -104,18 +98,6 @@ class _Defer(Exception):
 
 class _ClientLeft(Exception):
     """The client went away before sending the whole body: nobody to answer."""
-
-
-def problem_for_error(error: Exception, retry_after_s: int) -> Problem | None:
-    """The problem answering an error of a request (None: a bug), as the app's
-    exception handlers answer it."""
-    if isinstance(error, Problem):
-        return error
-    if isinstance(error, ClientError):
-        return problem_for_client_error(error, retry_after_s)
-    if isinstance(error, CursorError | HeaderError | TokenError):
-        return Problem(Code.INVALID_ARGUMENT, str(error))
-    return None
 
 
 def _header_pairs(headers: Mapping[str, str]) -> Headers:

@@ -37,14 +37,19 @@ from cairn.common.problems import (
     validation_detail,
 )
 from cairn.common.problems_http import ProblemDocument
+from cairn.gateway.cursors import CursorError
+from cairn.gateway.headers import HeaderError
+from cairn.gateway.tokens import TokenError
 
 __all__ = [
     "PROBLEM_MEDIA_TYPE",
+    "REQUEST_ERRORS",
     "Code",
     "Problem",
     "ProblemDocument",
     "problem_for_client_error",
     "problem_for_controller",
+    "problem_for_error",
     "problem_for_http_status",
     "status_of",
     "summary_of",
@@ -86,6 +91,22 @@ def problem_for_client_error(error: ClientError, retry_after_s: int) -> Problem:
             return Problem(mapping.code, str(error) or summary_of(mapping.code), headers)
     # A ClientError subclass added to the library later: still an answer, never a 500.
     return Problem(Code.UNAVAILABLE, str(error) or type(error).__name__)
+
+
+# The kinds of error a request may raise besides a Problem, each answered by
+# problem_for_error (so the app's handlers and fastpath answer alike).
+REQUEST_ERRORS: tuple[type[Exception], ...] = (ClientError, CursorError, HeaderError, TokenError)
+
+
+def problem_for_error(error: Exception, retry_after_s: int) -> Problem | None:
+    """The problem answering an error of a request (None: a bug)."""
+    if isinstance(error, Problem):
+        return error
+    if isinstance(error, ClientError):
+        return problem_for_client_error(error, retry_after_s)
+    if isinstance(error, CursorError | HeaderError | TokenError):
+        return Problem(Code.INVALID_ARGUMENT, str(error))
+    return None
 
 
 def problem_for_controller(status: int, body: Any) -> Problem:

@@ -3,6 +3,9 @@
 GET /livez   200, or 503 when the pod has failed its probes for too long
 GET /readyz  200, or 503 with the reasons it is not ready
 GET /status  the pod as last seen: addresses, reachability, shards, lags
+
+Errors (an unknown path, another method) are problem documents, as the
+controller's and the gateway's are.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from typing import Any, Protocol
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
+from cairn.common.problems_http import install_problem_handlers
 from cairn.health.core import Verdict
 
 
@@ -48,4 +52,5 @@ def create_app(view: HealthView) -> FastAPI:
     async def status() -> JSONResponse:
         return JSONResponse(view.status(), headers={"Cache-Control": "no-store"})
 
+    install_problem_handlers(app, "health sidecar")
     return app
