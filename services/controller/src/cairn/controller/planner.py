@@ -18,12 +18,11 @@ Per shard, in order of urgency:
    take it: a dead one is left to come back or to be replaced);
 4. once the ensemble is settled (every live member voting, a majority holding
    every committed entry in this term, see `everything_committed_at`): a
-   long-dead follower is removed when a
-   spare exists, members on nodes being drained or released are replaced (a
-   leader there hands over first, or is replaced like a follower when no
-   member can take over), the ensemble grows or shrinks one member at a time
-   to the replication factor, a requested leader move is made (once its
-   target has caught up);
+   long-dead follower is removed when a spare exists, members on nodes being
+   drained or released are replaced (a leader there hands over first, or is
+   replaced like a follower when no member can take over), the ensemble grows
+   or shrinks one member at a time to the replication factor, a requested
+   leader move is made (once its target has caught up);
 5. then, if nothing else is changing: members and leaders are balanced across
    the nodes that have been up for a while (damping flapping nodes); a member
    is moved only where the shrink that follows takes it off the busier node
@@ -745,8 +744,8 @@ class _Planner:
     def _settled_report(self, record: ShardRecord) -> ReplicaReport | None:
         """The leader's report, if the shard may change now: steady, its leader
         reporting in the recorded term, no change under way, in step (every
-        live member voting) and settled (a majority holding every committed entry),
-        as `_shard_action` requires before any change. None otherwise."""
+        live member voting) and settled (a majority holding every committed
+        entry), as `_shard_action` requires before any change. None otherwise."""
         if record.state is not ShardState.STEADY or record.leaving:
             return None
         report = self.observed.report(record.leader, record.shard)

@@ -93,9 +93,11 @@ def problem_for_client_error(error: ClientError, retry_after_s: int) -> Problem:
     return Problem(Code.UNAVAILABLE, str(error) or type(error).__name__)
 
 
+# Errors in what the caller sent (invalid-argument).
+_BAD_ARGUMENTS: tuple[type[Exception], ...] = (CursorError, HeaderError, TokenError)
 # The kinds of error a request may raise besides a Problem, each answered by
 # problem_for_error (so the app's handlers and fastpath answer alike).
-REQUEST_ERRORS: tuple[type[Exception], ...] = (ClientError, CursorError, HeaderError, TokenError)
+REQUEST_ERRORS: tuple[type[Exception], ...] = (ClientError, *_BAD_ARGUMENTS)
 
 
 def problem_for_error(error: Exception, retry_after_s: int) -> Problem | None:
@@ -104,7 +106,7 @@ def problem_for_error(error: Exception, retry_after_s: int) -> Problem | None:
         return error
     if isinstance(error, ClientError):
         return problem_for_client_error(error, retry_after_s)
-    if isinstance(error, CursorError | HeaderError | TokenError):
+    if isinstance(error, _BAD_ARGUMENTS):
         return Problem(Code.INVALID_ARGUMENT, str(error))
     return None
 
