@@ -20,6 +20,7 @@ from __future__ import annotations
 import pytest
 
 from cairn.controller import planner
+from cairn.storage.core.replication.quorum import QuorumTracker
 from support.election_model import Bounds, Model, Violation
 
 LOST_ENTRY = [
@@ -72,10 +73,24 @@ def test_with_the_old_rule_the_found_history_loses_the_entry(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # The mutation check: members taken to hold everything committed once
-    # they hold the commit offset, as before the fix.
+    # they hold the commit offset, as before the fix; and the leader dropping
+    # whoever it is told to (see the next test).
     monkeypatch.setattr(planner, "everything_committed_at", lambda report: report.commit_offset)
+    monkeypatch.setattr(QuorumTracker, "_held_without", lambda self, member: True)
     with pytest.raises(Violation, match=r"m2 takes office with \(1,\), lacking committed \(1, 1\)"):
         Model(BOUNDS).replay(LOST_ENTRY)
+
+
+def test_with_the_old_rule_the_leader_still_refuses_the_removal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A second guard on the same history: the leader keeps m0 while m2, the
+    # only other voter, does not hold term 2's first entry (QuorumTracker.remove).
+    monkeypatch.setattr(planner, "everything_committed_at", lambda report: report.commit_offset)
+    model = Model(BOUNDS)
+    state = model.replay(BEFORE_REMOVAL)
+    labels = [label for label, _ in model.successors(state)]
+    assert not [label for label in labels if label.startswith("controller removes")]
 
 
 def test_every_short_history_keeps_every_committed_entry() -> None:

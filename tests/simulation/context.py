@@ -29,6 +29,10 @@ class RuntimeRules:
     # A streaming leader sends at least this often (entries or just its commit
     # offset), so a follower learns the commit offset even when a message was lost.
     heartbeat_steps: int = 4
+    # RemoveFollower waits this long for the other members to catch up with what
+    # was committed with the leaving one, then calls the removal off (under the
+    # controller's call deadline, controller.py).
+    removal_wait_steps: int = 20
     # Client writes appended but not yet applied; more are refused (backpressure).
     max_pending_writes: int = 64
     # Committed entries applied in one KV batch, at most (drawn at random up to it).

@@ -84,6 +84,8 @@ class EnsembleChange:
     term: int
     follower: str
     started_step: int
+    # A removed member's recorded incarnation, kept in case the leader refuses.
+    incarnation: int | None = None
 
 
 class Coordinator:
@@ -247,8 +249,8 @@ class Coordinator:
         else:
             name = self.env.rng.choice(sorted(set(self.ensemble) - {leader_name}))
             self.ensemble.remove(name)
-            self.incarnations.pop(name, None)
-            self.change = EnsembleChange(term, name, self.env.now)
+            incarnation = self.incarnations.pop(name, None)
+            self.change = EnsembleChange(term, name, self.env.now, incarnation)
             self.env.log(f"{NAME} removes {name}: {self.ensemble}", "members removed")
             self.env.send(NAME, leader_name, m.RemoveFollower(term, name))
 
@@ -296,6 +298,21 @@ class Coordinator:
         elif isinstance(body, m.EnsembleChangeResponse):
             change = self.change
             if change is not None and (body.term, body.follower) == (change.term, change.follower):
+                self.change = None
+                self.ensemble_confirmed = True
+        elif isinstance(body, m.Refused) and body.request == "ensemble change":
+            # The leader kept a member it was asked to remove (the rest had not
+            # caught up): it still counts, so it is a member again here too.
+            change = self.change
+            if (
+                change is not None
+                and change.term == body.term
+                and change.follower not in self.ensemble
+                and self.leader == (change.term, src)
+            ):
+                self.ensemble.append(change.follower)
+                if change.incarnation is not None:
+                    self.incarnations[change.follower] = change.incarnation
                 self.change = None
                 self.ensemble_confirmed = True
 

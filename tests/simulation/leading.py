@@ -80,6 +80,9 @@ class LeaderRuntime:
         self.pending_sessions: dict[int, tuple[str, int, int]] = {}
         # offset -> the session a CloseSession entry closes
         self.closing: dict[int, int] = {}
+        # follower -> (controller, call, step to give up) of a RemoveFollower
+        # waiting for the other members to catch up
+        self.removals: dict[str, tuple[str, int, int]] = {}
         env, log, core = replica.env, replica.log, replica.live_core()
         env.observer.took_office(
             LeaderLog(
@@ -259,10 +262,36 @@ class LeaderRuntime:
             self.core.add_follower(member)
             self._connect(member.internal_address)
 
-    def remove_follower(self, name: str) -> None:
+    def remove_follower(self, name: str) -> bool:
+        """Whether `name` is gone; else it is leaving until the rest caught up."""
         self.core.remove_follower(name)
+        if self.core.is_leaving(name):
+            return False
+        self._forget(name)
+        return True
+
+    def _forget(self, name: str) -> None:
         self.lease.forget(name)
         self.sessions.pop(name, None)
+
+    def _finish_removals(self) -> None:
+        """Answer the removals that finished, and call off those that waited
+        too long (the runtime's `ReplicatingLeader.remove_follower`)."""
+        env = self.replica.env
+        for name, (src, call, deadline) in list(self.removals.items()):
+            if not self.core.is_leaving(name):
+                del self.removals[name]
+                self._forget(name)
+                env.log(f"{self.replica.name} ensemble now {sorted(self.core.followers)}")
+                env.send(self.replica.name, src, m.EnsembleChangeResponse(self.term, name, call))
+            elif env.now >= deadline:
+                del self.removals[name]
+                self.core.cancel_removal(name)
+                reason = f"{name} still holds committed entries the rest lack"
+                env.log(f"{self.replica.name} calls off the removal: {reason}")
+                env.send(
+                    self.replica.name, src, m.Refused(self.term, "ensemble change", reason, call)
+                )
 
     # -- streams -----------------------------------------------------------------------
 
@@ -349,7 +378,13 @@ class LeaderRuntime:
             self.add_follower(body.follower)
             name = body.follower.internal_address
         else:
-            self.remove_follower(body.follower)
+            if body.follower in self.removals:
+                return  # asked again while waiting: the first call is answered
+            if not self.remove_follower(body.follower):
+                deadline = env.now + env.rules.removal_wait_steps
+                self.removals[body.follower] = (src, body.call, deadline)
+                env.log(f"{self.replica.name} keeps {body.follower} until the rest caught up")
+                return
             name = body.follower
         env.log(f"{self.replica.name} ensemble now {sorted(self.core.followers)}")
         env.send(self.replica.name, src, m.EnsembleChangeResponse(self.term, name, body.call))
@@ -390,6 +425,8 @@ class LeaderRuntime:
     def pump(self) -> None:
         replica, env = self.replica, self.replica.env
         self.core.on_local_durable(replica.log.synced_offset)
+        if self.removals:
+            self._finish_removals()
         self._expire_sessions()
         for name in list(self.core.followers):
             session = self.sessions[name]

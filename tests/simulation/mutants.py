@@ -6,7 +6,8 @@ rule undone) and, for the real controller, `patches`: attributes of the real
 controller's code replaced while the mutant runs (test_simulation.py sets them
 with pytest's monkeypatch), each undoing one rule of the planner, the executor,
 `choose_leader` or the keeper. Three of them revert the fixes of issue 38's
-holes: "hole 1: ...", "hole 2: ...", "hole 3: ...".
+holes: "hole 1: ...", "hole 2: ...", "hole 3: ..."; "remove a member the
+commit needs" reverts the fix of a fourth, found by a longer campaign.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from cairn.controller import executor, keeper, planner
 from cairn.controller.model import ClusterState, ClusterStatus, ShardRecord
 from cairn.controller.state.store import StateConflict
 from cairn.storage.core.replication.leader import FollowerPhase, FollowerProgress, LeaderCore
+from cairn.storage.core.replication.quorum import QuorumTracker
 from simulation import replica
 from simulation.context import RuntimeRules
 from simulation.world import SimConfig
@@ -193,6 +195,12 @@ MUTANTS: dict[str, Mutant] = {
             (planner._Planner, "_may_take_over", _any_follower_may_take_over),
             (planner._Planner, "_in_step", _in_step_with_learners),
         )
+    ),
+    # The leader drops any member it is told to, even one whose acknowledgement
+    # committed entries still need (the controller judged from an older
+    # report): those entries are then on fewer than a majority of the rest.
+    "remove a member the commit needs": Mutant(
+        patches=((QuorumTracker, "_held_without", _always),)
     ),
     # Hole 3: no controller-epoch fencing: the state takes a stale controller's
     # writes (computed from the state it held, and re-applied after a

@@ -764,6 +764,10 @@ class Model:
         assert leader is not None and leader.tracker is not None
         quorum = load_tracker(leader.tracker, self.rules)
         quorum.remove(name)
+        if quorum.is_leaving(name):
+            # It waits for the rest to catch up: a later try of this step (the
+            # runtime's wait ends either way before the controller's).
+            return None
         incarnations = dict(leader.tracker.incarnations)
         incarnations.pop(name, None)
         tracker = save_tracker(quorum, incarnations)

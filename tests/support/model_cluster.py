@@ -643,9 +643,27 @@ class ModelCluster:
         replica.followers.setdefault(address, FollowerState(voting=False))
 
     def _remove_follower(self, leader: str, shard: int, term: int, address: str) -> None:
+        """As QuorumTracker.remove: refused (ActionFailed, as the pod's
+        MembersBehind fails the executor's action) while the voters that would
+        remain do not hold everything committed on a majority of them."""
         replica = self._leading(leader, shard, term)
+        if self._removal_waits(replica, address):
+            raise ActionFailed(f"shard {shard}: the rest do not hold what {address} holds")
         replica.followers.pop(address, None)
         self._advance_commit(replica)
+
+    @staticmethod
+    def _removal_waits(replica: Replica, address: str) -> bool:
+        """Would the leader keep `address` (leaving) for now: a voter without
+        which fewer than a majority of the rest hold every committed entry?"""
+        leaving = replica.followers.get(address)
+        if leaving is None or not leaving.voting:
+            return False
+        needed = max(replica.commit_offset, replica.term_start_offset)
+        rest = [s for a, s in replica.followers.items() if a != address]
+        size = 1 + sum(1 for s in rest if s.voting or s.returning)
+        holding = 1 + sum(1 for s in rest if s.voting and s.acked_offset >= needed)
+        return holding < majority(size)
 
     def _node_address(self, name: str) -> str:
         node = self.nodes.get(name)

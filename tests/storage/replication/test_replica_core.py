@@ -167,7 +167,13 @@ def test_an_added_follower_votes_once_caught_up_and_a_removed_one_stops_counting
     assert leader.is_voting(C.internal_address)
     leader.on_local_durable(12)
     assert leader.on_ack(B.internal_address, leader.term, 12) == 12
+    # 11..12 are on A and B only: without B they would be on one of {A, C}.
     leader.remove_follower(B.internal_address)
+    assert leader.is_leaving(B.internal_address)
+    assert leader.is_voting(B.internal_address)
+    leader.on_ack(C.internal_address, leader.term, 12)
+    assert not leader.is_voting(B.internal_address)
+    assert B.internal_address not in leader.followers
     leader.on_local_durable(15)
     assert leader.commit_offset == 12  # A and C: both needed now
     assert leader.on_ack(C.internal_address, leader.term, 15) == 15

@@ -11,6 +11,8 @@
     │                               succeeded by a newer one (FAILED_PRECONDITION)
     ├── OffsetPassed                a state digest asked for an offset the replica
     │                               applied past already (FAILED_PRECONDITION)
+    ├── MembersBehind               removing a member now would leave committed entries
+    │                               on too few of the rest (FAILED_PRECONDITION; retry)
     ├── SessionNotFound             unknown or expired session (NOT_FOUND)
     ├── NotificationsTrimmed        resume point older than the retention (OUT_OF_RANGE)
     ├── Overloaded                  a bounded queue is full; retry later (RESOURCE_EXHAUSTED)
@@ -85,6 +87,16 @@ class OffsetPassed(CairnError):
     """A replica asked for its state at an offset it has already applied past."""
 
     reason = "OFFSET_PASSED"
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class MembersBehind(CairnError):
+    """A leader refuses to drop a member whose acknowledgement a committed entry
+    still needs: without it, fewer than a majority of the members that remain
+    would hold that entry. It changes nothing; the removal may be retried once
+    they caught up."""
+
+    reason = "MEMBERS_BEHIND"
     code = grpc.StatusCode.FAILED_PRECONDITION
 
 

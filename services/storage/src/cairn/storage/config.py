@@ -135,6 +135,10 @@ class ReplicationSettings:
     reconnect_max_delay_s: float = 1.0
     # Deadline of a Truncate call (a follower that hangs is retried).
     truncate_timeout_s: float = 5.0
+    # How long RemoveFollower waits for the other members to catch up with
+    # entries committed with the leaving one (core/replication/quorum.py) before
+    # calling the removal off; below the controller's call deadline (5 s).
+    removal_wait_s: float = 3.0
     # How long a read waits for a new leader to finish taking over (or for a
     # leader to renew its lease) before it answers UNAVAILABLE.
     leader_ready_timeout_s: float = 5.0

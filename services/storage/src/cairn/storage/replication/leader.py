@@ -8,6 +8,7 @@ import contextlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
+from cairn.common.errors import MembersBehind
 from cairn.proto import replication_pb2 as rpb
 from cairn.storage.clock import monotonic_ms
 from cairn.storage.config import ReplicationSettings
@@ -62,6 +63,8 @@ class ReplicatingLeader:
         # the lease to be renewed looks again.
         self._echoed = asyncio.Event()
         self._senders: dict[str, tuple[FollowerSender, asyncio.Task[None]]] = {}
+        # Removals waiting for the other members to catch up, by follower.
+        self._removals: dict[str, asyncio.Event] = {}
         for member in followers:
             self._start_sender(member)
 
@@ -143,6 +146,10 @@ class ReplicatingLeader:
         )
 
     def _commit_may_have_advanced(self, commit_offset: int) -> None:
+        if self._removals:
+            for member, finished in self._removals.items():
+                if not self.core.is_leaving(member):
+                    finished.set()
         if commit_offset > self.shard.known_commit_offset:
             self.shard.commit_advanced()
             # Followers learn the new commit offset with the next message.
@@ -165,14 +172,36 @@ class ReplicatingLeader:
         self._start_sender(member)
 
     async def remove_follower(self, internal_address: str) -> None:
+        """Drop a follower. One whose acknowledgement committed entries still
+        need stays, leaving, until the rest caught up with them (LeaderCore);
+        that is waited for up to `removal_wait_s`, then the removal is called
+        off (MembersBehind: the caller may ask again)."""
+        self._commit_may_have_advanced(self.core.remove_follower(internal_address))
+        if self.core.is_leaving(internal_address):
+            await self._wait_removed(internal_address)
         entry = self._senders.pop(internal_address, None)
         self.lease.forget(internal_address)
-        self._commit_may_have_advanced(self.core.remove_follower(internal_address))
         if entry is not None:
             entry[0].stop()
             entry[1].cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await entry[1]
+
+    async def _wait_removed(self, internal_address: str) -> None:
+        finished = asyncio.Event()
+        self._removals[internal_address] = finished
+        try:
+            async with asyncio.timeout(self._settings.removal_wait_s):
+                await finished.wait()
+        except TimeoutError:
+            if self.core.is_leaving(internal_address):
+                self._commit_may_have_advanced(self.core.cancel_removal(internal_address))
+                raise MembersBehind(
+                    f"{internal_address} still holds committed entries the other members "
+                    f"lack after {self._settings.removal_wait_s:g} s; ask again later"
+                ) from None
+        finally:
+            self._removals.pop(internal_address, None)
 
     @property
     def settings(self) -> ReplicationSettings:

@@ -121,7 +121,11 @@ class LeaderCore:
 
     def on_local_durable(self, offset: int) -> int:
         """Our WAL is durable up to `offset`; returns the commit offset."""
-        return self.quorum.acknowledge(self.me.internal_address, self.term, offset)
+        removing = bool(self.quorum.leaving)
+        commit_offset = self.quorum.acknowledge(self.me.internal_address, self.term, offset)
+        if removing:
+            self._forget_removed()
+        return commit_offset
 
     # -- a follower ------------------------------------------------------------------
 
@@ -197,7 +201,11 @@ class LeaderCore:
         progress.acked_offset = max(progress.acked_offset, durable_offset)
         if applied_offset is not None:
             progress.applied_offset = max(progress.applied_offset, applied_offset)
-        return self.quorum.acknowledge(member, self.term, durable_offset)
+        removing = bool(self.quorum.leaving)
+        commit_offset = self.quorum.acknowledge(member, self.term, durable_offset)
+        if removing:
+            self._forget_removed()
+        return commit_offset
 
     def _check_incarnation(self, progress: FollowerProgress, incarnation: int | None) -> None:
         if incarnation is None:
@@ -216,6 +224,7 @@ class LeaderCore:
         progress.incarnation = incarnation
         # The commit offset never goes back: readmitting cannot change it.
         self.quorum.readmit(progress.member.internal_address)
+        self._forget_removed()
 
     def on_disconnected(self, member: str) -> None:
         """The stream broke: bring the follower to our log again before streaming.
@@ -237,10 +246,28 @@ class LeaderCore:
         self.quorum.add_learner(member.internal_address)
 
     def remove_follower(self, member: str) -> int:
-        """Returns the commit offset (a smaller ensemble may commit more)."""
-        if self.followers.pop(member, None) is None:
+        """Returns the commit offset (a smaller ensemble may commit more). The
+        follower goes at once, or, while the rest do not yet hold everything
+        committed, once they do (QuorumTracker.remove): until then
+        `is_leaving` and it is still sent entries."""
+        if member not in self.followers:
             return self.commit_offset
-        return self.quorum.remove(member)
+        commit_offset = self.quorum.remove(member)
+        self._forget_removed()
+        return commit_offset
+
+    def is_leaving(self, member: str) -> bool:
+        return self.quorum.is_leaving(member)
+
+    def cancel_removal(self, member: str) -> int:
+        """The removal of `member` could not finish in time: it stays a member.
+        Returns the commit offset."""
+        return self.quorum.cancel_removal(member)
+
+    def _forget_removed(self) -> None:
+        """Followers the quorum has dropped (their removal finished)."""
+        for member in [m for m in self.followers if not self.quorum.is_member(m)]:
+            del self.followers[member]
 
     def is_voting(self, member: str) -> bool:
         return member in self.quorum.voters
