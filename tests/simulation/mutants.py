@@ -152,11 +152,14 @@ def _rules(**changes: bool) -> RuntimeRules:
 MUTANTS: dict[str, Mutant] = {
     "elect the lowest head": Mutant(patches=((executor, "choose_leader", _lowest_head),)),
     # The planner changes the ensemble again without waiting for the leader's
-    # voters to match it and a majority to hold the commit offset.
+    # voters to match it and a majority to hold the commit offset, and the
+    # leader drops whom it is told to at once (else it waits for the rest
+    # itself: "remove a member the commit needs").
     "ensemble changes without waiting": Mutant(
         patches=(
             (planner._Planner, "_in_step", _always),
             (planner._Planner, "_holding", _all_hold_the_commit_offset),
+            (QuorumTracker, "_held_without", _always),
         )
     ),
     "commit before the term-start entry": Mutant(SimConfig(rules=_rules(term_start_rule=False))),

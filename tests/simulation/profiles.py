@@ -107,6 +107,42 @@ class WipeWhileLaggingWorld(World):
         self._phase = _Phase.IDLE
 
 
+class CrashAfterShrinkWorld(World):
+    """A removal's worst moment (mutants.py, "remove a member the commit
+    needs"): whenever the leader's ensemble shrinks while its commit offset is
+    held by fewer than a majority of the voters left, the leader crashes at
+    once and stays down past failure detection, so the members that remain
+    elect among themselves. The real leader never shrinks its ensemble then
+    (QuorumTracker.remove), so with the real code this world only adds faults."""
+
+    def __init__(self, seed: int, config: SimConfig) -> None:
+        super().__init__(seed, config)
+        # (leader, term) -> how many followers it had at the last step
+        self._followers: dict[tuple[str, int], int] = {}
+
+    def _inject_faults(self) -> None:
+        super()._inject_faults()
+        leader = self.current_leader()
+        if leader is None or leader.leading is None:
+            return
+        core = leader.leading.core
+        key = (leader.name, leader.leading.term)
+        count, before = len(core.followers), self._followers.get(key)
+        self._followers[key] = count
+        if before is None or count >= before:
+            return
+        quorum = core.quorum
+        holding = sum(1 for v in quorum.voters if quorum.acked.get(v, -1) >= quorum.commit_offset)
+        if holding * 2 > len(quorum.voters):
+            return
+        self.env.log(
+            f"{leader.name} shrank its ensemble past its commit offset; it crashes",
+            "shrinks past the commit offset",
+        )
+        leader.crash()
+        self.down_until[leader.name] = self.env.now + self.env.rng.randint(*LEADER_DOWN_STEPS)
+
+
 @dataclass(frozen=True)
 class Targeted:
     config: SimConfig
@@ -128,6 +164,22 @@ TARGETED: dict[str, Targeted] = {
             long_lag_probability=0.005,
             long_lag_steps=(40, 150),
         )
+    ),
+    # A member the commit still needs removed (CrashAfterShrinkWorld): the
+    # replication factor changes often (3 -> 2 -> 4 -> 3) under steady writes,
+    # so followers are a few entries apart when a removal lands.
+    "shrink-then-crash": Targeted(
+        SimConfig(
+            ensemble_change_probability=0.15,
+            client_write_probability=0.8,
+            # Fewer other faults, which would end the history first.
+            crash_probability=0.001,
+            power_loss_probability=0.0,
+            partition_probability=0.001,
+            controller_crash_probability=0.0,
+            random_election_probability=0.001,
+        ),
+        CrashAfterShrinkWorld,
     ),
     # Hole 1: a wiped follower keeps its vote (WipeWhileLaggingWorld). The
     # replication factor stays 3: the history needs a leader and two followers.

@@ -115,6 +115,13 @@ CAUGHT_WITHIN: dict[str, tuple[int, int, str, str]] = {
     # changes and moves also waited for the term's first entry to be held
     # (issue 38's inherited-commit hole), which makes the history rarer.
     "hole 2: a learner is elected": (60, 3, "even-learners", "real"),
+    # seed 14, (b): the leader dropped a member whose acknowledgement its
+    # commit offset needed; it crashed, and the member left, lacking entries
+    # committed with the removed one, was elected (profiles.py,
+    # "shrink-then-crash"; seeds 3 and 15 catch it too). Found by a 5000-step
+    # campaign (churn seed 1021, reading seed 1026); the broad profiles reach
+    # it about once in a hundred seeds.
+    "remove a member the commit needs": (16, 3, "shrink-then-crash", "real"),
     # seed 0, liveness (a paused controller's stale state written back).
     "hole 3: no controller-epoch fencing": (4, 3, "churn", "real"),
 }
@@ -127,6 +134,7 @@ FIRST_CATCHING_SEED: dict[str, int] = {
     "act on stale Truncates": 18,
     "hole 2: a learner is elected": 55,
     "reads without the lease": 4,
+    "remove a member the commit needs": 14,
     "send window anchored at the applied offset": 2,
 }
 
