@@ -10,7 +10,10 @@ from pathlib import Path
 import grpc  # noqa: F401
 import pytest
 
+from support import oxia_startup
 from support.processes import StandaloneProcess
+
+oxia_startup.install()
 
 
 @pytest.fixture
