@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from cairn.storage.core.replication.terms import NO_OFFSET
 from simulation.network import Partition
 from simulation.world import SimConfig, World
 
@@ -132,7 +133,9 @@ class CrashAfterShrinkWorld(World):
         if before is None or count >= before:
             return
         quorum = core.quorum
-        holding = sum(1 for v in quorum.voters if quorum.acked.get(v, -1) >= quorum.commit_offset)
+        holding = sum(
+            1 for v in quorum.voters if quorum.acked.get(v, NO_OFFSET) >= quorum.commit_offset
+        )
         if holding * 2 > len(quorum.voters):
             return
         self.env.log(

@@ -121,11 +121,7 @@ class LeaderCore:
 
     def on_local_durable(self, offset: int) -> int:
         """Our WAL is durable up to `offset`; returns the commit offset."""
-        removing = bool(self.quorum.leaving)
-        commit_offset = self.quorum.acknowledge(self.me.internal_address, self.term, offset)
-        if removing:
-            self._forget_removed()
-        return commit_offset
+        return self._acknowledge(self.me.internal_address, offset)
 
     # -- a follower ------------------------------------------------------------------
 
@@ -201,6 +197,11 @@ class LeaderCore:
         progress.acked_offset = max(progress.acked_offset, durable_offset)
         if applied_offset is not None:
             progress.applied_offset = max(progress.applied_offset, applied_offset)
+        return self._acknowledge(member, durable_offset)
+
+    def _acknowledge(self, member: str, durable_offset: int) -> int:
+        """Count `member`'s acknowledgement; a removal it lets finish drops the
+        follower here too."""
         removing = bool(self.quorum.leaving)
         commit_offset = self.quorum.acknowledge(member, self.term, durable_offset)
         if removing:
