@@ -265,6 +265,17 @@ def test_pod_cpu_is_split_by_thread_group() -> None:
     assert _pod_thread_cpu_s(None, end) is None
 
 
+def test_a_residual_groups_sampling_jitter_never_shows_negative_cores() -> None:
+    # A full run printed `other:0.04+-0.00+0.04`: `other` is the process total
+    # less its live threads, read a moment apart, and came out a hair lower at
+    # the end of the window than at its start.
+    start = [{"main": 1.0, "other": 0.3001}]
+    end = [{"main": 2.0, "other": 0.3}]
+    spans = _pod_thread_cpu_s(start, end)
+    assert spans == ({"main": 1.0, "other": 0.0},)
+    assert thread_cores(spans, 2.0) == "main:0.50,other:0.00"
+
+
 def test_thread_groups_name_what_a_pod_runs() -> None:
     assert thread_group(41, 41, "python") == "main"
     assert thread_group(42, 41, "rocksdb:low") == "rocksdb"

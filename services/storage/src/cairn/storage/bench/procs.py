@@ -137,12 +137,15 @@ def _pod_thread_cpu_s(
     start: list[dict[str, float] | None] | None, end: list[dict[str, float] | None] | None
 ) -> tuple[dict[str, float], ...] | None:
     """CPU seconds of each server process's thread groups in the window; None unless
-    all were read."""
+    all were read. `other` is what the process total has beyond its live threads,
+    read a moment apart, so its difference can come out a hair below zero; CPU
+    time never goes back, so no group's does."""
     pairs = _marks_per_pod(start, end)
     if pairs is None:
         return None
     return tuple(
-        {group: after[group] - before[group] for group in after} for before, after in pairs
+        {group: max(0.0, after[group] - before[group]) for group in after}
+        for before, after in pairs
     )
 
 
