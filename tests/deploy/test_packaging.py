@@ -3,13 +3,20 @@ range, names), the versions it exposes, and `--version` on each console script."
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import io
 import re
+import sys
 import tomllib
 from contextlib import redirect_stdout
-from importlib.metadata import distribution, entry_points
+from importlib.metadata import (
+    PackageNotFoundError,
+    distribution,
+    entry_points,
+    packages_distributions,
+)
 from pathlib import Path
 
 import pytest
@@ -98,3 +105,98 @@ def test_every_console_script_prints_its_version(script: str, member: str) -> No
     assert exit_info.value.code in (0, None)
     version = re.escape(str(project["version"]))
     assert re.fullmatch(rf"{re.escape(script)} {version} \({project['name']}\)\n", out.getvalue())
+
+
+# cairn.common's modules behind an extra, by extra: a web framework and server for
+# the programs that serve HTTP (the client library and the storage pod go without),
+# and matplotlib for the monitoring test's plots.
+COMMON_EXTRAS = {
+    "http": ("cairn.common.problems_http", "cairn.common.api_docs", "cairn.common.tls_asgi"),
+    "plots": ("cairn.common.monitoring.plots",),
+}
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirement(text: str) -> tuple[str, set[str]]:
+    """A requirement's distribution name and the extras it asks for."""
+    match = re.match(r"\s*([A-Za-z0-9_.-]+)\s*(?:\[([^\]]*)\])?", text)
+    assert match, text
+    extras = {e.strip() for e in (match.group(2) or "").split(",") if e.strip()}
+    return _normalized(match.group(1)), extras
+
+
+def _imports_by_module(member: str) -> dict[str, set[str]]:
+    """Each source module of the member and the modules it imports (absolute)."""
+    found: dict[str, set[str]] = {}
+    source = ROOT / member / "src"
+    for path in source.rglob("*.py"):
+        if "_pb2" in path.name:
+            continue
+        module = ".".join(path.relative_to(source).with_suffix("").parts).removesuffix(".__init__")
+        imported = found.setdefault(module, set())
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                imported.add(node.module)
+    return found
+
+
+def _brought_in(name: str, extras: set[str], seen: set[str]) -> set[str]:
+    """The installed distributions a requirement brings in, transitively, honouring
+    extras (requirements whose markers exclude this platform are not installed)."""
+    if name in seen:
+        return set()
+    seen.add(name)
+    try:
+        requirements = distribution(name).requires or []
+    except PackageNotFoundError:
+        return set()
+    closure = {name}
+    for text in requirements:
+        requirement_name, requested = _requirement(text)
+        extra = re.search(r"extra\s*==\s*['\"]([^'\"]+)['\"]", text.partition(";")[2])
+        if extra and extra.group(1) not in extras:
+            continue
+        closure |= _brought_in(requirement_name, requested, seen)
+    return closure
+
+
+def _extra_of(module: str) -> str | None:
+    for extra, modules in COMMON_EXTRAS.items():
+        if module.startswith(modules):
+            return extra
+    return None
+
+
+@pytest.mark.parametrize("member", MEMBERS)
+def test_every_import_is_declared(member: str) -> None:
+    """A distribution installed alone has what its code imports: each third-party
+    module comes from a distribution its requirements bring in (cairn.common's modules
+    behind an extra may use that extra's), and a member that imports one of those
+    modules asks cairn-kv-common for the extra."""
+    project = _project(member)
+    name = _normalized(str(project["name"]))
+    requirements = dict(_requirement(t) for t in project.get("dependencies", []))  # type: ignore[attr-defined]
+    base = {name}.union(*(_brought_in(r, e, set()) for r, e in requirements.items()))
+    optional = dict(project.get("optional-dependencies", {}))  # type: ignore[call-overload]
+    providers = {m: {_normalized(d) for d in ds} for m, ds in packages_distributions().items()}
+    problems = []
+    for module, imported in sorted(_imports_by_module(member).items()):
+        available = set(base)
+        extra = _extra_of(module) if name == "cairn-kv-common" else None
+        for text in optional.get(extra, []):
+            available |= _brought_in(*_requirement(text), set())
+        for target in sorted(imported):
+            top = target.partition(".")[0]
+            if top in ("cairn", "__future__") or top in sys.stdlib_module_names:
+                needed = _extra_of(target)
+                asked = requirements.get("cairn-kv-common", set())
+                if needed and name != "cairn-kv-common" and needed not in asked:
+                    problems.append(f"{module} imports {target}: ask for cairn-kv-common[{needed}]")
+            elif not providers.get(top, set()) & available:
+                problems.append(f"{module} imports {target}, which no requirement brings in")
+    assert not problems, "\n".join(problems)
