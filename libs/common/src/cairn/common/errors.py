@@ -27,19 +27,44 @@
 Errors are mapped to the wire once, at the RPC edge, as a gRPC status with a
 `google.rpc.ErrorInfo` detail (domain `oxia.io`, reason, metadata) so that Oxia
 clients can recognise and redirect. Programmer errors are assertions, not these.
+Each names its status by number (StatusCode), not with grpc's enum, so the pure
+protocol cores that raise them do not import grpc.
 """
 
 from __future__ import annotations
 
-import grpc
+import enum
 
 ERROR_DOMAIN = "oxia.io"
 LEADER_HINT_KEY = "leader"
 
 
+class StatusCode(enum.IntEnum):
+    """gRPC's canonical status codes (google.rpc.Code); the RPC edge puts the
+    number in the status it sends."""
+
+    OK = 0
+    CANCELLED = 1
+    UNKNOWN = 2
+    INVALID_ARGUMENT = 3
+    DEADLINE_EXCEEDED = 4
+    NOT_FOUND = 5
+    ALREADY_EXISTS = 6
+    PERMISSION_DENIED = 7
+    RESOURCE_EXHAUSTED = 8
+    FAILED_PRECONDITION = 9
+    ABORTED = 10
+    OUT_OF_RANGE = 11
+    UNIMPLEMENTED = 12
+    INTERNAL = 13
+    UNAVAILABLE = 14
+    DATA_LOSS = 15
+    UNAUTHENTICATED = 16
+
+
 class CairnError(Exception):
     reason = "INTERNAL"
-    code = grpc.StatusCode.INTERNAL
+    code = StatusCode.INTERNAL
 
     def __init__(self, message: str, metadata: dict[str, str] | None = None) -> None:
         super().__init__(message)
@@ -49,7 +74,7 @@ class CairnError(Exception):
 
 class InvalidRequest(CairnError):
     reason = "INVALID_ARGUMENT"
-    code = grpc.StatusCode.INVALID_ARGUMENT
+    code = StatusCode.INVALID_ARGUMENT
 
 
 class RequestTooLarge(InvalidRequest):
@@ -58,17 +83,17 @@ class RequestTooLarge(InvalidRequest):
 
 class NamespaceNotFound(CairnError):
     reason = "NAMESPACE_NOT_FOUND"
-    code = grpc.StatusCode.NOT_FOUND
+    code = StatusCode.NOT_FOUND
 
 
 class ShardNotFound(CairnError):
     reason = "SHARD_NOT_FOUND"
-    code = grpc.StatusCode.NOT_FOUND
+    code = StatusCode.NOT_FOUND
 
 
 class NotLeader(CairnError):
     reason = "NODE_IS_NOT_LEADER"
-    code = grpc.StatusCode.UNAVAILABLE
+    code = StatusCode.UNAVAILABLE
 
     def __init__(self, shard: int, leader_hint: str | None = None) -> None:
         metadata = {"shard": str(shard)}
@@ -80,14 +105,14 @@ class NotLeader(CairnError):
 
 class InvalidTerm(CairnError):
     reason = "INVALID_TERM"
-    code = grpc.StatusCode.FAILED_PRECONDITION
+    code = StatusCode.FAILED_PRECONDITION
 
 
 class OffsetPassed(CairnError):
     """A replica asked for its state at an offset it has already applied past."""
 
     reason = "OFFSET_PASSED"
-    code = grpc.StatusCode.FAILED_PRECONDITION
+    code = StatusCode.FAILED_PRECONDITION
 
 
 class MembersBehind(CairnError):
@@ -97,7 +122,7 @@ class MembersBehind(CairnError):
     they caught up."""
 
     reason = "MEMBERS_BEHIND"
-    code = grpc.StatusCode.FAILED_PRECONDITION
+    code = StatusCode.FAILED_PRECONDITION
 
 
 class StaleControllerEpoch(CairnError):
@@ -105,22 +130,22 @@ class StaleControllerEpoch(CairnError):
     controller took over, and this one must stop acting (it changes nothing)."""
 
     reason = "STALE_CONTROLLER_EPOCH"
-    code = grpc.StatusCode.FAILED_PRECONDITION
+    code = StatusCode.FAILED_PRECONDITION
 
 
 class SessionNotFound(CairnError):
     reason = "SESSION_NOT_FOUND"
-    code = grpc.StatusCode.NOT_FOUND
+    code = StatusCode.NOT_FOUND
 
 
 class NotificationsTrimmed(CairnError):
     reason = "NOTIFICATIONS_TRIMMED"
-    code = grpc.StatusCode.OUT_OF_RANGE
+    code = StatusCode.OUT_OF_RANGE
 
 
 class Overloaded(CairnError):
     reason = "OVERLOADED"
-    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    code = StatusCode.RESOURCE_EXHAUSTED
 
 
 class QuotaExceeded(CairnError):
@@ -128,22 +153,22 @@ class QuotaExceeded(CairnError):
     cannot help, so it has its own reason (clients do not retry it)."""
 
     reason = "QUOTA_EXCEEDED"
-    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    code = StatusCode.RESOURCE_EXHAUSTED
 
 
 class Unauthenticated(CairnError):
     reason = "UNAUTHENTICATED"
-    code = grpc.StatusCode.UNAUTHENTICATED
+    code = StatusCode.UNAUTHENTICATED
 
 
 class PermissionDenied(CairnError):
     reason = "PERMISSION_DENIED"
-    code = grpc.StatusCode.PERMISSION_DENIED
+    code = StatusCode.PERMISSION_DENIED
 
 
 class Unavailable(CairnError):
     reason = "UNAVAILABLE"
-    code = grpc.StatusCode.UNAVAILABLE
+    code = StatusCode.UNAVAILABLE
 
 
 class WriteOutcomeUnknown(Unavailable):

@@ -22,7 +22,7 @@ def to_status(error: CairnError) -> grpc.Status:
     )
     detail = any_pb2.Any()
     detail.Pack(info)
-    status = status_pb2.Status(code=error.code.value[0], message=error.message, details=[detail])
+    status = status_pb2.Status(code=int(error.code), message=error.message, details=[detail])
     return rpc_status.to_status(status)
 
 
