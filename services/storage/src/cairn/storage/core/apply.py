@@ -14,7 +14,9 @@ import bisect
 import enum
 import heapq
 import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Final
 
 from cairn.common.keyorder import KeyOrder
 from cairn.proto import oxia_client_pb2 as pb
@@ -54,8 +56,15 @@ _RECORDS = Column.RECORDS
 # Header flags that mean something else points at the record (its session's
 # ownership entry, its index entries) and must let go when it is replaced or deleted.
 _LINKED = HAS_SESSION | HAS_INDEXES
-# A dict.get default that no stored value can be (values are bytes or None).
-_ABSENT: bytes = object()  # type: ignore[assignment]
+
+
+class _Absent(enum.Enum):
+    """A dict.get default that no stored value can be (values are bytes or None)."""
+
+    TOKEN = enum.auto()
+
+
+_ABSENT: Final = _Absent.TOKEN
 # New overlay keys that PendingChanges.floor_record_key inserts one by one into its
 # sorted list; more are sorted in at once (insertion is linear in the list length).
 _MAX_INSERTS_BEFORE_RESORT = 64
@@ -72,6 +81,12 @@ class HeaderCache:
     def __init__(self, max_entries: int) -> None:
         self.max_entries = max_entries
         self._headers: dict[bytes, bytes | None] = {}
+
+    @property
+    def headers(self) -> Mapping[bytes, bytes | None]:
+        """The cached headers by encoded key (None: known absent), read-only: the
+        plain-put loop reads them directly."""
+        return self._headers
 
     def lookup(self, encoded_key: bytes) -> tuple[bool, bytes | None]:
         headers = self._headers
@@ -104,6 +119,16 @@ class HeaderCache:
         return len(self._headers)
 
 
+@dataclass(frozen=True, slots=True)
+class PlainPutView:
+    """A group's new records and their version headers (None: deleted), and the
+    header cache's entries: what the hottest loop reads through local names."""
+
+    records: dict[bytes, bytes | None]
+    headers: dict[bytes, bytes | None]
+    cached_headers: Mapping[bytes, bytes | None]
+
+
 class PendingChanges:
     """Changes of a group of entries not yet written, readable as the new state."""
 
@@ -130,6 +155,12 @@ class PendingChanges:
         self.sequence_keys_generated = False
         # session id -> open and taking puts, as read in this group (see session_exists)
         self._open_sessions: dict[int, bool] = {}
+
+    def plain_put_view(self) -> PlainPutView:
+        """The maps the plain-put loop reads and writes directly (_apply_plain_puts):
+        it keeps `records` and `headers` in step, as put_record does."""
+        cache = self._cache
+        return PlainPutView(self._records, self._headers, {} if cache is None else cache.headers)
 
     def get_header(self, encoded_key: bytes) -> bytes | None:
         """The version header of the record in the new state, None if absent."""
@@ -404,11 +435,8 @@ def _apply_plain_puts(
     function over local names: the overlay's headers and the header cache are read
     directly (a header comes from the newest of: this group's records, the cache,
     the KV), and notifications are recorded in one dict per entry."""
-    records = state._records
-    headers = state._headers
-    cache = state._cache
-    cached = cache._headers if cache is not None else {}
-    absent = _ABSENT
+    view = state.plain_put_view()
+    records, headers, cached = view.records, view.headers, view.cached_headers
     unpack = HEADER.unpack_from
     pack = HEADER.pack
     append = parts.append
@@ -423,10 +451,10 @@ def _apply_plain_puts(
     for put in puts:
         key = put.key
         encoded_key = encode(key)
-        existing = headers.get(encoded_key, absent)
-        if existing is absent:
-            existing = cached.get(encoded_key, absent)
-            if existing is absent:
+        existing = headers.get(encoded_key, _ABSENT)
+        if existing is _ABSENT:
+            existing = cached.get(encoded_key, _ABSENT)
+            if existing is _ABSENT:
                 existing = state.get_header(encoded_key)
         if existing is None:
             if put.HasField("expected_version_id") and _expected_version_fails(put, None):

@@ -30,15 +30,23 @@ iterators.
 
 from __future__ import annotations
 
+import enum
 import itertools
 import math
 from collections.abc import Mapping, Sequence
+from typing import Final, cast
 
 from cairn.storage.core.reads import answer_fields, read_answers
 from cairn.storage.kv.store import KvReader
 
-# What dict.get answers for a key not held: no answer is this object.
-_MISSING: bytes = object()  # type: ignore[assignment]
+
+class _Missing(enum.Enum):
+    """What dict.get answers for a key not held: no answer is this value."""
+
+    TOKEN = enum.auto()
+
+
+_MISSING: Final = _Missing.TOKEN
 # Eviction frees this fraction of the bounds beyond what overflowed.
 _EVICTION_STEP_DIVISOR = 32
 
@@ -100,9 +108,9 @@ class ReadCache:
             return read_answers(reader, keys)
         self.lookups += len(keys)
         lookup = self._answers.get
-        found = [lookup(key, _MISSING) for key in keys]
+        found: list[bytes | _Missing | None] = [lookup(key, _MISSING) for key in keys]
         if _MISSING not in found:
-            return found
+            return cast(list[bytes | None], found)
         missing = [index for index, answer in enumerate(found) if answer is _MISSING]
         missing_keys = [keys[index] for index in missing]
         self.misses += len(missing_keys)
@@ -110,7 +118,8 @@ class ReadCache:
         for index, answer in zip(missing, read, strict=True):
             found[index] = answer
         self._admit(dict(zip(missing_keys, read, strict=True)))
-        return found
+        # Every _MISSING was replaced by what the reader answered.
+        return cast(list[bytes | None], found)
 
     def refresh_written(self, records: Mapping[bytes, bytes | None]) -> None:
         """The applier wrote these records to the KV (None: deleted): each one held
