@@ -127,10 +127,11 @@ from cairn.storage.core.sessions import (
 )
 from cairn.storage.core.state_digest import DigestBuilder, StateDigest
 from cairn.storage.folding import WriteFold, keys_of, may_fold, starts_fold
-from cairn.storage.kv import Column, KvStore, RocksKv
+from cairn.storage.kv import Column, KvStore
 from cairn.storage.kv.encoded_changes import EncodedChangesError, encode_changes
 from cairn.storage.replication.wire import entry_id_message, node_message, spec_message
-from cairn.storage.snapshot import SnapshotInstaller, finish_pending_install
+from cairn.storage.shard_files import ShardFiles
+from cairn.storage.snapshot import SnapshotInstaller
 from cairn.storage.wal import Wal, WalEntry, WalError, WalOptions
 
 if TYPE_CHECKING:
@@ -250,14 +251,14 @@ class ShardReplica:
         limits: Limits,
         *,
         replication: ReplicationSettings | None = None,
-        shard_dir: Path | None = None,
+        files: ShardFiles | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
         session_clock_ms: Callable[[], int] = monotonic_ms,
         wal_retention: WalRetention | None = None,
         incarnation_source: Callable[[], int] = new_incarnation,
     ) -> None:
-        """`wal_retention` None keeps the whole WAL. `shard_dir` (where kv/ and
-        wal/ live) is needed to install snapshots. `incarnation_source` draws the
+        """`wal_retention` None keeps the whole WAL. `files` (where `kv` and `wal`
+        were opened from) is needed to install snapshots. `incarnation_source` draws the
         incarnation of a replica whose KV has none (created empty)."""
         self.shard_id = shard_id
         self.spec = spec
@@ -265,7 +266,7 @@ class ShardReplica:
         self.wal = wal
         self.limits = limits
         self.replication = replication or ReplicationSettings()
-        self.shard_dir = shard_dir
+        self.files = files
         self._clock_ms = clock_ms
         self._session_clock_ms = session_clock_ms
         self._rules = ShardRules(
@@ -435,18 +436,15 @@ class ShardReplica:
         wal_zero_fill_bytes: int = DEFAULT_WAL_ZERO_FILL_BYTES,
         wal_spare_segments: int = DEFAULT_WAL_SPARE_SEGMENTS,
     ) -> ShardReplica:
-        directory.mkdir(parents=True, exist_ok=True)
-        # A snapshot install that a crash interrupted is finished first.
-        finish_pending_install(directory)
-        kv = RocksKv(directory / "kv")
-        wal = Wal.open(
-            directory / "wal",
+        files = ShardFiles(
+            directory,
             WalOptions(
                 segment_size_bytes=wal_segment_size_bytes,
                 zero_fill_ahead_bytes=wal_zero_fill_bytes,
                 spare_segments=wal_spare_segments,
             ),
         )
+        kv, wal = files.open()
         return cls(
             shard_id,
             spec,
@@ -454,7 +452,7 @@ class ShardReplica:
             wal,
             limits,
             replication=replication,
-            shard_dir=directory,
+            files=files,
             wal_retention=wal_retention,
         )
 
@@ -789,7 +787,7 @@ class ShardReplica:
         """Replace our state with a snapshot from the leader of `term` (see
         snapshot.py); `chunks` starts with the one carrying the header. Returns the
         new head."""
-        if self.shard_dir is None:
+        if self.files is None:
             raise Unavailable(f"shard {self.shard_id} cannot install snapshots")
         if self._snapshot_receiving:
             raise Unavailable(f"shard {self.shard_id} is already receiving a snapshot")
@@ -803,7 +801,7 @@ class ShardReplica:
             # Received without the lock (it may take long): the replica keeps
             # answering fences meanwhile, and the install checks nothing changed.
             installer = SnapshotInstaller(
-                self.shard_dir, [(INCARNATION_KEY, encode_u64(self.incarnation))]
+                self.files.directory, [(INCARNATION_KEY, encode_u64(self.incarnation))]
             )
             try:
                 async for chunk in chunks:
@@ -871,12 +869,10 @@ class ShardReplica:
     def _reopen_storage(self) -> None:
         """Open the KV and WAL again (finishing an install a failure interrupted)
         and restart the pipeline."""
-        assert self.shard_dir is not None
-        finish_pending_install(self.shard_dir)
+        assert self.files is not None
         # Off until the next term (a replica reopens its storage as a follower).
         self.read_cache.disable()
-        self.kv = RocksKv(self.shard_dir / "kv")
-        self.wal = Wal.open(self.shard_dir / "wal", self.wal.options)
+        self.kv, self.wal = self.files.open()
         self._tasks[0] = self._loop.create_task(self._sync_loop(), name=f"syncer-{self.shard_id}")
         self._tasks[1] = self._loop.create_task(self._apply_loop(), name=f"applier-{self.shard_id}")
 
