@@ -55,7 +55,7 @@ async def _never_reached(tmp_path: Path) -> None:
         with pytest.raises(TimeoutError):
             await replica.state_digest_at(replica.applied_offset + 5, timeout_s=0.2)
         # The stop is gone: writes still apply.
-        assert not replica._digest_stops
+        assert not replica.core.digest_stops
 
 
 def test_an_offset_not_reached_in_time_times_out_and_releases_applying(tmp_path: Path) -> None:

@@ -54,7 +54,6 @@ from cairn.common.errors import (
     InvalidRequest,
     InvalidTerm,
     OffsetPassed,
-    Overloaded,
     SessionNotFound,
     Unavailable,
     WriteOutcomeUnknown,
@@ -109,7 +108,7 @@ from cairn.storage.core.replication.applied_changes import (
     KeptChanges,
     use_of,
 )
-from cairn.storage.core.replication.replica import Member, ReplicaCore, Role
+from cairn.storage.core.replication.replica import Member, Role
 from cairn.storage.core.replication.terms import (
     NO_OFFSET,
     NO_TERM,
@@ -125,6 +124,7 @@ from cairn.storage.core.sessions import (
     session_key,
     stored_sessions,
 )
+from cairn.storage.core.shard_core import PipelineLimits, ShardCore
 from cairn.storage.core.state_digest import DigestBuilder, StateDigest
 from cairn.storage.folding import WriteFold, keys_of, may_fold, starts_fold
 from cairn.storage.kv import Column, KvStore
@@ -279,9 +279,6 @@ class ShardReplica:
         self._loop = asyncio.get_running_loop()
         # Replaced (and the old one set) whenever the applied offset advances.
         self._commit_advanced = asyncio.Event()
-        # Offsets a state digest waits to take its view at: applying stops at the
-        # lowest until that view is taken (see `state_digest_at`).
-        self._digest_stops: list[int] = []
         # Counts applied groups that generated sequence keys; the event is replaced
         # (and the old one set) at each, for GetSequenceUpdates subscribers.
         self.sequence_generation = 0
@@ -294,12 +291,9 @@ class ShardReplica:
         self._load_state(incarnation_source)
         self.sessions = SessionTracker()
         self._leader: LeaderRole | None = None
-        # Set once a leader has applied its term's first entry.
+        # Set while core.taken_over: a leader has applied its term's first entry.
         self._serving = asyncio.Event()
         self._takeover_timer: asyncio.TimerHandle | None = None
-        self._term_start_offset = NO_OFFSET
-        # The leader's commit offset as last told (follower).
-        self._leader_commit_offset = NO_OFFSET
         self._pending: deque[_Pending] = deque()
         self._pending_bytes = 0
         # Client writes collected for the next entry (leader; see folding.py).
@@ -376,25 +370,25 @@ class ShardReplica:
             kv.sync()
             log.info("shard %d: storage created, incarnation %#x", self.shard_id, incarnation)
         self.incarnation = incarnation
-        self.applied_offset = decode_i64(kv.get(Column.META, COMMIT_OFFSET_KEY), NO_OFFSET)
+        applied = decode_i64(kv.get(Column.META, COMMIT_OFFSET_KEY), NO_OFFSET)
         stored_base = decode_entry_id(kv.get(Column.META, LOG_BASE_KEY))
         base = EntryId(*stored_base) if stored_base is not None else None
-        if wal.last_offset < self.applied_offset:
+        if wal.last_offset < applied:
             # The KV is ahead of the log (the log's tail was lost while the KV kept
             # it): the log continues after what the KV has.
             log.warning(
                 "shard %d: WAL ends at %d but the KV has applied up to %d",
                 self.shard_id,
                 wal.last_offset,
-                self.applied_offset,
+                applied,
             )
             term = wal.last_term if base is None else max(base.term, wal.last_term)
-            base = EntryId(term, self.applied_offset)
-            wal.reset(self.applied_offset + 1)
-        if wal.first_offset > self.applied_offset + 1:
+            base = EntryId(term, applied)
+            wal.reset(applied + 1)
+        if wal.first_offset > applied + 1:
             raise RuntimeError(
                 f"shard {self.shard_id}: WAL starts at {wal.first_offset} but entries from "
-                f"{self.applied_offset + 1} were never applied"
+                f"{applied + 1} were never applied"
             )
         if base is None or (wal.first_offset != NO_OFFSET and base.offset != wal.first_offset - 1):
             # No stored base (the log was never trimmed by a snapshot): the entry
@@ -408,10 +402,19 @@ class ShardReplica:
         )
         stored_term = decode_i64(kv.get(Column.META, TERM_KEY), NO_TERM)
         term = max(stored_term, history.last_term, 0)
-        self.core = ReplicaCore(self.shard_id, term, history, self.applied_offset)
-        # New entries never get an earlier timestamp than the log's last one.
-        self._last_timestamp_ms = (
-            wal.get(wal.last_offset).timestamp_ms if wal.first_offset != NO_OFFSET else 0
+        self.core = ShardCore(
+            self.shard_id,
+            term,
+            history,
+            commit_offset=applied,
+            applied_offset=applied,
+            last_timestamp_ms=(
+                wal.get(wal.last_offset).timestamp_ms if wal.first_offset != NO_OFFSET else 0
+            ),
+            limits=PipelineLimits(
+                self.limits.max_pending_entries_per_shard,
+                self.limits.max_pending_bytes_per_shard,
+            ),
         )
 
     def _start_tasks(self) -> None:
@@ -471,9 +474,14 @@ class ShardReplica:
         return self.spec.notifications_enabled
 
     @property
+    def applied_offset(self) -> int:
+        """Every entry up to here is in the KV."""
+        return self.core.applied_offset
+
+    @property
     def commit_offset(self) -> int:
         """What readers see: every entry up to here is in the KV."""
-        return self.applied_offset
+        return self.core.applied_offset
 
     @property
     def term(self) -> int:
@@ -532,7 +540,7 @@ class ShardReplica:
         async with self._storage_lock:
             self._check_writable()
             term_start = self.core.become_leader(term, me)
-            self._term_start_offset = term_start.offset
+            self.core.on_leading(term_start)
             self._serving.clear()
             self.read_cache.enable(self.kv)
             self._leader_changes.clear()
@@ -583,9 +591,11 @@ class ShardReplica:
         """The term's first entry is applied: serve once any older leader's lease
         is over, now or when a timer says so."""
         leader = self._leader
-        if leader is None or self.core.term != term or self._serving.is_set():
+        if leader is None or self.core.term != term:
             return
-        wait_ms = leader.serves_from_ms - leader.clock_ms()
+        wait_ms = self.core.takeover_wait_ms(leader.clock_ms(), leader.serves_from_ms)
+        if wait_ms is None:
+            return
         if wait_ms > 0:
             if self._takeover_timer is None:
                 self._takeover_timer = self._loop.call_later(
@@ -612,6 +622,7 @@ class ShardReplica:
         """Stop leading: the replication side stops, waiting writers are told to go
         elsewhere. Their entries stay in the log: a later leader decides them."""
         leader, self._leader = self._leader, None
+        self.core.on_stepped_down()
         self._serving.clear()
         if self._takeover_timer is not None:
             self._takeover_timer.cancel()
@@ -654,7 +665,7 @@ class ShardReplica:
         leader = self._leader
         if leader is not None:
             status.followers.extend(leader.follower_status())
-            status.term_start_offset = self._term_start_offset
+            status.term_start_offset = self.core.term_start_offset
         return status
 
     # ---- follower side ----------------------------------------------------------------
@@ -729,33 +740,21 @@ class ShardReplica:
                 if self._keeps_in_memory(entry):
                     self._pending.append(_decoded(entry))
                     self._pending_bytes += len(entry.payload)
-            self._last_timestamp_ms = max(self._last_timestamp_ms, entries[-1].timestamp_ms)
+            self.core.on_replicated_timestamp(entries[-1].timestamp_ms)
             self._wake_syncer.set()
         else:
             self.core.check_entries(term, self.core.log.last_offset + 1)
-        if leader_commit_offset > self._leader_commit_offset:
-            self._leader_commit_offset = leader_commit_offset
-            self._learn_commit()
+        if leader_commit_offset > self.core.leader_commit_offset and self.core.on_leader_commit(
+            leader_commit_offset, self.durable_offset
+        ):
+            self._wake_applier.set()
 
     def _keeps_in_memory(self, entry: WalEntry) -> bool:
-        """Whether a follower keeps a logged entry in memory for its apply step: while
-        it continues the run held (or what is applied) within the write buffer's
-        bounds. Past them it is read back from the WAL when applied: a follower can
-        lag its leader's commit offset by any number of entries (a new term commits
-        only once its first entry reaches a majority), so what it holds unapplied
-        is bounded here, not by holding back the leader's stream."""
         pending = self._pending
         last_held = pending[-1].offset if pending else self.applied_offset
-        return (
-            entry.offset == last_held + 1
-            and len(pending) < self.limits.max_pending_entries_per_shard
-            and self._pending_bytes + len(entry.payload) <= self.limits.max_pending_bytes_per_shard
+        return self.core.keeps_in_memory(
+            entry.offset, len(entry.payload), last_held, len(pending), self._pending_bytes
         )
-
-    def _learn_commit(self) -> None:
-        before = self.core.commit_offset
-        if self.core.learn_commit(self._leader_commit_offset, self.durable_offset) > before:
-            self._wake_applier.set()
 
     async def wait_progress_after(
         self, durable_offset: int, applied_offset: int
@@ -839,10 +838,7 @@ class ShardReplica:
         finally:
             self._reopen_storage()
             self._log_busy = False
-        self.core.log.reset(base)
-        self.core.commit_offset = base.offset
-        self.applied_offset = base.offset
-        self._leader_commit_offset = max(self._leader_commit_offset, base.offset)
+        self.core.on_snapshot_installed(base)
         await self._persist_term()
         self._publish_applied()
         log.info("shard %d: installed a snapshot up to %s", self.shard_id, base)
@@ -884,13 +880,12 @@ class ShardReplica:
         if self._closing:
             raise Unavailable(f"shard {self.shard_id} is shutting down")
 
+    def _has_room(self, size: int) -> bool:
+        return self.core.has_room(len(self._pending), self._pending_bytes, size)
+
     async def _wait_for_space(self, size: int) -> None:
-        if size > self.limits.max_pending_bytes_per_shard:
-            raise Overloaded(f"a single request of {size} bytes exceeds the shard's write buffer")
-        while (
-            len(self._pending) >= self.limits.max_pending_entries_per_shard
-            or self._pending_bytes + size > self.limits.max_pending_bytes_per_shard
-        ):
+        self.core.check_fits(size)
+        while not self._has_room(size):
             # Backpressure: wait for the pipeline to drain rather than grow without bound.
             self._space_freed.clear()
             await self._space_freed.wait()
@@ -915,10 +910,7 @@ class ShardReplica:
         return self._log(kind, encode_entry(kind, raw_body), body, plain_puts)
 
     async def _make_room(self, size: int) -> None:
-        if (
-            len(self._pending) >= self.limits.max_pending_entries_per_shard
-            or self._pending_bytes + size > self.limits.max_pending_bytes_per_shard
-        ):
+        if not self._has_room(size):
             await self._wait_for_space(size)
             self.core.check_leader()
 
@@ -939,8 +931,12 @@ class ShardReplica:
         self.core.check_leader()
         leader = self._leader
         assert leader is not None
-        timestamp_ms = max(self._clock_ms(), self._last_timestamp_ms)
-        entry = WalEntry(self.core.term, self.core.log.last_offset + 1, timestamp_ms, payload)
+        entry = WalEntry(
+            self.core.term,
+            self.core.log.last_offset + 1,
+            self.core.next_timestamp_ms(self._clock_ms()),
+            payload,
+        )
         started_ns = time.perf_counter_ns()
         try:
             self.wal.append(entry)
@@ -951,7 +947,6 @@ class ShardReplica:
             raise Unavailable(f"shard {self.shard_id} cannot write its log: {error}") from error
         self.wal_append_latency.record_since(started_ns)
         self.core.log.append(entry.term, entry.offset)
-        self._last_timestamp_ms = timestamp_ms
         # A caller that goes away may cancel this future; the entry still commits and
         # the pipeline skips answering it (it checks done()).
         future: asyncio.Future[Any] = self._loop.create_future()
@@ -1280,8 +1275,7 @@ class ShardReplica:
         """The leader's replication side moved the commit offset: the writes folded
         meanwhile go out now (the caller wakes the followers' senders next)."""
         leader = self._leader
-        if leader is not None and leader.commit_offset > self.core.commit_offset:
-            self.core.commit_offset = leader.commit_offset
+        if leader is not None and self.core.on_commit(leader.commit_offset):
             self._wake_applier.set()
             if self._fold is not None:
                 self._seal_fold()
@@ -1311,20 +1305,18 @@ class ShardReplica:
         leader = self._leader
         if leader is not None:
             leader.local_durable(durable)  # calls commit_advanced() if it moved
-        elif self.core.role is Role.FOLLOWER:
-            self._learn_commit()
+        elif self.core.role is Role.FOLLOWER and self.core.on_follower_durable(durable):
+            self._wake_applier.set()
         # A leader's followers may have committed entries before its own fsync
         # covered them: those become appliable now, with no commit change to say so.
         if self._apply_limit() > self.applied_offset:
             self._wake_applier.set()
 
     def _apply_limit(self) -> int:
-        limit = self._appliable_offset()
-        return min(limit, min(self._digest_stops)) if self._digest_stops else limit
+        return self.core.apply_limit(self.durable_offset)
 
     def _appliable_offset(self) -> int:
-        """Committed and durable: how far the replica may apply."""
-        return min(self.core.commit_offset, self.durable_offset)
+        return self.core.appliable_offset(self.durable_offset)
 
     async def state_digest_at(self, offset: int, timeout_s: float) -> StateDigest:
         """The digest of the records as they were right after applying `offset`.
@@ -1337,7 +1329,7 @@ class ShardReplica:
             raise OffsetPassed(
                 f"shard {self.shard_id}: applied up to {self.applied_offset}, past {offset}"
             )
-        self._digest_stops.append(offset)
+        self.core.stop_applying_at(offset)
         try:
             async with asyncio.timeout(timeout_s):
                 while self.applied_offset < offset:
@@ -1353,7 +1345,7 @@ class ShardReplica:
             # holds exactly the state at `offset`.
             items = self.kv.scan(Column.RECORDS, b"", None, bulk=True)
         finally:
-            self._digest_stops.remove(offset)
+            self.core.resume_applying_at(offset)
             self._wake_applier.set()
         builder = DigestBuilder()
         for count, (key, value) in enumerate(items, 1):
@@ -1402,7 +1394,7 @@ class ShardReplica:
                 except Exception as error:
                     self._fail(error, applying=group)
                     return
-                self.applied_offset = group[-1].offset
+                self.core.on_applied(group[-1].offset)
                 self._publish_applied()
                 if state.sequence_keys_generated:
                     self.sequence_generation += 1
@@ -1411,11 +1403,7 @@ class ShardReplica:
                 for pending, result in zip(group, results, strict=True):
                     if pending.future is not None and not pending.future.done():
                         pending.future.set_result(result)
-                if (
-                    self._leader is not None
-                    and not self._serving.is_set()
-                    and self.applied_offset >= self._term_start_offset
-                ):
+                if self._leader is not None and not self._serving.is_set():
                     self._finish_takeover(self.core.term)
                 # Let the loop take in more requests between groups.
                 await asyncio.sleep(0)
@@ -1470,7 +1458,7 @@ class ShardReplica:
         # Written behind the header cache's back: it no longer describes the KV.
         if self._header_cache:
             self._header_cache.clear()
-        self.applied_offset = last
+        self.core.on_applied(last)
         self.entries_applied_from_leader_changes += last - first + 1
         self._publish_applied()
         # The changes do not say whether they hold sequence keys (the leader's apply

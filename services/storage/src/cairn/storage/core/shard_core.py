@@ -1,0 +1,171 @@
+"""The decisions of one shard replica, without I/O: ReplicaCore's roles and terms,
+plus the rules of the pipeline that moves entries from the log to the KV.
+
+    applied <= min(commit, durable)   a replica applies only what a majority holds
+                                      and it holds itself durably; a state digest
+                                      may hold applying at an offset (digest stops)
+    follower commit                   what its leader said is committed, as far as
+                                      it holds it durably (never goes back)
+    leader commit                     what its replication side counted (the quorum)
+    taking over                       a new leader serves once its term's first entry
+                                      is applied and any older leader's lease is over
+    timestamps                        an entry never gets an earlier time than the
+                                      log's last one
+    backpressure                      entries logged but not applied are bounded in
+                                      number and bytes
+
+The driver (shard.py) tells it what happened (`on_*`) and asks what to do; it
+keeps no clock (times are arguments) and does no I/O. It is the first part of the
+pure shard core that issue 45 describes (every decision of a replica here, the
+driver a loop over its output); the leader's quorum is still kept by the
+replication runtime (replication/leader.py) and told here through `on_commit`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cairn.common.errors import Overloaded
+from cairn.storage.core.replication.replica import ReplicaCore, Role
+from cairn.storage.core.replication.terms import NO_OFFSET, EntryId
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineLimits:
+    """How much the pipeline holds logged but not applied (Limits' per-shard bounds)."""
+
+    max_pending_entries: int
+    max_pending_bytes: int
+
+
+@dataclass(slots=True, kw_only=True)
+class ShardCore(ReplicaCore):
+    limits: PipelineLimits
+    # Every entry up to here is in the KV: what readers see.
+    applied_offset: int = NO_OFFSET
+    # The leader's commit offset as last told (follower).
+    leader_commit_offset: int = NO_OFFSET
+    # The first entry of the term this replica leads (leader).
+    term_start_offset: int = NO_OFFSET
+    # A leader has taken over: its first entry is applied, older leases are over.
+    taken_over: bool = False
+    last_timestamp_ms: int = 0
+    # Offsets at which state digests wait to take their view: applying stops at the
+    # lowest until that view is taken.
+    digest_stops: list[int] = field(default_factory=list)
+
+    # -- applying ----------------------------------------------------------------------
+
+    def appliable_offset(self, durable_offset: int) -> int:
+        """Committed and durable: how far the replica may apply."""
+        return min(self.commit_offset, durable_offset)
+
+    def apply_limit(self, durable_offset: int) -> int:
+        """How far to apply now: appliable, and not past a digest's stop."""
+        limit = self.appliable_offset(durable_offset)
+        return min(limit, min(self.digest_stops)) if self.digest_stops else limit
+
+    def on_applied(self, offset: int) -> None:
+        assert offset >= self.applied_offset, (offset, self.applied_offset)
+        self.applied_offset = offset
+
+    def on_snapshot_installed(self, base: EntryId) -> None:
+        """The KV and log were replaced by a snapshot up to `base`: all of it is
+        committed (the leader sent it from its applied state) and applied."""
+        self.log.reset(base)
+        self.commit_offset = base.offset
+        self.applied_offset = base.offset
+        self.leader_commit_offset = max(self.leader_commit_offset, base.offset)
+
+    def stop_applying_at(self, offset: int) -> None:
+        self.digest_stops.append(offset)
+
+    def resume_applying_at(self, offset: int) -> None:
+        self.digest_stops.remove(offset)
+
+    # -- commit ------------------------------------------------------------------------
+
+    def on_leader_commit(self, leader_commit_offset: int, durable_offset: int) -> bool:
+        """A follower is told its leader's commit offset. Returns whether its own
+        commit offset moved (there is more to apply)."""
+        self.leader_commit_offset = max(self.leader_commit_offset, leader_commit_offset)
+        return self.on_follower_durable(durable_offset)
+
+    def on_follower_durable(self, durable_offset: int) -> bool:
+        """A follower's log is durable up to `durable_offset`: what it was told is
+        committed becomes its own commit offset as far as it holds it. Returns
+        whether the commit offset moved."""
+        before = self.commit_offset
+        return self.learn_commit(self.leader_commit_offset, durable_offset) > before
+
+    def on_commit(self, commit_offset: int) -> bool:
+        """A leader's replication side counted a majority up to `commit_offset`.
+        Returns whether the commit offset moved."""
+        if commit_offset <= self.commit_offset:
+            return False
+        self.commit_offset = commit_offset
+        return True
+
+    # -- leading -----------------------------------------------------------------------
+
+    def on_leading(self, term_start: EntryId) -> None:
+        """This replica leads from `term_start` (become_leader's answer): it serves
+        only once it has taken over."""
+        self.term_start_offset = term_start.offset
+        self.taken_over = False
+
+    def on_stepped_down(self) -> None:
+        self.taken_over = False
+
+    def takeover_wait_ms(self, now_ms: int, serves_from_ms: int) -> int | None:
+        """After an apply, or when the takeover timer fires: None if there is
+        nothing to take over now (not leading, taken over already, or the term's
+        first entry is not applied yet); otherwise how long an older leader's lease
+        may still last, 0 when this leader has taken over now."""
+        if (
+            self.role is not Role.LEADER
+            or self.taken_over
+            or self.applied_offset < self.term_start_offset
+        ):
+            return None
+        wait_ms = serves_from_ms - now_ms
+        if wait_ms > 0:
+            return wait_ms
+        self.taken_over = True
+        return 0
+
+    def next_timestamp_ms(self, now_ms: int) -> int:
+        """The time of an entry this leader logs now."""
+        self.last_timestamp_ms = max(now_ms, self.last_timestamp_ms)
+        return self.last_timestamp_ms
+
+    def on_replicated_timestamp(self, timestamp_ms: int) -> None:
+        """A follower logged its leader's entries up to one of this time."""
+        self.last_timestamp_ms = max(self.last_timestamp_ms, timestamp_ms)
+
+    # -- backpressure ------------------------------------------------------------------
+
+    def check_fits(self, size: int) -> None:
+        """A request that could never fit the write buffer is refused, not waited for."""
+        if size > self.limits.max_pending_bytes:
+            raise Overloaded(f"a single request of {size} bytes exceeds the shard's write buffer")
+
+    def has_room(self, pending_entries: int, pending_bytes: int, size: int) -> bool:
+        """Whether an entry of `size` bytes may be logged beside those pending."""
+        limits = self.limits
+        return (
+            pending_entries < limits.max_pending_entries
+            and pending_bytes + size <= limits.max_pending_bytes
+        )
+
+    def keeps_in_memory(
+        self, offset: int, size: int, last_held: int, pending_entries: int, pending_bytes: int
+    ) -> bool:
+        """Whether a follower keeps a logged entry in memory for its apply step:
+        while it continues the run held (`last_held`: the last entry held, or what
+        is applied) within the write buffer's bounds. Past them it is read back from
+        the WAL when applied: a follower can lag its leader's commit offset by any
+        number of entries (a new term commits only once its first entry reaches a
+        majority), so what it holds unapplied is bounded here, not by holding back
+        the leader's stream."""
+        return offset == last_held + 1 and self.has_room(pending_entries, pending_bytes, size)

@@ -1,0 +1,104 @@
+"""ShardCore's pipeline rules, one at a time, without a replica around them."""
+
+from __future__ import annotations
+
+import pytest
+
+from cairn.common.errors import Overloaded
+from cairn.storage.core.replication.replica import Member
+from cairn.storage.core.replication.terms import NO_OFFSET, EntryId, history_of
+from cairn.storage.core.shard_core import PipelineLimits, ShardCore
+
+ME = Member("pod-0:6648", "pod-0:6649")
+LIMITS = PipelineLimits(max_pending_entries=4, max_pending_bytes=100)
+
+
+def _core(last_offset: int = 9, applied: int = 5) -> ShardCore:
+    log = history_of(0, last_offset, lambda offset: 1, EntryId(-1, NO_OFFSET))
+    return ShardCore(0, 1, log, commit_offset=applied, applied_offset=applied, limits=LIMITS)
+
+
+def test_applies_only_what_is_committed_and_durable() -> None:
+    core = _core()
+    core.on_commit(8)
+    assert core.apply_limit(durable_offset=9) == 8
+    assert core.apply_limit(durable_offset=7) == 7
+    core.stop_applying_at(6)
+    core.stop_applying_at(7)
+    assert core.apply_limit(durable_offset=9) == 6
+    core.resume_applying_at(6)
+    assert core.apply_limit(durable_offset=9) == 7
+    core.resume_applying_at(7)
+    assert core.apply_limit(durable_offset=9) == 8
+
+
+def test_a_follower_commits_what_it_was_told_as_far_as_it_holds_it() -> None:
+    core = _core()
+    assert core.on_leader_commit(9, durable_offset=7)
+    assert core.commit_offset == 7
+    assert not core.on_leader_commit(3, durable_offset=7)  # never goes back
+    assert core.on_follower_durable(9)
+    assert core.commit_offset == 9
+
+
+def test_a_leader_commit_moves_only_forward() -> None:
+    core = _core()
+    assert core.on_commit(7)
+    assert not core.on_commit(7)
+    assert not core.on_commit(6)
+    assert core.commit_offset == 7
+
+
+def test_a_new_leader_takes_over_after_its_first_entry_and_older_leases() -> None:
+    core = _core(last_offset=9, applied=9)
+    core.fence(2)
+    term_start = core.become_leader(2, ME)
+    core.on_leading(term_start)
+    assert core.takeover_wait_ms(now_ms=1_000, serves_from_ms=0) is None  # not applied
+    core.on_applied(term_start.offset)
+    assert core.takeover_wait_ms(now_ms=1_000, serves_from_ms=1_250) == 250
+    assert not core.taken_over
+    assert core.takeover_wait_ms(now_ms=1_250, serves_from_ms=1_250) == 0
+    assert core.taken_over
+    assert core.takeover_wait_ms(now_ms=2_000, serves_from_ms=1_250) is None  # done
+    core.on_stepped_down()
+    assert not core.taken_over
+
+
+def test_a_follower_never_takes_over() -> None:
+    core = _core()
+    core.follow(2, ME)
+    core.on_applied(9)
+    assert core.takeover_wait_ms(now_ms=1_000, serves_from_ms=0) is None
+
+
+def test_timestamps_never_go_back() -> None:
+    core = _core()
+    assert core.next_timestamp_ms(100) == 100
+    assert core.next_timestamp_ms(90) == 100
+    core.on_replicated_timestamp(150)
+    assert core.next_timestamp_ms(120) == 150
+
+
+def test_the_write_buffer_bounds_entries_and_bytes() -> None:
+    core = _core()
+    assert core.has_room(pending_entries=3, pending_bytes=50, size=50)
+    assert not core.has_room(pending_entries=4, pending_bytes=0, size=1)
+    assert not core.has_room(pending_entries=0, pending_bytes=51, size=50)
+    core.check_fits(100)
+    with pytest.raises(Overloaded):
+        core.check_fits(101)
+
+
+def test_a_follower_keeps_in_memory_only_a_run_within_the_bounds() -> None:
+    core = _core()
+    assert core.keeps_in_memory(7, 10, last_held=6, pending_entries=1, pending_bytes=10)
+    assert not core.keeps_in_memory(8, 10, last_held=6, pending_entries=1, pending_bytes=10)
+    assert not core.keeps_in_memory(7, 95, last_held=6, pending_entries=1, pending_bytes=10)
+
+
+def test_a_snapshot_makes_everything_up_to_its_base_committed_and_applied() -> None:
+    core = _core()
+    core.on_snapshot_installed(EntryId(3, 40))
+    assert (core.commit_offset, core.applied_offset, core.leader_commit_offset) == (40, 40, 40)
+    assert core.head == EntryId(3, 40)
