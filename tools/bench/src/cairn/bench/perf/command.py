@@ -33,7 +33,8 @@ def run_command(
     lines = note if options.json else line
     lines(f"cairn perf: {options.target} ({mode_of(options)})")
     lines(interval_header())
-    # On uvloop, like the servers: +10-35% on small messages over asyncio's loop.
+    # On uvloop, like the servers: its event loop costs less per message
+    # (docs/performance.md has the figure).
     summary: Summary = uvloop.run(run(options, lambda i: lines(format_interval(i)), note))
     if options.json:
         emit_json(summary.to_dict())
