@@ -154,6 +154,31 @@ def test_unreachable_server_and_unknown_namespace() -> None:
     assert unreachable.stderr
 
 
+def test_perf_without_the_bench_distribution_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The client installed alone (cairn-kv-bench absent, as a None in sys.modules
+    makes it): `cairn perf` is still listed, and running it, with any flags, is a
+    usage error naming the distribution."""
+    for name in [n for n in sys.modules if n == "cairn.bench" or n.startswith("cairn.bench.")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, "cairn.bench", None)
+    with pytest.raises(SystemExit) as raised:
+        cli.main(["--help"])
+    assert raised.value.code == 0
+    assert "perf" in capsys.readouterr().out
+    absent = Cli("127.0.0.1:9")
+    for argv in (("perf",), ("perf", "--concurrency", "64", "--rate", "100"), ("perf", "--json")):
+        result = absent(*argv)
+        assert result.code == cli.EXIT_USAGE, argv
+        assert "pip install cairn-kv-bench" in result.stderr, result.stderr
+        assert result.stdout == b""
+    # Flags no command knows are still refused everywhere else.
+    with pytest.raises(SystemExit) as raised:
+        absent("get", "/k", "--concurrency", "64")
+    assert raised.value.code == cli.EXIT_USAGE
+
+
 def test_unknown_namespace_exits_5(run: Cli) -> None:
     result = run("--namespace", "absent", "get", "/k")
     assert result.code == cli.EXIT_FAILED
@@ -412,7 +437,7 @@ def test_exit_codes_of_the_process(server: StandaloneProcess) -> None:
 
 @pytest.mark.e2e
 def test_status_with_a_controller(tmp_path: Path) -> None:
-    from cairn.controller.bench.failover import running_cluster
+    from cairn.bench.failover import running_cluster
 
     with running_cluster(tmp_path / "cluster", pods=3, shards=2, auth=True) as bench:
         cluster = bench.cluster

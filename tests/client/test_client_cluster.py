@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from cairn.bench.failover import FailoverBench, running_cluster
 from cairn.client import errors
 from cairn.client.client import AsyncClient
 from cairn.client.options import ClientOptions
-from cairn.controller.bench.failover import FailoverBench, running_cluster
 from support.polling import eventually
 
 PLAIN_WRITERS = 16

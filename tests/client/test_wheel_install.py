@@ -117,3 +117,15 @@ def test_the_client_wheel_alone_puts_and_gets(client_venv: Path, standalone: str
     )
     missing = _run(cairn, "--address", standalone, "get", "/wheel/absent")
     assert missing.returncode == 1, missing
+
+
+def test_the_client_wheel_alone_names_what_cairn_perf_needs(client_venv: Path) -> None:
+    """The load generator ships in cairn-kv-bench: without it `cairn perf` is still
+    listed, and running it is a usage error (exit 2) that says what to install."""
+    python, cairn = str(client_venv / "bin" / "python"), str(client_venv / "bin" / "cairn")
+    refused = _run(python, "-c", "import cairn.bench")
+    assert refused.returncode != 0 and "No module named 'cairn.bench'" in refused.stderr
+    assert re.search(r"^\s+perf\s", _ok(_run(cairn, "--help")), re.MULTILINE)
+    perf = _run(cairn, "--address", "127.0.0.1:9", "perf", "--concurrency", "8")
+    assert perf.returncode == 2, perf
+    assert "pip install cairn-kv-bench" in perf.stderr and not perf.stdout, perf

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from cairn.bench.failover import FailoverBench, running_cluster
 from cairn.client.cli import main
-from cairn.controller.bench.failover import FailoverBench, running_cluster
 
 pytestmark = pytest.mark.e2e
 

@@ -30,7 +30,7 @@ import httpx
 import pytest
 import xxhash
 
-from cairn.controller.bench.failover import FailoverBench, running_cluster
+from cairn.bench.failover import FailoverBench, running_cluster
 from cairn.proto import replication_pb2 as rpb
 from support.oxia_writer import OxiaWriter
 

@@ -19,11 +19,11 @@ from pathlib import Path
 import grpc
 import pytest
 
+from cairn.bench.failover import running_cluster
 from cairn.client import errors
 from cairn.client.client import AsyncClient
 from cairn.client.options import ClientOptions
 from cairn.client.records import NotificationBatch, NotificationType
-from cairn.controller.bench.failover import running_cluster
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import oxia_client_pb2_grpc as pb_grpc
 from support.grpc_client import Router

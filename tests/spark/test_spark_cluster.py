@@ -18,9 +18,9 @@ import httpx
 import pyarrow.dataset as ds
 import pytest
 
+from cairn.bench.failover import FailoverBench, running_cluster
 from cairn.client.sync import Client
 from cairn.common.keyorder import KeyOrder
-from cairn.controller.bench.failover import FailoverBench, running_cluster
 from cairn.spark.jobs import audit
 from cairn.storage.kv import Column, RocksKv
 from support.promtool import samples, scrape

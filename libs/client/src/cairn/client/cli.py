@@ -16,7 +16,8 @@
     admin ACTION ...        the cluster through its controller: views (nodes, shards,
                             elections, namespaces) and changes (drain, undrain,
                             replication-factor, move-leader, storage-pods; `--wait`)
-    perf                    a load generator (`cairn perf --help`)
+    perf                    a load generator (`cairn perf --help`), when cairn-kv-bench
+                            is installed
 
 Global options work before or after the command; `--address` and `--namespace`
 default to $CAIRN_ADDRESS and $CAIRN_NAMESPACE. With `--json`, single answers are
@@ -304,19 +305,26 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
     add_admin_commands(admin)
     admin.set_defaults(handler=None)
 
-    from cairn.client.perf.options import add_arguments
-
     perf = command("perf", "load generator: ops/s and latency percentiles per interval")
-    perf.description = (
-        "A load generator for any Oxia-compatible endpoint (gRPC, through the client "
-        "library) or Cairn's REST gateway (http://...). Callers each do one operation at "
-        "a time. Flat out (--rate 0), latency runs from each operation's start; with "
-        "--rate the run is open loop: operations are scheduled at that rate and latency "
-        "runs from the scheduled time, so queueing shows (no coordinated omission). "
-        "Prints a line per interval and a summary (--json: the summary as JSON on "
-        "stdout, the interval lines on stderr)."
-    )
-    add_arguments(perf)
+    perf_arguments = _perf_arguments()
+    if perf_arguments is None:
+        perf.description = (
+            "A load generator for any Oxia-compatible endpoint or Cairn's REST gateway. "
+            f"It comes with {PERF_DISTRIBUTION}, which is not installed here "
+            f"(pip install {PERF_DISTRIBUTION})."
+        )
+        perf.set_defaults(perf_missing=True)
+    else:
+        perf.description = (
+            "A load generator for any Oxia-compatible endpoint (gRPC, through the client "
+            "library) or Cairn's REST gateway (http://...). Callers each do one operation at "
+            "a time. Flat out (--rate 0), latency runs from each operation's start; with "
+            "--rate the run is open loop: operations are scheduled at that rate and latency "
+            "runs from the scheduled time, so queueing shows (no coordinated omission). "
+            "Prints a line per interval and a summary (--json: the summary as JSON on "
+            "stdout, the interval lines on stderr)."
+        )
+        perf_arguments(perf)
     perf.set_defaults(handler=None)
     return parser
 
@@ -577,24 +585,38 @@ async def until_stopped(work: Coroutine[Any, Any, None]) -> None:
 # ---- perf ------------------------------------------------------------------------------
 
 
-async def _perf(args: argparse.Namespace, output: Output) -> None:
-    from cairn.client.perf.driver import mode_of, run
-    from cairn.client.perf.options import options_from
-    from cairn.client.perf.stats import format_interval, format_summary, interval_header
+# The load generator behind `cairn perf` ships in its own distribution, with the
+# benchmarks, so the client library carries none of it (nor uvloop, which it runs on).
+PERF_DISTRIBUTION = "cairn-kv-bench"
+PERF_MISSING = (
+    f"the load generator is not installed: it comes with {PERF_DISTRIBUTION} "
+    f"(pip install {PERF_DISTRIBUTION})"
+)
+
+
+def _perf_arguments() -> Callable[[argparse.ArgumentParser], None] | None:
+    """What adds `cairn perf`'s flags to its parser; None without cairn-kv-bench."""
+    try:
+        from cairn.bench.perf.command import add_arguments
+    except ModuleNotFoundError as error:
+        # Only the distribution's absence means "not installed"; a module missing
+        # inside an installed one is a fault to show as it is.
+        if error.name not in ("cairn.bench", "cairn.bench.perf", "cairn.bench.perf.command"):
+            raise
+        return None
+    return add_arguments
+
+
+def _perf(args: argparse.Namespace, output: Output) -> None:
+    if getattr(args, "perf_missing", False):
+        raise UsageError(PERF_MISSING)
+    from cairn.bench.perf.command import options_from, run_command
 
     try:
         options = options_from(args)
     except ValueError as error:
         raise UsageError(str(error)) from None
-    # With --json, stdout carries the summary alone; the interval lines go to stderr.
-    lines = output.note if options.json else output.line
-    lines(f"cairn perf: {options.target} ({mode_of(options)})")
-    lines(interval_header())
-    summary = await run(options, lambda line: lines(format_interval(line)), output.note)
-    if options.json:
-        output.json(summary.to_dict())
-    else:
-        output.line(format_summary(summary))
+    run_command(options, output.line, output.note, output.json)
 
 
 # ---- entry point -----------------------------------------------------------------------
@@ -609,15 +631,17 @@ def main(
     stderr: TextIO | None = None,
 ) -> int:
     parser = build_parser(env)
-    args = parser.parse_args(argv)
+    args, unrecognized = parser.parse_known_args(argv)
+    # Without cairn-kv-bench, `cairn perf` knows none of its flags: whatever follows
+    # it is left for the message saying what to install.
+    if unrecognized and not getattr(args, "perf_missing", False):
+        parser.error(f"unrecognized arguments: {' '.join(unrecognized)}")
     output = Output(stdout or sys.stdout, stderr or sys.stderr, args.json)
     try:
         if args.command == "put":
             args.value_bytes = read_value(args, sys.stdin if stdin is None else stdin)
         if args.command == "perf":
-            import uvloop
-
-            uvloop.run(_perf(args, output))
+            _perf(args, output)
         elif args.command == "status":
             asyncio.run(status_command(args, output, client_options(args)))
         elif args.command == "admin":
