@@ -102,6 +102,7 @@ from cairn.storage.core.meta import (
     encode_u64,
 )
 from cairn.storage.core.read_cache import ReadCache
+from cairn.storage.core.recovery import LogExtent, plan_recovery, recovered_term
 from cairn.storage.core.replication.applied_changes import (
     ChangesStash,
     ChangesUse,
@@ -372,36 +373,28 @@ class ShardReplica:
         self.incarnation = incarnation
         applied = decode_i64(kv.get(Column.META, COMMIT_OFFSET_KEY), NO_OFFSET)
         stored_base = decode_entry_id(kv.get(Column.META, LOG_BASE_KEY))
-        base = EntryId(*stored_base) if stored_base is not None else None
-        if wal.last_offset < applied:
-            # The KV is ahead of the log (the log's tail was lost while the KV kept
-            # it): the log continues after what the KV has.
+        recovery = plan_recovery(
+            self.shard_id,
+            applied,
+            EntryId(*stored_base) if stored_base is not None else None,
+            LogExtent(wal.first_offset, wal.last_offset, wal.last_term),
+        )
+        if recovery.restart_log_at is not None:
             log.warning(
                 "shard %d: WAL ends at %d but the KV has applied up to %d",
                 self.shard_id,
                 wal.last_offset,
                 applied,
             )
-            term = wal.last_term if base is None else max(base.term, wal.last_term)
-            base = EntryId(term, applied)
-            wal.reset(applied + 1)
-        if wal.first_offset > applied + 1:
-            raise RuntimeError(
-                f"shard {self.shard_id}: WAL starts at {wal.first_offset} but entries from "
-                f"{applied + 1} were never applied"
-            )
-        if base is None or (wal.first_offset != NO_OFFSET and base.offset != wal.first_offset - 1):
-            # No stored base (the log was never trimmed by a snapshot): the entry
-            # before the first one is unknown, unless nothing came before.
-            base = EntryId(NO_TERM, wal.first_offset - 1) if wal.first_offset > 0 else None
+            wal.reset(recovery.restart_log_at)
         history = history_of(
-            wal.first_offset,
-            wal.last_offset,
+            recovery.log.first_offset,
+            recovery.log.last_offset,
             lambda offset: wal.get(offset).term,
-            base if base is not None else EntryId(NO_TERM, NO_OFFSET),
+            recovery.base,
         )
         stored_term = decode_i64(kv.get(Column.META, TERM_KEY), NO_TERM)
-        term = max(stored_term, history.last_term, 0)
+        term = recovered_term(stored_term, history.last_term)
         self.core = ShardCore(
             self.shard_id,
             term,
