@@ -5,12 +5,26 @@ from __future__ import annotations
 import pytest
 
 from cairn.common.errors import Overloaded
+from cairn.proto import oxia_client_pb2 as pb
+from cairn.storage.core.apply import MAX_RECORDS_PER_CLOSE_ENTRY
+from cairn.storage.core.entries import (
+    CLIENT_WRITE,
+    CLOSE_SESSION,
+    FOLDED_WRITES,
+    TERM_START,
+    Folded,
+)
 from cairn.storage.core.replication.replica import Member
 from cairn.storage.core.replication.terms import NO_OFFSET, EntryId, history_of
-from cairn.storage.core.shard_core import PipelineLimits, ShardCore
+from cairn.storage.core.shard_core import PipelineLimits, ShardCore, operation_count
 
 ME = Member("pod-0:6648", "pod-0:6649")
-LIMITS = PipelineLimits(max_pending_entries=4, max_pending_bytes=100)
+LIMITS = PipelineLimits(
+    max_pending_entries=4,
+    max_pending_bytes=100,
+    max_entries_per_apply=3,
+    max_operations_per_apply=10,
+)
 
 
 def _core(last_offset: int = 9, applied: int = 5) -> ShardCore:
@@ -102,3 +116,26 @@ def test_a_snapshot_makes_everything_up_to_its_base_committed_and_applied() -> N
     core.on_snapshot_installed(EntryId(3, 40))
     assert (core.commit_offset, core.applied_offset, core.leader_commit_offset) == (40, 40, 40)
     assert core.head == EntryId(3, 40)
+
+
+def test_an_apply_group_takes_the_first_entry_then_what_fits_the_bounds() -> None:
+    core = _core()  # at most 3 entries and 10 operations a group
+    assert core.apply_group_size([]) == 0
+    assert core.apply_group_size([50]) == 1  # the first always, whatever it costs
+    assert core.apply_group_size([50, 1]) == 1
+    assert core.apply_group_size([4, 4, 2, 1]) == 3  # 10 operations
+    assert core.apply_group_size([4, 4, 3]) == 2
+    assert core.apply_group_size([1, 1, 1, 1, 1]) == 3  # the entry bound
+
+
+def test_an_entrys_cost_counts_its_record_operations() -> None:
+    write = pb.WriteRequest(
+        puts=[pb.PutRequest(key="a"), pb.PutRequest(key="b")],
+        deletes=[pb.DeleteRequest(key="c")],
+        delete_ranges=[pb.DeleteRangeRequest(start_inclusive="d", end_exclusive="e")],
+    )
+    assert operation_count(CLIENT_WRITE, write) == 4
+    folded = Folded([pb.WriteRequest(puts=[pb.PutRequest(key="a")]), write])
+    assert operation_count(FOLDED_WRITES, folded) == 4  # folds hold puts and deletes only
+    assert operation_count(CLOSE_SESSION, pb.WriteRequest()) == MAX_RECORDS_PER_CLOSE_ENTRY
+    assert operation_count(TERM_START, pb.WriteRequest()) == 1

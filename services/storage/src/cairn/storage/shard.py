@@ -40,7 +40,7 @@ import logging
 import secrets
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,7 +72,6 @@ from cairn.storage.config import (
     ShardSpec,
 )
 from cairn.storage.core.apply import (
-    MAX_RECORDS_PER_CLOSE_ENTRY,
     CloseOutcome,
     HeaderCache,
     PendingChanges,
@@ -125,7 +124,7 @@ from cairn.storage.core.sessions import (
     session_key,
     stored_sessions,
 )
-from cairn.storage.core.shard_core import PipelineLimits, ShardCore
+from cairn.storage.core.shard_core import PipelineLimits, ShardCore, operation_count
 from cairn.storage.core.state_digest import DigestBuilder, StateDigest
 from cairn.storage.folding import WriteFold, keys_of, may_fold, starts_fold
 from cairn.storage.kv import Column, KvStore
@@ -160,19 +159,6 @@ def new_incarnation() -> int:
     return secrets.randbits(63) or 1
 
 
-def _operation_count(kind: int, body: Message | Folded) -> int:
-    """What an entry may cost to apply, in record operations."""
-    if kind == CLIENT_WRITE:
-        assert isinstance(body, pb.WriteRequest)
-        return len(body.puts) + len(body.deletes) + len(body.delete_ranges)
-    if kind == FOLDED_WRITES:
-        assert isinstance(body, Folded)
-        return sum(len(request.puts) + len(request.deletes) for request in body.requests)
-    if kind == CLOSE_SESSION:
-        return MAX_RECORDS_PER_CLOSE_ENTRY
-    return 1
-
-
 @dataclass(slots=True)
 class _Pending:
     """A logged entry not yet applied. `future` is set for entries this replica
@@ -194,6 +180,10 @@ class _Pending:
     @property
     def size_bytes(self) -> int:
         return len(self.entry.payload)
+
+
+def _operation_counts(entries: Iterable[_Pending]) -> Iterator[int]:
+    return (operation_count(entry.kind, entry.body) for entry in entries)
 
 
 def _decoded(entry: WalEntry, future: asyncio.Future[Any] | None = None) -> _Pending:
@@ -407,6 +397,8 @@ class ShardReplica:
             limits=PipelineLimits(
                 self.limits.max_pending_entries_per_shard,
                 self.limits.max_pending_bytes_per_shard,
+                self.limits.max_entries_per_apply_batch,
+                self.limits.max_operations_per_apply_batch,
             ),
         )
 
@@ -1478,29 +1470,13 @@ class ShardReplica:
         if not pending or pending[0].offset > first:
             last = min(limit, pending[0].offset - 1) if pending else limit
             last = min(last, first + self.limits.max_entries_per_apply_batch - 1)
-            return self._bounded([_decoded(entry) for entry in self.wal.read(first, last)])
-        group = [pending.popleft()]
-        operations = _operation_count(group[0].kind, group[0].body)
-        while (
-            pending
-            and pending[0].offset <= limit
-            and len(group) < self.limits.max_entries_per_apply_batch
-        ):
-            operations += _operation_count(pending[0].kind, pending[0].body)
-            if operations > self.limits.max_operations_per_apply_batch:
-                break
-            group.append(pending.popleft())
+            read = [_decoded(entry) for entry in self.wal.read(first, last)]
+            return read[: self.core.apply_group_size(_operation_counts(read))]
+        appliable = itertools.takewhile(lambda held: held.offset <= limit, pending)
+        size = self.core.apply_group_size(_operation_counts(appliable))
+        group = [pending.popleft() for _ in range(size)]
         for taken in group:
             self._release(taken)
-        return group
-
-    def _bounded(self, group: list[_Pending]) -> list[_Pending]:
-        """Cut a group read from the WAL to the operation bound (at least one)."""
-        operations = 0
-        for index, pending in enumerate(group):
-            operations += _operation_count(pending.kind, pending.body)
-            if index and operations > self.limits.max_operations_per_apply_batch:
-                return group[:index]
         return group
 
     def _apply_group(self, group: list[_Pending]) -> tuple[PendingChanges, list[Any]]:

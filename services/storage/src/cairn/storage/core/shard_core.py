@@ -13,6 +13,8 @@ plus the rules of the pipeline that moves entries from the log to the KV.
                                       log's last one
     backpressure                      entries logged but not applied are bounded in
                                       number and bytes
+    apply groups                      entries are applied a group at a time, one KV
+                                      batch each, bounded in entries and operations
 
 The driver (shard.py) tells it what happened (`on_*`) and asks what to do; it
 keeps no clock (times are arguments) and does no I/O. It is the first part of the
@@ -23,19 +25,41 @@ replication runtime (replication/leader.py) and told here through `on_commit`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from google.protobuf.message import Message
+
 from cairn.common.errors import Overloaded
+from cairn.proto import oxia_client_pb2 as pb
+from cairn.storage.core.apply import MAX_RECORDS_PER_CLOSE_ENTRY
+from cairn.storage.core.entries import CLIENT_WRITE, CLOSE_SESSION, FOLDED_WRITES, Folded
 from cairn.storage.core.replication.replica import ReplicaCore, Role
 from cairn.storage.core.replication.terms import NO_OFFSET, EntryId
 
 
 @dataclass(frozen=True, slots=True)
 class PipelineLimits:
-    """How much the pipeline holds logged but not applied (Limits' per-shard bounds)."""
+    """How much the pipeline holds logged but not applied, and applies in one batch
+    (Limits' per-shard bounds)."""
 
     max_pending_entries: int
     max_pending_bytes: int
+    max_entries_per_apply: int
+    max_operations_per_apply: int
+
+
+def operation_count(kind: int, body: Message | Folded) -> int:
+    """What an entry may cost to apply, in record operations."""
+    if kind == CLIENT_WRITE:
+        assert isinstance(body, pb.WriteRequest)
+        return len(body.puts) + len(body.deletes) + len(body.delete_ranges)
+    if kind == FOLDED_WRITES:
+        assert isinstance(body, Folded)
+        return sum(len(request.puts) + len(request.deletes) for request in body.requests)
+    if kind == CLOSE_SESSION:
+        return MAX_RECORDS_PER_CLOSE_ENTRY
+    return 1
 
 
 @dataclass(slots=True, kw_only=True)
@@ -64,6 +88,20 @@ class ShardCore(ReplicaCore):
         """How far to apply now: appliable, and not past a digest's stop."""
         limit = self.appliable_offset(durable_offset)
         return min(limit, min(self.digest_stops)) if self.digest_stops else limit
+
+    def apply_group_size(self, operation_counts: Iterable[int]) -> int:
+        """How many of the next appliable entries (their operation counts, in order)
+        to apply as one batch: the first always, then as many as fit the bounds."""
+        limits = self.limits
+        size = operations = 0
+        for count in operation_counts:
+            operations += count
+            if size and (
+                size >= limits.max_entries_per_apply or operations > limits.max_operations_per_apply
+            ):
+                break
+            size += 1
+        return size
 
     def on_applied(self, offset: int) -> None:
         assert offset >= self.applied_offset, (offset, self.applied_offset)
