@@ -8,14 +8,9 @@ With the EventEngine experiments turned off, gRPC falls back to its epoll
 poller, run by the thread that already waits on the completion queue: one
 crossing fewer per message.
 
-Measured on this project's 2-core machine, in alternating runs of one session:
-- `cairn-bench ceiling` (a null server): server CPU per single-op request
-  65-73 -> 49-50 us flat out, 142-152 -> 105-111 us at 370 requests a second.
-- `cairn-bench put --spawn --batch 1`, five pairs: median 6.13k -> 6.93k ops/s,
-  server CPU per op 175 -> 149 us.
-- `cairn-bench put --spawn` (100 ops per request), five pairs: no difference
-  (median 179k ops/s with it, 180k without); per-op work, not messages, bounds it.
-- Three pods at 37k ops/s of 100-op requests: median 1.43 -> 1.36 pod cores.
+That cuts the server's CPU per request and raises the throughput of single-op
+requests; with many operations a request, per-op work, not messages, bounds it
+(measurements: docs/performance.md, "gRPC socket I/O on the poller thread").
 
 The setting must be in the environment before `grpc` is first imported (gRPC
 reads it once, when its core starts), so each service package applies it in

@@ -8,16 +8,18 @@ One `Telemetry` per process owns the MeterProvider. Its readers:
   `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` is set (the SDK reads the other standard
   `OTEL_EXPORTER_OTLP_*` and `OTEL_METRIC_EXPORT_INTERVAL` variables itself).
 
-Hot paths never call a synchronous OTel instrument (one call measured 6-18 us, more
-than a put's server CPU). They count in plain ints, and latencies go into a
-`LatencyCounter`: a list of ints indexed by bisect over fixed bounds (one bisect and
-two adds). Observable instruments publish the ints; `observe_histograms` publishes the
-latency counters as real histograms (the OTel API has no observable histogram, so
-each reader adds them to what the SDK collected, see `_with_callback_histograms`).
+Hot paths never call a synchronous OTel instrument (one call costs more than a put's
+server CPU; measurements: docs/performance.md, "Metrics off the hot path"). They
+count in plain ints, and latencies go into a `LatencyCounter`: a list of ints
+indexed by bisect over fixed bounds (one bisect and two adds). Observable
+instruments publish the ints; `observe_histograms` publishes the latency counters
+as real histograms (the OTel API has no observable histogram, so each reader adds
+them to what the SDK collected, see `_with_callback_histograms`).
 
 A scrape runs the callbacks and formats the page on the endpoint's thread, holding
-the GIL meanwhile: about 15 ms of CPU for a storage pod with 3 shards (measured over
-100 scrapes), most of it the SDK's collection and prometheus_client's text.
+the GIL meanwhile for milliseconds of CPU, most of them the SDK's collection and
+prometheus_client's text (measurements: docs/performance.md, "Metrics off the hot
+path").
 
 Names follow the OpenTelemetry semantic conventions where there is one
 (`rpc.server.call.duration`, `http.server.request.duration`, `process.cpu.time`...)

@@ -379,8 +379,8 @@ async def _run_node(config: NodeConfig, args: argparse.Namespace) -> int:
 def _freeze_startup_objects() -> None:
     """Keep what startup created (modules, classes, functions, the servers) out of
     every later garbage collection: they live as long as the process, and scanning
-    them made the full collections the loop pauses for several milliseconds long
-    (8 ms seen in a read load at 80k gets/s, a p99-sized stall)."""
+    them made the full collections the loop pauses for several milliseconds long, a
+    p99-sized stall (measurements: docs/performance.md, "Frozen startup objects")."""
     gc.collect()
     gc.freeze()
 
@@ -428,7 +428,8 @@ def main(argv: list[str] | None = None) -> int:
         tls_dir=args.tls_dir,
         auth=auth_config_from(args, "cairn-storage"),
     )
-    # uvloop: cheaper per-message event-loop work under grpc.aio (see BASELINES.md).
+    # uvloop: cheaper per-message event-loop work under grpc.aio (measurements:
+    # docs/performance.md, "`cairn perf`").
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(_run_standalone(config, args))
 

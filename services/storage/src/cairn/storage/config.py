@@ -15,7 +15,8 @@ from cairn.storage.core.retention import WalRetention
 MiB = 1024 * 1024
 DEFAULT_WAL_SEGMENT_BYTES = 64 * MiB
 # Zero-filled room kept ahead of each WAL's write position (see cairn.storage.wal):
-# fdatasync of records written over it measured ~10x faster than of plain appends.
+# fdatasync of records written over it is much faster than of plain appends
+# (measurements: docs/performance.md, "WAL zero-filled room").
 DEFAULT_WAL_ZERO_FILL_BYTES = 1 * MiB
 # Trimmed WAL segment files kept for reuse, per shard (see WalOptions).
 DEFAULT_WAL_SPARE_SEGMENTS = 8
@@ -44,11 +45,9 @@ class Limits:
     max_pending_bytes_per_shard: int = 256 * MiB
     # Folding (folding.py): with at least this many entries uncommitted, a leader
     # collects plain writes into one entry logged at the next commit step, up to
-    # these bounds. At 1 rather than 2, rf=3 peaks (`cairn-bench replication`, three
-    # runs against two, alternating) were 89.5k/89.3k/87.8k against 79.9k/82.1k puts/s
-    # at 20.0-20.8 against 22.2-22.8 us of pod CPU a put (5.0-5.8 requests an entry
-    # at peak against 4.8). Half-rate p99 varied between runs more than between the
-    # two (16-203 ms with 1, 17-68 ms with 2).
+    # these bounds. At 1 rather than 2, rf=3 peaked higher at less pod CPU a put
+    # (more requests an entry), and half-rate p99 varied between runs more than
+    # between the two (measurements: docs/performance.md, "Folding threshold").
     fold_writes_after_uncommitted_entries: int = 1
     max_operations_per_fold: int = 1000
     max_bytes_per_fold: int = 1 * MiB

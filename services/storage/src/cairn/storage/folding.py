@@ -12,8 +12,8 @@ folded request waits for the commit step that logs it) for much less work per
 operation, and only under load: while nothing waits for its commit, nothing folds.
 A leader without followers never folds: its commit is its own fsync, which
 covers every entry logged before it (group commit), so folding would only add
-a round of waiting (measured: 16 single-put writers lost a third of their
-throughput).
+a round of waiting, and cost single-put writers throughput (measurements:
+docs/performance.md, "Folding threshold").
 
 Only requests of plain puts and deletes fold, and only while their keys are
 disjoint from the fold's: a record then changes at most once per entry, so its

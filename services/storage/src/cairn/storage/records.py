@@ -74,8 +74,9 @@ def encode_record(
     value: bytes,
 ) -> bytes:
     """A record's stored form (see the layout above). Built from the fields, not a
-    RecordMeta: a frozen dataclass costs about 0.8 us to construct here, as much as
-    the encoding, and the write path runs this for every put beyond the fast path."""
+    RecordMeta: constructing a frozen dataclass costs as much as the encoding
+    (measurements: docs/performance.md, "Record encoding without RecordMeta"), and
+    the write path runs this for every put beyond the fast path."""
     flags = 0
     tail: list[bytes] = []
     if session_id is not None:

@@ -6,8 +6,8 @@ spares the exact-key gets that find their key here both RocksDB's lookup and the
 building of the answer: it holds each record as `reads.answer_fields`, the
 serialized version and value of its GetResponse, so that a hit costs a dict
 lookup and the framing of the key. (Under `cairn-bench get`, RocksDB's MultiGet
-took 37% of the server's samples, about 3.5 us of a get's 10, and building the
-answer as protobuf objects most of the rest of the read path.)
+and building the answer as protobuf objects took most of a get's server time;
+measurements: docs/performance.md, "Read cache".)
 
 Answers enter when a read fetched their record from the KV; when the applier
 changes a record held, its answer becomes the new record's; they leave by
@@ -125,14 +125,12 @@ class ReadCache:
         """The applier wrote these records to the KV (None: deleted): each one held
         now answers as its new record (a deleted one as absent). Records not held
         are not admitted: holding every written record, for reads that may never
-        come, was measured to cost a leader's apply 0.8 us a put, a fifth of it
-        (apply_cost), so a load of writes alone, which holds nothing, pays one
-        lookup a record. A record held was read, and keys that are read and written
-        (a mixed load on one key set) are read again: dropping their answers sent
-        those reads to RocksDB's MultiGet, about 4 us a key more than a hit (80k
-        gets/s beside 50k puts/s on the same 100k keys, standalone: the loop took
-        0.88 of a core against 0.27 for the gets alone, and get p99 was in the
-        hundreds of ms)."""
+        come, cost a leader's apply a noticeable share of its time, so a load of writes
+        alone, which holds nothing, pays one lookup a record. A record held was
+        read, and keys that are read and written (a mixed load on one key set) are
+        read again: dropping their answers sent those reads to RocksDB's MultiGet,
+        much dearer than a hit, and under a mixed load the loop's CPU rose
+        several-fold, and get latency with it (measurements: docs/performance.md, "Read cache")."""
         held = self._answers
         if not held:
             return

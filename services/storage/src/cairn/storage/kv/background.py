@@ -5,10 +5,9 @@ pods of a cluster share cores (with each other, with clients, with anything), a
 burst takes a core from an event loop that is answering clients, and every request
 in flight waits for it. At a higher nice value the scheduler runs them in the time
 the loops leave; where cores are spare, as on a pod with its own, it changes
-nothing. Measured on 2 cores with 3 pods and the load generator
-(`cairn-bench replication`, 6 runs each way, alternating): the rf=3 half-peak
-write p99 fell from a median of about 80 ms to about 31 ms; the peaks moved within
-the noise. Flushes still get a share of the CPU, and if they fall behind RocksDB
+nothing. On shared cores it cut rf=3 write p99 at half peak and did not move the
+peaks (measurements: docs/performance.md, "RocksDB background thread priority").
+Flushes still get a share of the CPU, and if they fall behind RocksDB
 slows writes down itself (its write stall), so nothing waits on them forever.
 
 Linux names the threads (`rocksdb:low`, `rocksdb:high`, ...); elsewhere, or

@@ -21,48 +21,41 @@ from cairn.storage.kv.encoded_changes import (
 from cairn.storage.kv.store import Change, Column, ColumnChanges
 
 # A small memtable: inserting random keys into a large skiplist is cache-miss bound
-# and RocksDB holds the GIL while it writes; at 4 MiB a batch write blocks the event
-# loop about half as long as at the 64 MiB default (measured with 1600-put batches
-# of random keys), and flushes and compactions run on RocksDB's background threads.
+# and RocksDB holds the GIL while it writes, so a batch write blocks the event loop
+# for less time than at the 64 MiB default; flushes and compactions run on RocksDB's
+# background threads (measurements: docs/performance.md, "RocksDB memtable size").
 RECORDS_MEMTABLE_BYTES = 4 * 1024 * 1024
 # Each replica's memtable is that size times a factor drawn at open from 1 +- this.
 # The replicas of a shard write the same batches (followers write their leader's
 # applied changes), so with equal memtables they flushed in lockstep, and the flush
 # I/O of all three slowed all three WAL fdatasyncs in the same few milliseconds: the
-# commit, which needs two of three, had no fast pair to take. The slow-request
-# bursts of a half-peak rf=3 run lined up with those flushes. Three pods on one
-# disk, 50k puts/s, eight alternating 20 s runs each: write p99 median 29 ms with
-# equal memtables, 16 ms with this spread (lower in every pair), and WAL fdatasyncs
-# over 4 ms per run 87 against 58 (medians). With a disk per pod, the reasoning
-# still holds for the commit: a replica flushing alone leaves two that are not.
+# commit, which needs two of three, had no fast pair to take. With a disk per pod,
+# the reasoning still holds for the commit: a replica flushing alone leaves two that
+# are not (measurements: docs/performance.md, "RocksDB memtable spread").
 RECORDS_MEMTABLE_SPREAD = 0.4
 MAX_MEMTABLES = 4
 BLOOM_BITS_PER_KEY = 10
 BACKGROUND_JOBS = 2
-# Background work: RocksDB's flushes and compactions took 0.11 cores of a pod at
-# 60k puts/s of 100-byte values (`thread_cores` of `cairn-bench --spawn put --rate
-# 60000`), and at replication factor 3 every pod pays it on the same cores. Two
-# settings cut it: L0 files are merged 12 at a time rather than 4, so that records
-# rewritten meanwhile are written out once, and the lower level is rewritten a
-# third as often; and L0 plus the level it compacts into (with dynamic level sizes,
-# the bottom level until a shard outgrows it) are not compressed: their data passes
-# through every flush and compaction, and snappy on it was a third of the work.
+# Background work: RocksDB's flushes and compactions take a share of a pod's CPU,
+# and at replication factor 3 every pod pays it on the same cores. Two settings cut
+# it: L0 files are merged 12 at a time rather than 4, so that records rewritten
+# meanwhile are written out once, and the lower level is rewritten a third as often;
+# and L0 plus the level it compacts into (with dynamic level sizes, the bottom level
+# until a shard outgrows it) are not compressed: their data passes through every
+# flush and compaction, and compressing it was much of the work.
 # Levels below, which only a grown shard has and which hold most of its data, use LZ4.
-# The meta column merges L0 4 files at a time (RocksDB's default) on purpose: at 20,
-# its merges took a fifth of the CPU (its small flushed files all span the commit offset
-# to the newest notification, so every merge rewrites the notifications kept), but rf=3
-# write p99 at half peak doubled (median 117 ms against 54, 9 and 10 runs of two kinds).
+# The meta column merges L0 4 files at a time (RocksDB's default) on purpose: more
+# at a time cut its merges' CPU (its small flushed files all span the commit offset
+# to the newest notification, so every merge rewrites the notifications kept), but
+# raised rf=3 write p99 at half peak.
 # Its level below L0 is kept small, in small files, for the same reason: each merge of
 # L0 into it rewrites it whole, and at RocksDB's sizes it held every notification kept
 # (up to an hour of them). The older batches move further down, where merges take a
-# file at a time. Over 300 s of 100k puts/s (`--rate 100000`, one shard), the meta
-# merges wrote 2983 MiB against 5720 MiB with the defaults (the records' wrote 1596),
-# and RocksDB's threads stayed at 0.12-0.14 core where they had grown from 0.12 to 0.22.
+# file at a time, and the meta merges write fewer bytes than with the defaults.
 # Its top two levels are not compressed either, as the records' are not: they are the
-# ones its merges keep rewriting. With snappy (RocksDB's default) on them, RocksDB's
-# threads took 0.26-0.27 core at one shard's peak against 0.18-0.20 without (six
-# alternating pairs; the peak, bound by the event loop, did not move), and rf=3, bound
-# by the CPU the pods share, peaked at 79-81k puts/s against 83-87k (three pairs).
+# ones its merges keep rewriting, and compressing them cost RocksDB's threads CPU
+# that rf=3, bound by the CPU the pods share, took from its peak.
+# (Measurements: docs/performance.md, "RocksDB background work and compression".)
 META_BASE_LEVEL_BYTES = 16 * 1024 * 1024
 META_FILE_BYTES = 4 * 1024 * 1024
 L0_FILES_PER_COMPACTION = 12
@@ -76,9 +69,9 @@ LEVELS = 7
 # keeps never has the records of a batch without its commit offset, or the reverse.
 # Why skip the log: each automatic flush first fsyncs the log it closes (RocksDB
 # does so when a database has several columns), megabytes at once, and on a shared
-# disk that held every WAL fsync of ours up for 20-30 ms, once per memtable: rf=3
-# write p99 at 24k ops/s was 30.8 ms with it, 16.1 ms without (medians of three
-# 20 s runs against three pods). It also spares a copy of every batch.
+# disk that held every WAL fsync of ours up, once per memtable, which raised rf=3
+# write p99 (measurements: docs/performance.md, "Unlogged apply writes"). It also
+# spares a copy of every batch.
 # RocksDB keeps a log file until every column with data in it has flushed; this
 # bounds what the logged writes can pin.
 MAX_TOTAL_LOG_BYTES = 32 * 1024 * 1024
@@ -155,8 +148,9 @@ class RocksKv:
         # A crash during `persist` leaves its checkpoint behind.
         shutil.rmtree(self._persist_dir, ignore_errors=True)
         self._read = rocksdict.ReadOptions()
-        # Measured: a snapshot of a 1 GiB shard grew its sender by 47 MiB (26 MiB at
-        # 256 MiB), all of it blocks the scan loaded into the cache; 0 MiB without.
+        # Bulk scans (a snapshot's) do not fill the block cache: a snapshot would
+        # otherwise grow its sender by the blocks it loaded (measurements:
+        # docs/performance.md, "Bulk scans that do not fill the block cache").
         self._bulk_read = rocksdict.ReadOptions()
         # (rocksdict's stub declares fill_cache without its argument; it takes one.)
         self._bulk_read.fill_cache(False)  # type: ignore[call-arg]
@@ -177,8 +171,8 @@ class RocksKv:
 
     def get_many(self, column: Column, keys: Sequence[bytes]) -> list[bytes | None]:
         # Given a list, rocksdict makes one MultiGet call for all the keys, read from
-        # one implicit snapshot. A Read's whole get path, in process, on 100-get
-        # Reads of 100k records: 4.0-4.9 us a get this way, 5.3-5.8 a call each.
+        # one implicit snapshot, cheaper a get than a call each (measurements:
+        # docs/performance.md, "MultiGet for a Read's gets").
         values: list[bytes | None] = self._columns[column].get(list(keys))
         return values
 
@@ -218,8 +212,8 @@ class RocksKv:
     def write_unlogged(self, changes: ColumnChanges) -> None:
         # The apply step's write, for every entry of every replica: one column
         # handle per column and bound methods, rather than a (column, key, value)
-        # tuple per change (measured: 0.50 against 0.63 us a put for 800-put
-        # batches of 133-byte records, the RocksDB write included).
+        # tuple per change, which cost more a put (measurements: docs/performance.md,
+        # "Building the apply batch by column handle").
         batch = rocksdict.WriteBatch(raw_mode=True)
         put = batch.put
         delete = batch.delete

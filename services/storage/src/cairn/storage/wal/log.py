@@ -50,9 +50,9 @@ class WalOptions:
     zero_fill_ahead_bytes: int = 0
     # Keep up to this many trimmed segment files for the next segments to reuse, as
     # they are: deleting a file on a disk mounted with `discard` stalls every fsync on
-    # the device (trimming five 64 MiB segments: ~500 ms of slow fsyncs, measured
-    # here), and a reused file's blocks are already written, so the fdatasyncs of
-    # appends into it have no block mapping to commit. Trims beyond the spares delete.
+    # the device (measurements: docs/performance.md, "WAL spare segments"), and a
+    # reused file's blocks are already written, so the fdatasyncs of appends into it
+    # have no block mapping to commit. Trims beyond the spares delete.
     spare_segments: int = 0
 
     def __post_init__(self) -> None:
@@ -83,8 +83,9 @@ class Wal:
     ``zero_fill_ahead_bytes``) stay in memory until ``sync`` writes them, on its own
     thread, with one positioned write per append call right before its fdatasync: the
     appending thread (the event loop) then makes no system call for them, and does not
-    lose the GIL to the other threads while it would (measured: 30 us per pwrite on a
-    busy server's loop against 5 us alone). Reads, ``close`` and a rollover write them
+    lose the GIL to the other threads while it would (a pwrite on a busy server's loop
+    takes several times as long as alone; measurements: docs/performance.md, "WAL
+    writes on the sync thread"). Reads, ``close`` and a rollover write them
     first. Records past the room are written by the append itself, so that a full disk
     fails that append alone, with no partial record left. ``truncate_after``,
     ``trim_before`` and ``reset`` are durable when they return. Trimmed segment files

@@ -11,11 +11,11 @@ Zero-filled room. The file may be longer than its records: the log can fill the 
 ahead of the write position with zeros (``extend_zeroed``), and records are then written
 over those zeros at explicit positions. On Linux filesystems an fdatasync after an
 append that grows the file must also commit the new size and block mapping to the
-journal, which measured here about ten times slower than an fdatasync after an
-overwrite inside blocks already written (and is where other files' unsynced writes
-queue up in front of ours). Zeros never decode as a record (a record's CRC of all-zero
-fields is not zero), so the scan ends there; a tail that is all zeros is a clean end,
-not damage.
+journal, which is much slower than an fdatasync after an overwrite inside blocks
+already written (and is where other files' unsynced writes queue up in front of
+ours; measurements: docs/performance.md, "WAL zero-filled room"). Zeros never
+decode as a record (a record's CRC of all-zero fields is not zero), so the scan ends
+there; a tail that is all zeros is a clean end, not damage.
 
 Recycled files. A trimmed segment's file can be kept as a spare and reused, as it is,
 by a later segment: its room then holds the records of its previous life, not zeros.
