@@ -14,6 +14,7 @@ from cairn.storage.core.entries import (
     TERM_START,
     Folded,
 )
+from cairn.storage.core.folding import fits_fold, starts_fold
 from cairn.storage.core.replication.replica import Member
 from cairn.storage.core.replication.terms import NO_OFFSET, EntryId, history_of
 from cairn.storage.core.shard_core import PipelineLimits, ShardCore, operation_count
@@ -139,3 +140,17 @@ def test_an_entrys_cost_counts_its_record_operations() -> None:
     assert operation_count(FOLDED_WRITES, folded) == 4  # folds hold puts and deletes only
     assert operation_count(CLOSE_SESSION, pb.WriteRequest()) == MAX_RECORDS_PER_CLOSE_ENTRY
     assert operation_count(TERM_START, pb.WriteRequest()) == 1
+
+
+def test_a_fold_takes_requests_with_disjoint_keys_within_its_bounds() -> None:
+    held = {"a", "b"}
+    assert fits_fold(held, 2, 40, {"c"}, 1, 20, max_operations=3, max_bytes=60)
+    assert not fits_fold(held, 2, 40, {"b"}, 1, 20, max_operations=3, max_bytes=60)
+    assert not fits_fold(held, 2, 40, {"c"}, 2, 20, max_operations=3, max_bytes=60)
+    assert not fits_fold(held, 2, 40, {"c"}, 1, 21, max_operations=3, max_bytes=60)
+
+
+def test_only_a_leader_with_followers_and_enough_uncommitted_entries_folds() -> None:
+    assert starts_fold(uncommitted_entries=2, threshold=2, has_followers=True)
+    assert not starts_fold(uncommitted_entries=1, threshold=2, has_followers=True)
+    assert not starts_fold(uncommitted_entries=9, threshold=2, has_followers=False)

@@ -89,6 +89,7 @@ from cairn.storage.core.entries import (
 )
 from cairn.storage.core.entry_apply import ShardRules, apply_entry
 from cairn.storage.core.fastpath import folds_only_plain_puts, has_plain_puts
+from cairn.storage.core.folding import keys_of, may_fold, starts_fold
 from cairn.storage.core.meta import (
     COMMIT_OFFSET_KEY,
     INCARNATION_KEY,
@@ -126,7 +127,7 @@ from cairn.storage.core.sessions import (
 )
 from cairn.storage.core.shard_core import PipelineLimits, ShardCore, operation_count
 from cairn.storage.core.state_digest import DigestBuilder, StateDigest
-from cairn.storage.folding import WriteFold, keys_of, may_fold, starts_fold
+from cairn.storage.folding import WriteFold
 from cairn.storage.kv import Column, KvStore
 from cairn.storage.kv.encoded_changes import EncodedChangesError, encode_changes
 from cairn.storage.replication.wire import entry_id_message, node_message, spec_message
