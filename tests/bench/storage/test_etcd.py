@@ -25,7 +25,7 @@ from cairn.bench.storage.etcd import (
 )
 from cairn.bench.storage.pools import build_pool, key_name
 from cairn.bench.storage.procs import Target, execute_phase
-from cairn.bench.storage.report import Row, load_row
+from cairn.bench.storage.report import Row, etcd_pairs, format_etcd_shares, load_row
 from cairn.bench.storage.rpc import Router
 from cairn.bench.storage.specs import LoadSpec, PhaseSpec
 from cairn.proto import oxia_client_pb2 as pb
@@ -88,6 +88,31 @@ def test_etcd_rows_are_labelled_by_kind_alone() -> None:
     put = LoadSpec("put", "unary", 1, 100, 10, 64, None, api="etcd")
     assert put.label() == "etcd put"
     assert replace(put, kind="get").label() == "etcd get"
+
+
+def _row(name: str, ops_per_s: float, server_cpu_us_per_op: float | None) -> Row:
+    return Row(name, ops_per_s, ops_per_s, 1.0, 2.0, 3.0, 4.0, 0, 50.0, server_cpu_us_per_op)
+
+
+def test_each_cairn_row_is_given_as_a_share_of_the_etcd_row_after_it() -> None:
+    rows = [
+        _row("ceiling grpc.aio unary b=1 callers=64", 5000, 150),
+        _row("put unary b=1 callers=64", 3000, 300),
+        _row("etcd put callers=64", 6000, 60),
+        _row("ceiling grpc.aio read b=1 callers=64", 2000, 200),
+        _row("get read b=1 callers=64", 1500, None),
+        _row("etcd get callers=64", 0, 100),
+    ]
+    pairs = etcd_pairs(rows)
+    assert [(row.name, etcd.name) for row, etcd in pairs] == [
+        ("put unary b=1 callers=64", "etcd put callers=64"),
+        ("get read b=1 callers=64", "etcd get callers=64"),
+    ]
+    assert format_etcd_shares(pairs).splitlines() == [
+        "put unary b=1 callers=64: 50% of etcd (3000 vs 6000 ops/s; server CPU 300 vs 60 us/op)",
+        "get read b=1 callers=64: - of etcd (1500 vs 0 ops/s)",
+    ]
+    assert etcd_pairs(rows[:2]) == []
 
 
 @pytest.mark.parametrize(

@@ -47,7 +47,8 @@ CPU per request beside its ceiling's). With `--etcd BINARY` (Debian: etcd-server
 a single-member etcd is spawned too (plaintext, no auth, loopback, a temp data
 dir), preloaded with the same keys and values, and each row is followed by the
 same load against it: rows `etcd put callers=N` (Put) and `etcd get callers=N`
-(Range, linearizable), etcd's CPU read from /proc like the server's (bench/etcd.py).
+(Range, linearizable), etcd's CPU read from /proc like the server's (bench/etcd.py);
+then each Cairn row's ops/s as a share of etcd's, and both servers' CPU per request.
 `replication` and `snapshot` spawn clusters of storage pods (`cairn-storage
 node`) on this machine and play the controller (bench/cluster.py); they are
 separate, longer runs, not part of `all`. `replication`: the put load (--mode
@@ -123,8 +124,10 @@ from cairn.bench.storage.report import (
     ceiling_label,
     ceiling_shares,
     concurrency_label,
+    etcd_pairs,
     format_ceiling_shares,
     format_ephemeral_summary,
+    format_etcd_shares,
     format_notify_summary,
     format_replication_summary,
     format_row_line,
@@ -1207,6 +1210,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if shares:
             print()
             print(format_ceiling_shares(shares))
+        beside_etcd = etcd_pairs(rows)
+        if beside_etcd:
+            print()
+            print(format_etcd_shares(beside_etcd))
     if args.workload == "snapshot":
         print()
         print(format_snapshot_table(rows))
