@@ -8,6 +8,7 @@
     cairn-bench --spawn ephemeral --sessions 4   # puts tied to sessions
     cairn-bench --spawn all --duration-s 5       # the table the team quotes
     cairn-bench --spawn unary                    # one operation per unary call
+    cairn-bench --spawn unary --etcd /usr/bin/etcd  # ... and the same load against etcd
     cairn-bench replication --duration-s 10      # rf=1 vs rf=3 clusters of pods spawned here
     cairn-bench snapshot --snapshot-sizes 256M,1G  # snapshot transfer rate and memory
 
@@ -42,7 +43,12 @@ Python client: with 1 and then 64 callers, each with one call in flight, put as
 unary Write and get as Read, one operation each, 64 callers from max(4, --procs)
 load processes; each row right after its ceiling, the same load against the null
 server (which answers Read too); a summary table, and each row's ops/s and server
-CPU per request beside its ceiling's).
+CPU per request beside its ceiling's). With `--etcd BINARY` (Debian: etcd-server),
+a single-member etcd is spawned too (plaintext, no auth, loopback, a temp data
+dir), preloaded with the same keys and values, and each row is followed by the
+same load against it: rows `etcd put callers=N` (Put) and `etcd get callers=N`
+(Range, linearizable), etcd's CPU read from /proc like the server's (bench/etcd.py);
+then each Cairn row's ops/s as a share of etcd's, and both servers' CPU per request.
 `replication` and `snapshot` spawn clusters of storage pods (`cairn-storage
 node`) on this machine and play the controller (bench/cluster.py); they are
 separate, longer runs, not part of `all`. `replication`: the put load (--mode
@@ -105,6 +111,7 @@ from typing import Any
 from cairn.bench import DISTRIBUTION
 from cairn.bench.storage import security
 from cairn.bench.storage.cluster import Cluster, ClusterError, running_cluster
+from cairn.bench.storage.etcd import etcd_shards, preload_etcd, spawned_etcd
 from cairn.bench.storage.fsync_probe import FsyncSpec, run_fsync_probe
 from cairn.bench.storage.load import CONNECT_TIMEOUT_S
 from cairn.bench.storage.notify import MAX_SUBSCRIBERS, NotifyProbe
@@ -117,8 +124,10 @@ from cairn.bench.storage.report import (
     ceiling_label,
     ceiling_shares,
     concurrency_label,
+    etcd_pairs,
     format_ceiling_shares,
     format_ephemeral_summary,
+    format_etcd_shares,
     format_notify_summary,
     format_replication_summary,
     format_row_line,
@@ -308,6 +317,12 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--spawn-timeout-s", type=_positive(float, 600), default=60.0)
     target.add_argument("--stop-timeout-s", type=_positive(float, 600), default=10.0)
     target.add_argument("--fsync-dir", type=Path, help="where the fsync probe writes")
+    target.add_argument(
+        "--etcd",
+        metavar="BINARY",
+        help="unary: also run each load against a single-member etcd spawned from "
+        "BINARY (e.g. /usr/bin/etcd, Debian package etcd-server)",
+    )
 
     timing = parser.add_argument_group("timing (all bounded)")
     timing.add_argument("--duration-s", type=_positive(float, MAX_DURATION_S), default=10.0)
@@ -514,9 +529,13 @@ def _preload_keys(args: argparse.Namespace) -> int:
     return int(args.preload if args.preload is not None else min(args.keys, MAX_PRELOAD_KEYS))
 
 
+def _preload_timeout_s(keys: int) -> float:
+    return 60.0 + keys / PRELOAD_RATE_FLOOR_OPS_PER_S
+
+
 async def _do_preload(args: argparse.Namespace, target: Target) -> None:
     keys = _preload_keys(args)
-    timeout_s = 60.0 + keys / PRELOAD_RATE_FLOOR_OPS_PER_S
+    timeout_s = _preload_timeout_s(keys)
     seconds = await preload(target.shards, keys, args.value_size, timeout_s, args.seed)
     print(f"# preloaded {keys} keys in {seconds:.1f} s", flush=True)
 
@@ -940,20 +959,47 @@ async def run_workload(args: argparse.Namespace, target: Target, fsync_dir: Path
 
 async def _unary_rows(args: argparse.Namespace, target: Target) -> list[Row]:
     """Per number of callers (UNARY_CALLERS), put and get with one operation per unary
-    call, each right after its ceiling: the same load against the null server."""
+    call, each right after its ceiling: the same load against the null server; and
+    with --etcd, right before the same load against etcd."""
     await _do_preload(args, target)
     shards = len(target.shards)
     rows: list[Row] = []
-    for callers in UNARY_CALLERS:
-        procs = min(callers, max(args.procs, UNARY_LOAD_PROCS))
-        put = _load_spec(args, mode="unary", batch=1, concurrency=callers, rate_ops_per_s=None)
-        get = replace(put, kind="get", keys=_preload_keys(args))
-        suffix = f" callers={callers}"
-        for spec in (put, get):
-            rows += await _ceiling_rows(args, spec, shards, procs=procs, suffix=suffix)
-            phase = _phase(args, spec)
-            rows += await _run_load_phase(args, target, phase, [spec.label() + suffix], procs)
+    async with AsyncExitStack() as stack:
+        etcd = None
+        if args.etcd is not None:
+            etcd = await stack.enter_async_context(_etcd_target(args))
+        for callers in UNARY_CALLERS:
+            procs = min(callers, max(args.procs, UNARY_LOAD_PROCS))
+            put = _load_spec(args, mode="unary", batch=1, concurrency=callers, rate_ops_per_s=None)
+            get = replace(put, kind="get", keys=_preload_keys(args))
+            suffix = f" callers={callers}"
+            for spec in (put, get):
+                rows += await _ceiling_rows(args, spec, shards, procs=procs, suffix=suffix)
+                phase = _phase(args, spec)
+                rows += await _run_load_phase(args, target, phase, [spec.label() + suffix], procs)
+                if etcd is not None:
+                    on_etcd = replace(spec, api="etcd")
+                    phase = _phase(args, on_etcd)
+                    rows += await _run_load_phase(
+                        args, etcd, phase, [on_etcd.label() + suffix], procs
+                    )
     return rows
+
+
+@asynccontextmanager
+async def _etcd_target(args: argparse.Namespace) -> AsyncIterator[Target]:
+    """A single-member etcd for the run, preloaded like the server (see etcd.py)."""
+    async with spawned_etcd(args.etcd, args.spawn_timeout_s, args.stop_timeout_s) as etcd:
+        keys = _preload_keys(args)
+        seconds = await preload_etcd(
+            etcd.address, keys, args.value_size, _preload_timeout_s(keys), args.seed
+        )
+        print(
+            f"# etcd {etcd.version} (pid {etcd.pid}) at {etcd.address}: "
+            f"preloaded {keys} keys in {seconds:.1f} s",
+            flush=True,
+        )
+        yield Target(etcd.address, etcd_shards(etcd.address), etcd.pid, spawned=True)
 
 
 async def _all_notify_and_ephemeral(
@@ -999,7 +1045,8 @@ def _phase_count(args: argparse.Namespace) -> float:
     """Phases of the full duration (`all` runs two at half of it)."""
     if args.workload == "replication":
         return _replication_phases(args) * len(REPLICATION_FACTORS)
-    return _PHASES.get(args.workload, 0)
+    etcd_phases = 2 * len(UNARY_CALLERS) if args.etcd is not None else 0
+    return _PHASES.get(args.workload, 0) + etcd_phases
 
 
 def _replication_phases(args: argparse.Namespace) -> int:
@@ -1007,12 +1054,12 @@ def _replication_phases(args: argparse.Namespace) -> int:
     return len(args.peak_concurrencies) + 1
 
 
-def _spawn_count(workload: str) -> int:
+def _spawn_count(args: argparse.Namespace) -> int:
     """Servers started (and stopped) in the run: the real one, null ones for ceilings,
-    the pods of each cluster."""
-    if workload == "replication":
+    the pods of each cluster, etcd."""
+    if args.workload == "replication":
         return sum(REPLICATION_FACTORS)
-    return _SPAWNS.get(workload, 0)
+    return _SPAWNS.get(args.workload, 0) + (1 if args.etcd is not None else 0)
 
 
 def _companion_s(args: argparse.Namespace) -> float:
@@ -1039,10 +1086,11 @@ def _hard_timeout_s(args: argparse.Namespace) -> float:
         return sum(spec.bound_s() for spec in _snapshot_specs(args)) + HARD_TIMEOUT_MARGIN_S
     per_phase_s = float(args.warmup_s + args.duration_s + args.drain_s) + 30.0  # + pool build
     fsync_s = 2 * (args.warmup_s + args.duration_s) if args.workload in ("fsync", "all") else 0.0
-    preload_s = 60.0 + _preload_keys(args) / PRELOAD_RATE_FLOOR_OPS_PER_S
-    preload_s = preload_s if args.workload in ("get", "all", "unary") else 0.0
+    preloads = 1 if args.workload in ("get", "all", "unary") else 0
+    preloads += 1 if args.etcd is not None else 0
+    preload_s = preloads * _preload_timeout_s(_preload_keys(args))
     phases = _phase_count(args)
-    spawn_s = _spawn_count(args.workload) * float(args.spawn_timeout_s + args.stop_timeout_s)
+    spawn_s = _spawn_count(args) * float(args.spawn_timeout_s + args.stop_timeout_s)
     companion_s = _companion_s(args)
     return (
         phases * per_phase_s + fsync_s + preload_s + spawn_s + companion_s + HARD_TIMEOUT_MARGIN_S
@@ -1072,6 +1120,10 @@ def _validate(args: argparse.Namespace) -> None:
         raise UsageError("all picks its own rates and modes: drop --rate and --mode")
     if args.workload == "notify" and args.procs != 1:
         raise UsageError("notify runs writer and subscribers in one process: drop --procs")
+    if args.etcd is not None and args.workload != "unary":
+        raise UsageError("--etcd is for the unary workload")
+    if args.etcd is not None and (args.tls is not None or args.tls_dir is not None):
+        raise UsageError("the etcd comparison is plaintext: drop --tls/--tls-dir")
 
 
 async def amain(args: argparse.Namespace) -> list[Row]:
@@ -1158,6 +1210,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if shares:
             print()
             print(format_ceiling_shares(shares))
+        beside_etcd = etcd_pairs(rows)
+        if beside_etcd:
+            print()
+            print(format_etcd_shares(beside_etcd))
     if args.workload == "snapshot":
         print()
         print(format_snapshot_table(rows))

@@ -2,7 +2,8 @@
 
 The pieces: request pools (`pools.py`), the window, schedule and tally
 (`timing.py`, which also spells out what the figures mean), the pipelined put
-driver (`write_stream.py`) and the one-request-per-call driver (`unary.py`).
+driver (`write_stream.py`) and the one-request-per-call driver (`unary.py`),
+which also sends etcd's calls (`etcd.py`: its pool and sender).
 This module builds the pools, connects, starts the drivers, and takes this
 process's CPU time at the edges of the measured window. `--procs` runs the same
 thing in several processes (`procs.py`). A phase may also be given an observer of
@@ -23,6 +24,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from cairn.bench.storage.etcd import build_etcd_pool, etcd_sender
 from cairn.bench.storage.pools import build_pool, interleave
 from cairn.bench.storage.rpc import Channels, Router, ShardInfo, describe
 from cairn.bench.storage.specs import LoadResult, LoadSpec, PhaseSpec
@@ -60,7 +62,8 @@ class PreparedLoad:
 def prepare_load(spec: LoadSpec, router: Router, pool_max_ops: int) -> PreparedLoad:
     if spec.batch < 1 or spec.concurrency < 1 or spec.keys < 1:
         raise ValueError("batch, concurrency and keys must be at least 1")
-    pool = build_pool(spec, router, pool_max_ops)
+    build = build_etcd_pool if spec.api == "etcd" else build_pool
+    pool = build(spec, router, pool_max_ops)
     result = LoadResult(spec=spec, pool_requests=sum(len(r) for r in pool.values()))
     return PreparedLoad(spec, pool, result)
 
@@ -107,7 +110,8 @@ def _start_load(
                 )
             )
         return tasks, tally
-    send = unary_sender(channels, router, spec, phase.rpc_timeout_s)
+    sender = etcd_sender if spec.api == "etcd" else unary_sender
+    send = sender(channels, router, spec, phase.rpc_timeout_s)
     mixed = interleave(load.pool)
     cursor = [rng.randrange(len(mixed))]
     shared_schedule = None

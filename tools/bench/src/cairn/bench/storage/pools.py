@@ -42,7 +42,7 @@ def key_name(index: int) -> str:
     return f"/bench/{index:010d}"
 
 
-def _choose_keys(keys: int, max_ops: int, rng: random.Random) -> list[int]:
+def choose_keys(keys: int, max_ops: int, rng: random.Random) -> list[int]:
     """Every key once in random order, or a uniform sample when the pool is smaller."""
     if keys <= max_ops:
         chosen = list(range(keys))
@@ -98,7 +98,7 @@ def value_source(value_size_bytes: int, rng: random.Random) -> Callable[[int], b
 def build_pool(spec: LoadSpec, router: Router, max_ops: int) -> dict[int, list[bytes]]:
     """Serialized requests per shard id, each of exactly `spec.batch` ops."""
     rng = random.Random(spec.seed)
-    indexes = _choose_keys(spec.keys, max(max_ops, spec.batch), rng)
+    indexes = choose_keys(spec.keys, max(max_ops, spec.batch), rng)
     pool: dict[int, list[bytes]] = {}
     if spec.kind == "put":
         value_of = value_source(spec.value_size_bytes, rng)

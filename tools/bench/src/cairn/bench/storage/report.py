@@ -1,10 +1,11 @@
 """Result rows and how they are printed: one `key=value` line per row as it
-finishes, a table at the end of `all`, the put rows as shares of their grpc.aio
-ceiling, and one summary line each for notification fan-out, ephemeral puts and
-replication (rf=3 against rf=1)."""
+finishes, a table at the end of `all`, the put and get rows as shares of their
+grpc.aio ceiling and of etcd's figure for the same load, and one summary line each
+for notification fan-out, ephemeral puts and replication (rf=3 against rf=1)."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -16,6 +17,7 @@ from cairn.bench.storage.sessions import SessionFigures
 from cairn.bench.storage.specs import LoadResult, LoadSpec, PhaseResult
 
 CEILING_PREFIX = "ceiling grpc.aio "
+ETCD_PREFIX = "etcd "
 NOTIFY_PREFIX = "notify "
 NOTIFICATIONS_UNIT = "notifications"
 EPHEMERAL_PREFIX = "ephemeral "
@@ -376,18 +378,40 @@ def with_ceiling_shares(rows: Sequence[Row]) -> list[Row]:
 
 def format_ceiling_shares(shares: Sequence[CeilingShare]) -> str:
     """`put stream b=100: 64% of the grpc.aio ceiling (...)`, one line per row with one."""
-    lines = []
-    for share in shares:
-        row, ceiling, percent = share.row, share.ceiling, share.percent
-        share_text = "-" if percent is None else f"{percent:.0f}%"
-        detail = f"{row.ops_per_s:.0f} vs {ceiling.ops_per_s:.0f} ops/s"
-        if row.server_cpu_us_per_op is not None and ceiling.server_cpu_us_per_op is not None:
-            detail += (
-                f"; server CPU {_fmt(row.server_cpu_us_per_op)}"
-                f" vs {_fmt(ceiling.server_cpu_us_per_op)} us/op"
-            )
-        lines.append(f"{row.name}: {share_text} of the grpc.aio ceiling ({detail})")
-    return "\n".join(lines)
+    return "\n".join(
+        _share_line(share.row, share.ceiling, "the grpc.aio ceiling") for share in shares
+    )
+
+
+def _share_line(row: Row, base: Row, base_name: str) -> str:
+    """`<row>: 64% of <base_name> (N vs M ops/s; server CPU a vs b us/op)`."""
+    share_text = "-" if base.ops_per_s <= 0 else f"{100.0 * row.ops_per_s / base.ops_per_s:.0f}%"
+    detail = f"{row.ops_per_s:.0f} vs {base.ops_per_s:.0f} ops/s"
+    if row.server_cpu_us_per_op is not None and base.server_cpu_us_per_op is not None:
+        detail += (
+            f"; server CPU {_fmt(row.server_cpu_us_per_op)}"
+            f" vs {_fmt(base.server_cpu_us_per_op)} us/op"
+        )
+    return f"{row.name}: {share_text} of {base_name} ({detail})"
+
+
+# ---------------------------------------------------------------------------
+# etcd: the same load against a single-member etcd (`unary --etcd`, etcd.py)
+
+
+def etcd_pairs(rows: Sequence[Row]) -> list[tuple[Row, Row]]:
+    """(Cairn's row, etcd's row) for each etcd row: it comes right after the Cairn
+    row of the same load (see `_unary_rows` in __main__)."""
+    return [
+        (row, following)
+        for row, following in itertools.pairwise(rows)
+        if following.name.startswith(ETCD_PREFIX) and not row.name.startswith(ETCD_PREFIX)
+    ]
+
+
+def format_etcd_shares(pairs: Sequence[tuple[Row, Row]]) -> str:
+    """`put unary b=1 callers=64: 80% of etcd (N vs M ops/s; server CPU ...)`."""
+    return "\n".join(_share_line(row, etcd, "etcd") for row, etcd in pairs)
 
 
 # ---------------------------------------------------------------------------

@@ -13,6 +13,9 @@ from cairn.common.histogram import Histogram
 
 Kind = Literal["put", "get"]
 Mode = Literal["stream", "unary"]
+# The server's API: Cairn's (Oxia's client API), or etcd's v3 KV (etcd.py), for
+# the comparison `unary --etcd` prints.
+Api = Literal["oxia", "etcd"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,10 +43,13 @@ class LoadSpec:
     # Puts only: when given, every put is ephemeral, tied to one of its shard's
     # sessions (a fixed one per key, see pools.build_pool).
     sessions: tuple[SessionRef, ...] = ()
+    api: Api = "oxia"
 
     def label(self) -> str:
-        how = "read" if self.kind == "get" else self.mode
         rate = "" if self.rate_ops_per_s is None else f" @{self.rate_ops_per_s:.0f}/s"
+        if self.api == "etcd":
+            return f"etcd {self.kind}{rate}"  # always one op per unary call
+        how = "read" if self.kind == "get" else self.mode
         ephemeral = "ephemeral " if self.sessions else ""
         streams = f" streams={self.streams_per_shard}" if self.streams_per_shard > 1 else ""
         return f"{ephemeral}{self.kind} {how} b={self.batch}{streams}{rate}"
