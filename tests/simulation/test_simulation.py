@@ -66,7 +66,7 @@ def test_half_of_an_even_ensemble_elects_when_its_leader_committed(profile: str,
     run_seed(seed, config)
 
 
-@pytest.mark.parametrize("seed", [109, 110, 119, 133, 134])
+@pytest.mark.parametrize("seed", [105, 109, 110, 119, 133, 134, 135])
 def test_wipes_no_longer_stall_the_shard(seed: int) -> None:
     """Found by a 5000-step campaign (wipes, 3 replicas): shards that kept an
     intact majority but never elected again. 109: an election finished a
@@ -75,7 +75,12 @@ def test_wipes_no_longer_stall_the_shard(seed: int) -> None:
     too few others for a majority (at RF 2 alone, at RF 4 with one member it
     counted) before a commit of its term was reported; it holds all that
     earlier terms committed (election.enough_answers). 134: at RF 4, not
-    traced; it passes since the same changes."""
+    traced; it passes since the same changes. 105, 135: at RF 4, one member
+    wiped and one added but never created, the last leader and one member it
+    was handed answered; the controller had restarted (135), or an election
+    had failed and it restarted (105), and knew only that the leader counted
+    itself. The record keeps the last leader and its learners now
+    (ShardRecord.last_leader; tests/controller/test_last_leader.py)."""
     config = dataclasses.replace(PROFILES["wipes"], replicas=3, steps=5000)
     run_seed(seed, config)
 
