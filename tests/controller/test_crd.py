@@ -18,6 +18,7 @@ from cairn.controller.model import (
     ClusterSpec,
     ClusterStatus,
     ElectionRecord,
+    LastLeader,
     LeaderMove,
     NamespaceSpec,
     NodeHealth,
@@ -60,9 +61,19 @@ RICH_STATUS = ClusterStatus(
             leaving=("cairn-storage-0",),
             commit_offset=99,
             incarnations=(("cairn-storage-1", 2**63 - 1), ("cairn-storage-2", 7)),
+            last_leader=LastLeader(12, "cairn-storage-1", ("cairn-storage-2",)),
         ),
         ShardRecord("default", 1, HashRange(5, 5), 0, ShardState.NEW, None, ("cairn-storage-3",)),
-        ShardRecord("a" * 63, 2, HashRange(0, 1), 3, ShardState.ELECTION, None, ()),
+        ShardRecord(
+            "a" * 63,
+            2,
+            HashRange(0, 1),
+            3,
+            ShardState.ELECTION,
+            None,
+            (),
+            last_leader=LastLeader(2, "cairn-storage-0"),
+        ),
     ),
     nodes=(
         NodeRecord("cairn-storage-0", "a:1", "a:2", {"zone": "z1"}, NodeHealth.UNHEALTHY),
@@ -254,6 +265,11 @@ def _shard(field: str, value: Any) -> Mutation:
     return lambda status: status["shards"][0].__setitem__(field, value)
 
 
+def _last(status: dict[str, Any]) -> dict[str, Any]:
+    last: dict[str, Any] = status["shards"][0]["lastLeader"]
+    return last
+
+
 # parse_status does not check that names and labels are text (the CRD does), so
 # only the checks both make are compared.
 STATUS_CASES: list[tuple[str, Mutation, bool]] = [
@@ -266,6 +282,13 @@ STATUS_CASES: list[tuple[str, Mutation, bool]] = [
     ("no incarnations", _shard("incarnations", {}), True),
     ("zero incarnation", _shard("incarnations", {"cairn-storage-1": 0}), False),
     ("text incarnation", _shard("incarnations", {"cairn-storage-1": "7"}), False),
+    ("no last leader", lambda status: status["shards"][0].pop("lastLeader"), True),
+    ("last leader without learners", lambda status: _last(status).pop("learners"), True),
+    ("last leader without a name", lambda status: _last(status).pop("name"), False),
+    ("last leader without a term", lambda status: _last(status).pop("term"), False),
+    ("negative last leader term", lambda status: _last(status).__setitem__("term", -1), False),
+    ("text last leader term", lambda status: _last(status).__setitem__("term", "12"), False),
+    ("learners not a list", lambda status: _last(status).__setitem__("learners", "x"), False),
 ]
 
 

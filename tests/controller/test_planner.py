@@ -92,16 +92,21 @@ def meets_every_commit_quorum(
     leader must have committed an entry of its term, or answer itself: it was
     elected holding all that), and every commit quorum of the voters it
     counted at the end must hold an answering member. A leader recorded that
-    never took office committed nothing: its answer is enough."""
+    never took office committed nothing: its answer is enough. After an
+    election that chose no one (the record names no leader), the last leader
+    is the one the model last chose, in its term: no later term had one."""
     if len(answering) >= majority(len(record.voters)):
         return True
-    leader = model.leader_in_term(record.shard, record.term)
+    term, last = record.term, record.leader
+    if last is None and record.shard in model.chosen_leaders:
+        term, last = model.chosen_leaders[record.shard]
+    leader = model.leader_in_term(record.shard, term)
     if leader is None:
-        return record.leader is not None and record.leader in answering
+        return last is not None and last in answering
     committed_in_term = leader.commit_offset >= max(leader.term_start_offset, 0)
-    if not committed_in_term and record.leader not in answering:
+    if not committed_in_term and last not in answering:
         return False
-    voting = {record.leader} | {
+    voting = {last} | {
         name
         for name in record.voters
         if (state := leader.followers.get(internal_address(name))) is not None and state.voting

@@ -12,7 +12,13 @@ from cairn.common.hashing import HashRange
 from cairn.controller import steps
 from cairn.controller.actions import ActionFailed
 from cairn.controller.fencing import ControllerFenced, check_epoch, take_epoch
-from cairn.controller.model import ClusterStatus, ElectionRecord, ShardRecord, ShardState
+from cairn.controller.model import (
+    ClusterStatus,
+    ElectionRecord,
+    LastLeader,
+    ShardRecord,
+    ShardState,
+)
 
 A, B, C, D = "cairn-storage-0", "cairn-storage-1", "cairn-storage-2", "cairn-storage-3"
 
@@ -86,6 +92,36 @@ def test_ensemble_steps_are_computed_from_the_ensemble_they_replace() -> None:
             step()
     assert steps.require_member(status, 0, 7, A, B) == status
     assert steps.require_outside(status, 0, D) == status
+
+
+def test_the_last_leader_and_its_learners_follow_the_elections_and_changes() -> None:
+    # Chosen: the last leader, handed every other member (no learners).
+    opened = steps.open_term(status_with(STEADY), 0)
+    led = steps.record_steady(
+        steps.record_leader(opened, 0, 8, B, incarnations={}), 0, 8, B, None, move_done=False
+    )
+    assert steps.shard_record(led, 0).last_leader == LastLeader(8, B)
+    # A member added is its learner until seen voting, before the leader hears of it.
+    added = steps.add_member(led, 0, 8, D)
+    assert steps.shard_record(added, 0).last_leader == LastLeader(8, B, (D,))
+    assert steps.add_member(added, 0, 8, D) == added
+    assert steps.record_voting(added, 0, 7, A, (D,)) == added  # another leader's report
+    voting = steps.record_voting(added, 0, 8, B, (D,))
+    assert steps.shard_record(voting, 0).last_leader == LastLeader(8, B)
+    assert steps.record_voting(voting, 0, 8, B, (D,)) == voting
+    # A learner removed is no learner any more.
+    removed = steps.finish_removal(steps.start_removal(added, 0, 8, D), 0, 8, (D,))
+    assert steps.shard_record(removed, 0).last_leader == LastLeader(8, B)
+    # A failed election keeps it: no later term has had a leader.
+    reopened = steps.open_term(added, 0)
+    record = steps.shard_record(reopened, 0)
+    assert (record.term, record.leader) == (9, None)
+    assert record.last_leader == LastLeader(8, B, (D,))
+    assert steps.record_voting(reopened, 0, 8, B, (D,)) != reopened  # still its learner
+    # The next leader chosen replaces it, handed D as a follower.
+    assert steps.shard_record(
+        steps.record_leader(reopened, 0, 9, A, incarnations={}), 0
+    ).last_leader == LastLeader(9, A)
 
 
 def test_the_epoch_is_taken_by_incrementing_and_checked_for_equality() -> None:

@@ -66,7 +66,7 @@ def test_half_of_an_even_ensemble_elects_when_its_leader_committed(profile: str,
     run_seed(seed, config)
 
 
-@pytest.mark.parametrize("seed", [109, 110, 119, 133, 134])
+@pytest.mark.parametrize("seed", [105, 109, 110, 119, 133, 134, 135])
 def test_wipes_no_longer_stall_the_shard(seed: int) -> None:
     """Found by a 5000-step campaign (wipes, 3 replicas): shards that kept an
     intact majority but never elected again. 109: an election finished a
@@ -75,7 +75,12 @@ def test_wipes_no_longer_stall_the_shard(seed: int) -> None:
     too few others for a majority (at RF 2 alone, at RF 4 with one member it
     counted) before a commit of its term was reported; it holds all that
     earlier terms committed (election.enough_answers). 134: at RF 4, not
-    traced; it passes since the same changes."""
+    traced; it passes since the same changes. 105, 135: at RF 4, one member
+    wiped and one added but never created, the last leader and one member it
+    was handed answered; the controller had restarted (135), or an election
+    had failed and it restarted (105), and knew only that the leader counted
+    itself. The record keeps the last leader and its learners now
+    (ShardRecord.last_leader; tests/controller/test_last_leader.py)."""
     config = dataclasses.replace(PROFILES["wipes"], replicas=3, steps=5000)
     run_seed(seed, config)
 
@@ -103,11 +108,16 @@ def test_a_removed_member_the_commit_needed_loses_nothing(
 CAUGHT_WITHIN: dict[str, tuple[int, int, str, str]] = {
     # Seed 0, (c): a new leader lacks committed entries.
     "elect the lowest head": (3, 3, "churn", "real"),
-    # Seed 0, liveness: a member removed before the rest caught up leaves no
+    # Seed 38, liveness: a member removed before the rest caught up leaves no
     # majority holding the commit offset; the shard never commits again.
-    "ensemble changes without waiting": (3, 3, "wipes", "real"),
+    # (Seed 0 caught it until elections kept whom the last leader counted in
+    # the record: its stall there was the last leader and one member it was
+    # handed answering after a controller restart, which elect now. No other
+    # seed below 70 catches it in wipes; "shrink-then-crash" catches it at
+    # seed 1 by (b), but through the leader's removal, as the next mutant.)
+    "ensemble changes without waiting": (40, 3, "wipes", "real"),
     "acknowledge unsynced entries": (8, 3, "churn", "real"),  # seed 2, (c)
-    "act on stale Truncates": (24, 5, "churn", "real"),  # seed 18, ReplicationInvariantError
+    "act on stale Truncates": (24, 5, "churn", "real"),  # seed 15, ReplicationInvariantError
     # A new leader's followers lag past the window: its term never commits.
     "send window anchored at the applied offset": (6, 3, "lagging", "real"),  # seed 2
     # Under the real controller, whose failure detection takes a few steps,
@@ -139,7 +149,8 @@ CAUGHT_WITHIN: dict[str, tuple[int, int, str, str]] = {
     # campaign (churn seed 1021, reading seed 1026); the broad profiles reach
     # it about once in a hundred seeds.
     "remove a member the commit needs": (16, 3, "shrink-then-crash", "real"),
-    # seed 0, liveness (a paused controller's stale state written back).
+    # seed 2, liveness (a paused controller's stale state written back);
+    # seed 0 caught it, by (g), until the record kept the last leader.
     "hole 3: no controller-epoch fencing": (4, 3, "churn", "real"),
 }
 MUTANT_STEPS = 2000
@@ -148,8 +159,10 @@ MUTANT_STEPS = 2000
 # moves the catch elsewhere, the other seeds of the bound are still run, in order.
 FIRST_CATCHING_SEED: dict[str, int] = {
     "acknowledge unsynced entries": 2,
-    "act on stale Truncates": 18,
+    "act on stale Truncates": 15,
+    "ensemble changes without waiting": 38,
     "hole 2: a learner is elected": 55,
+    "hole 3: no controller-epoch fencing": 2,
     "reads without the lease": 4,
     "remove a member the commit needs": 14,
     "send window anchored at the applied offset": 2,

@@ -77,6 +77,7 @@ from cairn.controller.actions import (
     ObserveGeneration,
     PlaceShards,
     RecordNode,
+    RecordVoting,
 )
 from cairn.controller.election import choose_leader
 from cairn.controller.model import (
@@ -91,7 +92,13 @@ from cairn.controller.model import (
 )
 from cairn.controller.observed import LeaderReports, NodeView, Observed
 from cairn.controller.placement import leader_load
-from cairn.controller.planner import PlannerSettings, counted_voters, incarnations_to_record, plan
+from cairn.controller.planner import (
+    PlannerSettings,
+    counted_voters,
+    incarnations_to_record,
+    learners_voting,
+    plan,
+)
 
 FENCED = "fenced"
 FOLLOWER = "follower"
@@ -244,6 +251,10 @@ class ModelCluster:
         # (restarted, fenced, wiped): the truth the tests judge elections by
         # afterwards. By term: a stale leader of an older term may stop later.
         self.former_leaders: dict[tuple[int, int], Replica] = {}
+        # Each shard's leader last chosen by an election, (term, name), kept
+        # here apart from the status: the leader that elections after it
+        # chose no one must judge by.
+        self.chosen_leaders: dict[int, tuple[int, str]] = {}
         # The longest log prefix known committed, per shard (the safety oracle).
         self.committed: dict[int, tuple[int, ...]] = {}
         self.tainted: set[int] = set()
@@ -751,6 +762,8 @@ class ModelCluster:
                 yield from self._change(action)
             case FinishEnsembleChange():
                 yield from self._finish(action)
+            case RecordVoting():
+                yield from self._record_voting(action)
             case DeleteReplica():
                 node = self._node(action.node)
                 replica = node.replicas.get(action.shard)
@@ -772,12 +785,13 @@ class ModelCluster:
     def _elect(self, action: Elect) -> Generator[None, None, None]:
         record = self._shard_record(action.shard)
         namespace = self._namespace(record)
-        term = record.term + 1
         # As the executor: a never-led shard stays NEW and may create replicas.
         creating = record.state is ShardState.NEW
-        state = ShardState.NEW if creating else ShardState.ELECTION
         counted = counted_voters(record, self.observe(), self.status)
-        record = self._set_shard(action.shard, term=term, state=state, leader=None)
+        # The executor's own step: a new term, no leader (the last one kept).
+        self.status = steps.open_term(self.status, action.shard)
+        record = self._shard_record(action.shard)
+        term = record.term
         yield
         heads: dict[str, tuple[int, int]] = {}
         answered: dict[str, int] = {}
@@ -802,6 +816,7 @@ class ModelCluster:
         # The executor's own step: the leader made a member, a removal under way
         # undone when the rest lack an intact majority, incarnations recorded.
         self.status = steps.record_leader(self.status, record.shard, term, leader, answered)
+        self.chosen_leaders[record.shard] = (term, leader)
         record = self._shard_record(record.shard)
         yield
         followers = [name for name in record.ensemble if name != leader]
@@ -867,7 +882,9 @@ class ModelCluster:
         leader = self._leader_of(record)
         if action.add is not None:
             if action.add not in record.ensemble:
-                record = self._set_shard(record.shard, ensemble=(*record.ensemble, action.add))
+                # The executor's step: listed as a member and as a learner.
+                self.status = steps.add_member(self.status, record.shard, record.term, action.add)
+                record = self._shard_record(record.shard)
                 yield
             yield from self._add_member(record, action.add, namespace.name)
             self._refresh = [action.add, leader]
@@ -885,8 +902,8 @@ class ModelCluster:
                 leader, record.shard, record.term, self._node_address(action.remove)
             )
             yield
-            self._set_shard(
-                record.shard, leaving=tuple(n for n in record.leaving if n != action.remove)
+            self.status = steps.finish_removal(
+                self.status, record.shard, record.term, (action.remove,)
             )
             self._refresh = [action.remove, leader]
             yield
@@ -904,7 +921,10 @@ class ModelCluster:
             self._remove_follower(leader, record.shard, record.term, self._node_address(name))
             yield
         if record.leaving:
-            record = self._set_shard(record.shard, leaving=())
+            self.status = steps.finish_removal(
+                self.status, record.shard, record.term, record.leaving
+            )
+            record = self._shard_record(record.shard)
             yield
         failed = []
         for name in record.ensemble:
@@ -930,9 +950,30 @@ class ModelCluster:
                 record.shard, incarnations=latest.with_incarnations(caught_up).incarnations
             )
             yield
+        voting = learners_voting(record, report, self._node_address)
+        if voting:
+            self.status = steps.record_voting(
+                self.status, record.shard, record.term, leader, sorted(voting)
+            )
+            yield
         self._refresh = list(record.voters)
         if failed:
             raise ActionFailed(f"shard {record.shard}: could not add {failed}")
+
+    def _record_voting(self, action: RecordVoting) -> Generator[None, None, None]:
+        """As the executor: from the leader's report asked for now."""
+        record = self._shard_record(action.shard)
+        leader = self._leader_of(record)
+        report = self._leading_report(leader, record.shard)
+        voting = learners_voting(record, report, self._node_address) & set(action.names)
+        if not voting:
+            self.poll([leader])  # the planner's report was stale: the executor refreshes it
+            raise ActionFailed(f"shard {record.shard}: no learner of its leader votes yet")
+        yield
+        self.status = steps.record_voting(
+            self.status, record.shard, record.term, leader, sorted(voting)
+        )
+        yield
 
     def _leading_report(self, name: str, shard: int) -> ReplicaReport:
         replica = self._node(name).replicas.get(shard)

@@ -77,6 +77,18 @@ class FinishEnsembleChange:
 
 
 @dataclass(frozen=True)
+class RecordVoting:
+    """Record that the shard's leader counts its recorded learners `names`
+    (`LastLeader.learners`) as voters now, as its report shows: an election
+    after its death, or after this controller restarted, then counts them
+    too (planner.counted_voters). A status write (of those the leader's
+    report still shows voting when it is made)."""
+
+    shard: int
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class DeleteReplica:
     """A replica a node keeps of a shard it is no longer a member of."""
 
@@ -104,6 +116,7 @@ Action = (
     | ConfirmLeader
     | ChangeEnsemble
     | FinishEnsembleChange
+    | RecordVoting
     | DeleteReplica
     | DropLeaderMove
     | ObserveGeneration
@@ -112,7 +125,9 @@ Action = (
 
 def shard_of(action: Action) -> int | None:
     """The shard an action concerns (None: it concerns the cluster or a node)."""
-    if isinstance(action, Elect | ConfirmLeader | ChangeEnsemble | FinishEnsembleChange):
+    if isinstance(
+        action, Elect | ConfirmLeader | ChangeEnsemble | FinishEnsembleChange | RecordVoting
+    ):
         return action.shard
     if isinstance(action, DeleteReplica | DropLeaderMove):
         return action.shard

@@ -20,7 +20,9 @@ as a learner and counts only once it has caught up with the commit offset.
 Counting a learner would make the majority larger, and, as a learner's head is
 low, the offset it holds lower: in an ensemble of two (one voter, one learner)
 the learner would be judged to hold everything committed, whatever it lacks.
-The controller knows who counts only from the leader's last report, so the
+The controller knows who counts from the leader's last report, or else from
+its record of the leader's term (the members it handed the leader, and those
+added since that a report showed voting: planner.counted_voters), so the
 rule takes the members it knows count (`CountedVoters`): committed entries are
 held by a majority of the actual voters, who are at least those, so by at least
 a majority of that many of the members that answered. Knowing fewer is safe,

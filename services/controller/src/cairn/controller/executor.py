@@ -9,6 +9,8 @@ controller killed at any point leaves a status from which the planner resumes:
     add:       member listed  ->  NewTerm (creates its replica; a new member's
                incarnation recorded)  ->  AddFollower
     remove:    member moved to `leaving`  ->  RemoveFollower  ->  `leaving` cleared
+    voting:    the leader asked for its report  ->  learners it shows voting no
+               longer recorded as learners (`LastLeader`)
 
 Only members answering NewTerm with the incarnation of their data that is
 recorded (or none recorded) count in an election: one that lost its data is
@@ -49,6 +51,7 @@ from cairn.controller.actions import (
     ObserveGeneration,
     PlaceShards,
     RecordNode,
+    RecordVoting,
 )
 from cairn.controller.election import choose_leader, majority
 from cairn.controller.fencing import ControllerFenced
@@ -64,7 +67,7 @@ from cairn.controller.model import (
 )
 from cairn.controller.observed import NodeViews
 from cairn.controller.placement import leader_load
-from cairn.controller.planner import counted_voters, incarnations_to_record
+from cairn.controller.planner import counted_voters, incarnations_to_record, learners_voting
 from cairn.controller.pods import Fenced, PodAddress, PodCalls
 from cairn.proto import oxia_client_pb2 as pb
 
@@ -229,6 +232,8 @@ class Executor:
                 await self._change(action)
             case FinishEnsembleChange():
                 await self._finish(action)
+            case RecordVoting():
+                await self._record_voting(action)
             case DeleteReplica():
                 await self._delete(action)
             case DropLeaderMove():
@@ -599,9 +604,53 @@ class Executor:
                 ", ".join(sorted(caught_up)),
                 {name: f"{value:#x}" for name, value in sorted(caught_up.items())},
             )
+        # Learners the leader counts now: recorded, so that an election after
+        # its death counts them too, whoever plans it.
+        voting = learners_voting(record, report, lambda n: self._address(n).internal)
+        if voting:
+            await self._step(
+                record.shard,
+                partial(
+                    steps.record_voting,
+                    shard=record.shard,
+                    term=record.term,
+                    leader=leader,
+                    names=sorted(voting),
+                ),
+            )
+            log.info("shard %d: %s voting now", record.shard, ", ".join(sorted(voting)))
         await self.observer.refresh(list(record.voters))
         if failures:
             raise ActionFailed(f"shard {record.shard}: could not add {'; '.join(failures)}")
+
+    async def _record_voting(self, action: RecordVoting) -> None:
+        """Record the learners named that the leader counts as voters now,
+        judged from its report asked for here (the planner's may be stale:
+        one of a learner removed and added again since would clear it while
+        it still catches up). record_voting changes nothing once another
+        leader is chosen."""
+        record = self._record(action.shard)
+        leader_address = self._leader_address(record)
+        assert record.leader is not None
+        report = await self.pods.replica_status(leader_address, record.shard)
+        voting = learners_voting(record, report, lambda n: self._address(n).internal)
+        voting &= set(action.names)
+        if not voting:
+            await self.observer.refresh([record.leader])
+            raise ActionFailed(
+                f"shard {record.shard}: the leader counts none of {', '.join(action.names)} yet"
+            )
+        await self._step(
+            record.shard,
+            partial(
+                steps.record_voting,
+                shard=record.shard,
+                term=record.term,
+                leader=record.leader,
+                names=sorted(voting),
+            ),
+        )
+        log.info("shard %d: %s voting now", record.shard, ", ".join(sorted(voting)))
 
     async def _delete(self, action: DeleteReplica) -> None:
         await self._step(

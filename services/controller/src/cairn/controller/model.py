@@ -112,6 +112,25 @@ class NodeHealth(enum.Enum):
 
 
 @dataclass(frozen=True)
+class LastLeader:
+    """The leader last chosen for a shard, in `term`: recorded before it is
+    told (steps.record_leader), so no later term has had a leader, and kept
+    through the elections that fail after it (which choose no one), so that
+    the next one still knows whom that leader counted toward its commit
+    offset (planner.counted_voters), also after this controller restarted.
+
+    It was handed every member of the ensemble but itself as a follower, and
+    those vote from the start of its term. `learners`: the members added
+    since (steps.add_member, recorded before the leader hears of them), which
+    it counts only once caught up, and that it has not been seen to count
+    yet (steps.record_voting)."""
+
+    term: int
+    name: str
+    learners: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class ShardRecord:
     namespace: str
     shard: int
@@ -132,6 +151,8 @@ class ShardRecord:
     # answering with another one lost that data (a wiped disk) and does not count
     # toward an election's majority until its leader has caught it up again.
     incarnations: tuple[tuple[str, int], ...] = ()
+    # None in records written before it was kept, and before a first leader.
+    last_leader: LastLeader | None = None
 
     def incarnation_of(self, name: str) -> int | None:
         """The recorded incarnation of `name`'s data; None if none is recorded
@@ -323,6 +344,24 @@ def _incarnations(value: Any) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(pairs))
 
 
+def _last_leader_document(last: LastLeader) -> Document:
+    return {"term": last.term, "name": last.name, "learners": list(last.learners)}
+
+
+def _last_leader(value: Any) -> LastLeader | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise SpecError(f"lastLeader must be a mapping, got {value!r}")
+    term = value.get("term")
+    if isinstance(term, bool) or not isinstance(term, int) or not 0 <= term < 2**63:
+        raise SpecError(f"lastLeader term must be a non-negative integer, got {term!r}")
+    learners = value.get("learners", [])
+    if not isinstance(learners, list):
+        raise SpecError(f"lastLeader learners must be a list, got {learners!r}")
+    return LastLeader(term=term, name=_text(value.get("name")), learners=tuple(_strings(learners)))
+
+
 def _strings(values: Iterable[Any]) -> list[str]:
     strings = list(values)
     if not all(isinstance(value, str) for value in strings):
@@ -348,6 +387,11 @@ def status_document(status: ClusterStatus) -> Document:
                 "leaving": list(s.leaving),
                 "commitOffset": s.commit_offset,
                 **({"incarnations": dict(s.incarnations)} if s.incarnations else {}),
+                **(
+                    {"lastLeader": _last_leader_document(s.last_leader)}
+                    if s.last_leader is not None
+                    else {}
+                ),
             }
             for s in status.shards
         ],
@@ -394,6 +438,7 @@ def parse_status(document: Mapping[str, Any]) -> ClusterStatus:
                     leaving=tuple(_strings(s.get("leaving", ()))),
                     commit_offset=int(s.get("commitOffset", -1)),
                     incarnations=_incarnations(s.get("incarnations", {})),
+                    last_leader=_last_leader(s.get("lastLeader")),
                 )
                 for s in document.get("shards", ())
             ),

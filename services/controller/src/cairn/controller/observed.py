@@ -71,8 +71,9 @@ class LeaderReports:
     leader's death can then still tell whom that leader counted toward its
     commit offset and whether it committed in its term (`counted_voters`),
     which may let half of an even ensemble elect. Kept in memory only: a
-    controller that restarts knows nothing of it, and elections fall back to a
-    majority. One report per recorded shard (`retain`)."""
+    controller that restarts knows only what the shard's record says of its
+    last leader (`ShardRecord.last_leader`). One report per recorded shard
+    (`retain`)."""
 
     def __init__(self) -> None:
         self._by_shard: dict[int, ReplicaReport] = {}

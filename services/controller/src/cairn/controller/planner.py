@@ -23,6 +23,10 @@ Per shard, in order of urgency:
    replaced like a follower when no member can take over), the ensemble grows
    or shrinks one member at a time to the replication factor, a requested
    leader move is made (once its target has caught up);
+   if none of those is due, members added since the leader took office that
+   its report shows voting are recorded as its voters (`RecordVoting`, only
+   where it matters: see `_record_voting`), so that an election after its
+   death counts them even without its report;
 5. then, if nothing else is changing: members and leaders are balanced across
    the nodes that have been up for a while (damping flapping nodes); a member
    is moved only where the shrink that follows takes it off the busier node
@@ -82,6 +86,7 @@ from cairn.controller.actions import (
     ObserveGeneration,
     PlaceShards,
     RecordNode,
+    RecordVoting,
     shard_of,
 )
 from cairn.controller.election import CountedVoters, enough_answers, majority
@@ -201,41 +206,83 @@ def term_committed(report: ReplicaReport) -> bool:
 
 
 def counted_voters(record: ShardRecord, observed: Observed, status: ClusterStatus) -> CountedVoters:
-    """Who the shard's leader counts toward its commit offset, from its last
-    report in the recorded term (kept after it died or restarted, see
-    `LeaderReports`): itself and the members it reports voting. Members being
-    removed are left out (the leader may have dropped them already). When no
-    such report is at hand (the leader was not polled while leading, or this
-    controller restarted since), the leader counts itself, and, while its
-    election is not confirmed, the members it was handed as followers (every
-    member but those leaving: the ensemble changes only once the shard is
-    steady), which vote from the start of its term (LeaderCore); once it is
-    steady, members may have been added since as learners, so only the leader
-    is known to count. Knowing fewer voters only makes `choose_leader` more
-    careful."""
-    if record.leader is None:
+    """Who the shard's last leader (`ShardRecord.last_leader`: the leader last
+    chosen, kept through elections that chose no one after it) counts toward
+    its commit offset in its term. From its last report in that term, when
+    one is at hand (kept after it died or restarted, see `LeaderReports`):
+    itself and the members it reports voting, and whether it committed in
+    its term. Members being removed are left out (the leader may have
+    dropped them already).
+
+    Without such a report (it was not polled while leading, or this
+    controller restarted since), from the record: the leader, and every
+    member but those leaving and its recorded learners. Each of those was
+    either handed to it as a follower (they vote from the start of its term,
+    LeaderCore) or added since and then seen voting (`record_voting`), and
+    a voter votes until removed, unless it comes back with another
+    incarnation of its data (then it is a learner again, but it does not
+    answer an election for the data it is recorded to hold, so counting it
+    lets no answer count that should not). Learners are recorded before the
+    leader hears of them (`steps.add_member`), and leave the record only once
+    the leader reported them voting, so no member it does not count is ever
+    taken as counted; one it counts may be missed, which only makes
+    `choose_leader` more careful.
+
+    A record written before last leaders were kept knows no learners: then
+    the leader counts itself, and, while its election is not confirmed, the
+    members it was handed as followers; once it is steady, members may have
+    been added since as learners, so only the leader is known to count; and a
+    shard whose election chose no one knows of no leader."""
+    last = record.last_leader
+    learners: frozenset[str] | None
+    if last is not None and (
+        record.leader is None or (last.term, last.name) == (record.term, record.leader)
+    ):
+        term, leader, learners = last.term, last.name, frozenset(last.learners)
+    elif record.leader is not None:
+        term, leader, learners = record.term, record.leader, None
+    else:
         return CountedVoters(record.term, frozenset())
-    report = observed.report(record.leader, record.shard)
-    if report is None or report.role != LEADER or report.term != record.term:
+    report = observed.report(leader, record.shard)
+    if report is None or report.role != LEADER or report.term != term:
         report = observed.leader_reports.get(record.shard)
     if (
         report is None
-        or report.term != record.term
+        or report.term != term
         or report.role != LEADER
-        or report.leader_internal_address != address_of(record.leader, observed, status)
+        or report.leader_internal_address != address_of(leader, observed, status)
     ):
-        handed = () if record.state is ShardState.STEADY else record.ensemble
-        known = {record.leader, *(name for name in handed if name not in record.leaving)}
-        return CountedVoters(record.term, frozenset(known), leader=record.leader)
+        if learners is not None:
+            handed: Sequence[str] = [name for name in record.ensemble if name not in learners]
+        else:
+            handed = () if record.state is ShardState.STEADY else record.ensemble
+        known = {leader, *(name for name in handed if name not in record.leaving)}
+        return CountedVoters(term, frozenset(known), leader=leader)
     voting = {follower.internal_address for follower in report.followers if follower.voting}
     members = {
         name
         for name in record.ensemble
         if name not in record.leaving and address_of(name, observed, status) in voting
     }
-    return CountedVoters(
-        record.term, frozenset({record.leader, *members}), term_committed(report), record.leader
-    )
+    return CountedVoters(term, frozenset({leader, *members}), term_committed(report), leader)
+
+
+def learners_voting(
+    record: ShardRecord, report: ReplicaReport, address_of: Callable[[str], str | None]
+) -> set[str]:
+    """The last leader's recorded learners that its report (`report`, of the
+    last leader's term) shows voting: they count from now on, and the record
+    may say so (`steps.record_voting`)."""
+    last = record.last_leader
+    if (
+        last is None
+        or report.role != LEADER
+        or report.term != last.term
+        or report.leader_internal_address != address_of(last.name)
+    ):
+        return set()
+    voting = {follower.internal_address for follower in report.followers if follower.voting}
+    return {name for name in last.learners if address_of(name) in voting}
 
 
 def address_of(name: str, observed: Observed, status: ClusterStatus) -> str | None:
@@ -433,10 +480,12 @@ class _Planner:
             return stray
         if self._unfinished_change(record, leader_report):
             return FinishEnsembleChange(record.shard)
-        if namespace is None or not self._in_step(record, leader_report):
-            return None
-        settled = self._settled(record, leader_report)
-        return self._ensemble_change(record, namespace, leader_report, settled)
+        if namespace is not None and self._in_step(record, leader_report):
+            settled = self._settled(record, leader_report)
+            change = self._ensemble_change(record, namespace, leader_report, settled)
+            if change is not None:
+                return change
+        return self._record_voting(record, leader_report)
 
     def _election(
         self, record: ShardRecord, reason: str, preferred: str | None = None
@@ -503,6 +552,20 @@ class _Planner:
         # than recorded (re-created after a wipe): from now on it holds what
         # it is recorded to hold; FinishEnsembleChange records it.
         return bool(incarnations_to_record(record, report, self._address))
+
+    def _record_voting(self, record: ShardRecord, report: ReplicaReport) -> RecordVoting | None:
+        """Recorded learners the leader (`report`) counts as voters now, to be
+        recorded as voting, when nothing else is due for the shard. Only in an
+        ensemble of an even number of voters: in an odd one, answers from
+        fewer than a majority are never enough, whoever is known to count
+        (`enough_answers`), so a learner left in the record there only makes
+        `choose_leader` more careful, and they are recorded once the
+        ensemble is even (FinishEnsembleChange records those it sees voting
+        too)."""
+        if len(record.voters) % 2:
+            return None
+        voting = learners_voting(record, report, self._address)
+        return RecordVoting(record.shard, tuple(sorted(voting))) if voting else None
 
     def _drop_never_added(self, record: ShardRecord, report: ReplicaReport) -> Action | None:
         """A long-dead member the leader never had (its addition was cut short,

@@ -11,9 +11,10 @@ again. A step that finds nothing to change is a check, which the keeper makes
 against a fresh read of the store before the executor calls a pod on it.
 
 `open_term` and `record_leader` and `record_steady` are an election's writes;
-`add_member`, `start_removal` and `finish_removal` an ensemble change's; the
-`require_*` checks go before pod calls whose intent is recorded already
-(finishing an interrupted change, deleting a replica left outside its shard).
+`add_member`, `start_removal`, `finish_removal` and `record_voting` an ensemble
+change's; the `require_*` checks go before pod calls whose intent is recorded
+already (finishing an interrupted change, deleting a replica left outside its
+shard).
 """
 
 from __future__ import annotations
@@ -23,7 +24,13 @@ from dataclasses import replace
 
 from cairn.controller.actions import ActionFailed
 from cairn.controller.election import majority
-from cairn.controller.model import ClusterStatus, ElectionRecord, ShardRecord, ShardState
+from cairn.controller.model import (
+    ClusterStatus,
+    ElectionRecord,
+    LastLeader,
+    ShardRecord,
+    ShardState,
+)
 
 
 def shard_record(status: ClusterStatus, shard: int) -> ShardRecord:
@@ -60,7 +67,9 @@ def _steady_in_term(status: ClusterStatus, shard: int, term: int) -> ShardRecord
 def open_term(status: ClusterStatus, shard: int) -> ClusterStatus:
     """A new term for the shard, one past every term recorded for it, with no
     leader: recorded before any member hears of it, so that no controller (this
-    one restarted, or another) ever hands the same term out twice.
+    one restarted, or another) ever hands the same term out twice. The last
+    leader stays recorded (`ShardRecord.last_leader`): if this election chooses
+    no one, it is still the last that may have committed anything.
 
     A shard that never had a leader stays NEW through retried first elections:
     only then may NewTerm create missing replicas. Afterwards a member without
@@ -78,7 +87,9 @@ def record_leader(
 ) -> ClusterStatus:
     """The leader chosen for `term` (made a member if it was not one), before it
     is told, with the incarnations of the data of the members that answered
-    intact (those with none recorded get theirs recorded)."""
+    intact (those with none recorded get theirs recorded). It becomes the last
+    leader, with no learners: it is handed every other member as a follower,
+    and those vote from the start of its term (LeaderCore)."""
     record = _in_term(status, shard, term)
     if record.state is ShardState.STEADY or record.leader not in (None, leader):
         raise ActionFailed(f"shard {shard}: term {term} already has leader {record.leader}")
@@ -94,7 +105,13 @@ def record_leader(
         kept = tuple(name for name in leaving if name in incarnations and name not in ensemble)
         ensemble = (*ensemble, *kept)
         leaving = tuple(name for name in leaving if name not in kept)
-    chosen = replace(record, leader=leader, ensemble=ensemble, leaving=leaving)
+    chosen = replace(
+        record,
+        leader=leader,
+        ensemble=ensemble,
+        leaving=leaving,
+        last_leader=LastLeader(term, leader),
+    )
     chosen = chosen.with_incarnations(incarnations)
     return status.with_shard(chosen)
 
@@ -131,11 +148,18 @@ def record_steady(
 
 
 def add_member(status: ClusterStatus, shard: int, term: int, name: str) -> ClusterStatus:
-    """`name` listed as a member, before it is created and added."""
+    """`name` listed as a member, before it is created and added, and as one of
+    the last leader's learners: the leader counts it only once it has caught
+    up (`record_voting`). Recorded before the leader hears of it, so the
+    record never misses a member the leader does not count yet."""
     record = _steady_in_term(status, shard, term)
     if name in record.ensemble:
         return status
-    return status.with_shard(replace(record, ensemble=(*record.ensemble, name)))
+    added = replace(record, ensemble=(*record.ensemble, name))
+    last = record.last_leader
+    if last is not None and name not in last.learners:
+        added = replace(added, last_leader=replace(last, learners=(*last.learners, name)))
+    return status.with_shard(added)
 
 
 def start_removal(status: ClusterStatus, shard: int, term: int, name: str) -> ClusterStatus:
@@ -159,11 +183,36 @@ def start_removal(status: ClusterStatus, shard: int, term: int, name: str) -> Cl
 def finish_removal(
     status: ClusterStatus, shard: int, term: int, names: Iterable[str]
 ) -> ClusterStatus:
-    """The leader has dropped `names`: they no longer count as voters."""
+    """The leader has dropped `names`: they no longer count as voters (nor
+    are they its learners)."""
     record = _steady_in_term(status, shard, term)
     gone = set(names)
     kept = replace(record, leaving=tuple(n for n in record.leaving if n not in gone))
+    last = kept.last_leader
+    if last is not None:
+        learners = tuple(n for n in last.learners if n not in gone)
+        kept = replace(kept, last_leader=replace(last, learners=learners))
     return status.with_shard(kept.with_incarnations({}))
+
+
+def record_voting(
+    status: ClusterStatus, shard: int, term: int, leader: str, names: Iterable[str]
+) -> ClusterStatus:
+    """`leader`, leading `term`, reported the learners `names` voting: they
+    count toward its commit offset for the rest of its term (a voter stops
+    voting only when removed, or when it comes back with another incarnation
+    of its data, and then it does not answer an election for the data it is
+    recorded to hold). Nothing changes if another leader has been chosen
+    since: it was handed them as followers, and has no learners yet."""
+    record = shard_record(status, shard)
+    last = record.last_leader
+    if last is None or (last.term, last.name) != (term, leader):
+        return status
+    voting = set(names)
+    learners = tuple(name for name in last.learners if name not in voting)
+    if learners == last.learners:
+        return status
+    return status.with_shard(replace(record, last_leader=replace(last, learners=learners)))
 
 
 def record_new_member_data(
