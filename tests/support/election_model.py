@@ -585,16 +585,16 @@ class Model:
         planned = planner.learners_voting(record, state.report, _address_of)
         if not planned:
             return
-        fresh = leader_report(state, last.name) if state.node(last.name).up else None
+        # The executor asks the leader the record names (steady: the last one).
+        leader = record.leader
+        assert leader is not None
+        fresh = leader_report(state, leader) if state.node(leader).up else None
         if fresh is None:
             return
         voting = planner.learners_voting(record, fresh, _address_of) & planned
         if not voting:
             return
-        assert record.leader is not None
-        status = steps.record_voting(
-            status_of(state), SHARD, record.term, record.leader, sorted(voting)
-        )
+        status = steps.record_voting(status_of(state), SHARD, record.term, leader, sorted(voting))
         yield f"controller records {sorted(voting)} voting", state._replace(record=status.shards[0])
 
     def _may_take_over(self, state: State) -> list[str]:
