@@ -17,11 +17,15 @@ caught up with term 2's first entry, which holds (1, 1).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from cairn.controller import planner
+from cairn.controller import planner, steps
+from cairn.controller.election import CountedVoters
+from cairn.controller.model import ClusterStatus, LastLeader
 from cairn.storage.core.replication.quorum import QuorumTracker
-from support.election_model import Bounds, Model, Violation
+from support.election_model import Bounds, Model, State, Violation, observed, status_of
 
 LOST_ENTRY = [
     "client write at m0",
@@ -97,3 +101,105 @@ def test_every_short_history_keeps_every_committed_entry() -> None:
     # Every history of up to 6 steps; the found one needs 11, beyond what
     # this model explores in the suite's time (deeper runs are for by hand).
     assert Model(BOUNDS).explore(max_steps=6) > 1_000
+
+
+# -- a restarted controller: whom the last leader counts, from the record ---------------
+
+# m3 added to m0's ensemble of three: four members, m3 recorded as m0's learner.
+GROWN_TO_FOUR = ["controller adds m3"]
+# m3 caught up, the leader polled showing it voting, and that recorded.
+SEEN_VOTING = [
+    *GROWN_TO_FOUR,
+    "m0 -> m3: its log up to 0,",
+    "controller polls m0",
+    "controller records ['m3'] voting",
+]
+# Then m0 restarts (not leading); m0 and m3 answer NewTerm, half of four.
+HALF_ANSWER = [
+    "controller restarts",
+    "m0 crashes",
+    "m0 restarts",
+]
+HALF_ELECTION = "election of term 2: NewTerm to ['m0', 'm3']"
+
+
+def counted(state: State) -> CountedVoters:
+    return planner.counted_voters(state.record, observed(state), status_of(state))
+
+
+def outcomes(model: Model, state: State, wanted: str) -> list[str]:
+    return [label for label, _ in model.successors(state) if label.startswith(wanted)]
+
+
+def test_a_restarted_controller_does_not_count_a_learner_from_the_record() -> None:
+    model = Model(BOUNDS)
+    state = model.replay([*GROWN_TO_FOUR, *HALF_ANSWER])
+    assert state.report is None
+    assert state.record.last_leader == LastLeader(1, "m0", ("m3",))
+    assert counted(state) == CountedVoters(1, frozenset({"m0", "m1", "m2"}), leader="m0")
+    # m0 and m3 answering: only m0 of them is known to count, one of three.
+    [election] = outcomes(model, state, HALF_ELECTION)
+    assert election.endswith(": no leader")
+
+
+def test_a_restarted_controller_counts_a_learner_recorded_voting() -> None:
+    model = Model(BOUNDS)
+    state = model.replay([*SEEN_VOTING, *HALF_ANSWER])
+    assert state.report is None
+    assert state.record.last_leader == LastLeader(1, "m0")
+    assert counted(state) == CountedVoters(1, frozenset({"m0", "m1", "m2", "m3"}), leader="m0")
+    # m0, the last leader, and m3 answering are half of four known to count.
+    [election] = outcomes(model, state, HALF_ELECTION)
+    assert election.endswith(": m0 leads")
+
+
+def test_voting_is_recorded_only_from_a_fresh_report_of_the_leader() -> None:
+    model = Model(BOUNDS)
+    state = model.replay([*SEEN_VOTING[:-1], "m0 crashes"])
+    # The report shows m3 voting, but the leader is down: nothing is recorded.
+    assert planner.learners_voting(state.record, state.report, lambda name: name) == {"m3"}
+    assert not outcomes(model, state, "controller records")
+
+
+# Smaller than BOUNDS, to search deeper in the suite's time: one change, one
+# crash, one election.
+RESTART_BOUNDS = Bounds(
+    client_writes=1,
+    max_term=2,
+    crashes=1,
+    changes=1,
+    controller_stops=False,
+    leader_moves=False,
+    controller_restarts=True,
+)
+
+
+def test_every_history_with_a_controller_restart_keeps_every_committed_entry() -> None:
+    assert Model(RESTART_BOUNDS).explore(max_steps=8) > 10_000
+
+
+REAL_ADD_MEMBER = steps.add_member
+
+
+def add_member_unrecorded(status: ClusterStatus, shard: int, term: int, name: str) -> ClusterStatus:
+    """The mutant: the member listed, but not as the last leader's learner."""
+    before = steps.shard_record(status, shard).last_leader
+    added = REAL_ADD_MEMBER(status, shard, term, name)
+    return added.with_shard(replace(steps.shard_record(added, shard), last_leader=before))
+
+
+def test_with_learners_unrecorded_a_restart_loses_an_entry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The same search as above: m3 added, an entry committed by m1 and m2
+    # but not yet durable on m0, m0 crashes and restarts; the restarted
+    # controller counts m3 from the record, so m0 and m3 (half of four)
+    # elect m0 without the entry.
+    monkeypatch.setattr(steps, "add_member", add_member_unrecorded)
+    with pytest.raises(Violation) as found:
+        Model(RESTART_BOUNDS).explore(max_steps=8)
+    assert found.value.message == (
+        f"{HALF_ELECTION}, heads {{'m0': (1, 0), 'm3': (-1, -1)}}: "
+        "m0 takes office with (1,), lacking committed (1, 1)"
+    )
+    assert "controller restarts" in found.value.trace

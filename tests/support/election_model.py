@@ -38,8 +38,18 @@ is modelled:
 
 The controller's knowledge of the leader is one report (`report`), taken by a
 `poll` step at any time and by every ensemble change (the planner decided it
-from a report of that moment): counted_voters reads it, stale or not. The
-planner's guards read the leader as it is at that moment.
+from a report of that moment): counted_voters reads it, stale or not, and
+without one of the last leader's term reads the record
+(`ShardRecord.last_leader`). The planner's guards read the leader as it is at
+that moment. With `Bounds.controller_restarts`, the controller may restart at
+any time, forgetting the report (the record is durable, and all it keeps), so
+that counted_voters reads the record until a poll; and it may record the last
+leader's learners voting: RecordVoting, planned from its report under the
+planner's guards (a steady shard, an even number of voters, learners that
+report shows voting; whether or not something else is due), carried out as
+the executor does (those of them a fresh report of the leader shows voting;
+nothing while it is down or no longer leads that term). FinishEnsembleChange
+records the learners its report shows voting too, as the executor's does.
 
 Checked: an entry committed (the leader's commit offset passed it: a client
 was answered) is held by every leader that takes office later, no leader
@@ -58,7 +68,7 @@ from typing import NamedTuple
 from cairn.common.hashing import HashRange
 from cairn.common.heartbeat import FollowerReport, ReplicaReport
 from cairn.controller import election, planner, steps
-from cairn.controller.model import ClusterStatus, ShardRecord, ShardState
+from cairn.controller.model import ClusterStatus, LastLeader, ShardRecord, ShardState
 from cairn.controller.observed import NodeView, Observed
 from cairn.storage.core.replication.quorum import NO_OFFSET, QuorumTracker
 
@@ -163,6 +173,10 @@ class Bounds:
     # The controller may stop between the steps of an action (a crash, a
     # failed call): the states in between are reached too.
     controller_stops: bool = True
+    # The controller may restart (forgetting its report of the leader) and
+    # record learners voting (RecordVoting): elections then count from the
+    # record (`ShardRecord.last_leader`) too.
+    controller_restarts: bool = True
 
 
 @dataclass
@@ -241,6 +255,7 @@ def initial_state(bounds: Bounds) -> State:
         ShardState.STEADY,
         leader,
         bounds.initial_ensemble,
+        last_leader=LastLeader(1, leader),  # as record_leader leaves it
     ).with_incarnations(incarnations)
     state = State(
         tuple(nodes),
@@ -294,6 +309,11 @@ def observed(state: State) -> Observed:
         nodes[name] = NodeView(name, name, name, alive=node.up, replicas=replicas)
     leader_reports = {SHARD: state.report} if state.report is not None else {}
     return Observed(now_ms=0, nodes=nodes, leader_reports=leader_reports)
+
+
+def _address_of(name: str) -> str:
+    """A member's internal address: the model names pods by it."""
+    return name
 
 
 def status_of(state: State) -> ClusterStatus:
@@ -527,6 +547,10 @@ class Model:
                 and (state.report is None or report.term >= state.report.term)
             ):
                 yield f"controller polls {name}", state._replace(report=report)
+        if self.bounds.controller_restarts:
+            if state.report is not None:
+                yield "controller restarts", state._replace(report=None)
+            yield from self._record_voting(state)
         if record.term < self.bounds.max_term:
             if not (record.state is ShardState.STEADY and leading):
                 yield from self._elect(state, None)
@@ -543,6 +567,35 @@ class Model:
             yield "controller confirms the leader", after
         if leading and record.state is ShardState.STEADY:
             yield from self._ensemble_steps(state)
+
+    def _record_voting(self, state: State) -> Iterator[tuple[str, State]]:
+        """RecordVoting, planned from the controller's report when the shard is
+        steady with an even number of voters (planner._record_voting), carried
+        out from a fresh report of the leader (executor._record_voting)."""
+        record = state.record
+        last = record.last_leader
+        if (
+            last is None
+            or not last.learners
+            or state.report is None
+            or record.state is not ShardState.STEADY
+            or len(record.voters) % 2
+        ):
+            return
+        planned = planner.learners_voting(record, state.report, _address_of)
+        if not planned:
+            return
+        # The executor asks the leader the record names (steady: the last one).
+        leader = record.leader
+        assert leader is not None
+        fresh = leader_report(state, leader) if state.node(leader).up else None
+        if fresh is None:
+            return
+        voting = planner.learners_voting(record, fresh, _address_of) & planned
+        if not voting:
+            return
+        status = steps.record_voting(status_of(state), SHARD, record.term, leader, sorted(voting))
+        yield f"controller records {sorted(voting)} voting", state._replace(record=status.shards[0])
 
     def _may_take_over(self, state: State) -> list[str]:
         leader = state.node(state.record.leader or "").replica
@@ -809,4 +862,9 @@ class Model:
             if name in leader.tracker.voters and name in record.ensemble
         }
         status = steps.record_caught_up_data(status_of(state), SHARD, caught_up)
+        # The learners its report (of the action's start) shows voting.
+        assert state.report is not None
+        voting = planner.learners_voting(record, state.report, _address_of)
+        if voting:
+            status = steps.record_voting(status, SHARD, record.term, record.leader, sorted(voting))
         yield "controller finishes the ensemble change", state._replace(record=status.shards[0])
