@@ -25,7 +25,7 @@ from cairn.storage.core.entries import (
     encode_client_write,
     encode_entry,
 )
-from cairn.storage.core.replication.leader import FollowerPhase
+from cairn.storage.core.replication.leader import FollowerPhase, NotAFollower
 from cairn.storage.core.replication.lease import LeaderLease, takeover_wait_ms
 from cairn.storage.core.replication.replica import Member
 from cairn.storage.core.replication.terms import NO_OFFSET, EntryId
@@ -335,13 +335,12 @@ class LeaderRuntime:
                     self.replica.env.count("acknowledgements of another term ignored")
                 else:
                     self.lease.on_echo(src, body.leader_time_ms)
-        elif isinstance(body, m.TruncateResponse):
-            if self._session(src, body.session) is not None:
-                self._truncated(src, body)
-        elif isinstance(body, m.SnapshotResponse):
-            session = self._session(src, body.session)
-            if session is not None and self.core.progress(src).phase is FollowerPhase.SNAPSHOT:
-                self.core.on_snapshot_installed(src, body.head)
+        elif isinstance(body, m.TruncateResponse | m.SnapshotResponse):
+            try:
+                if self._session(src, body.session) is not None:
+                    self._answered(src, body)
+            except NotAFollower:
+                self.replica.env.count("answers of members no longer followed ignored")
         elif isinstance(body, m.StreamBroken):
             if self._session(src, body.session) is not None:
                 self._reconnect(src, body.reason, "streams ended by the follower")
@@ -388,6 +387,12 @@ class LeaderRuntime:
             name = body.follower
         env.log(f"{self.replica.name} ensemble now {sorted(self.core.followers)}")
         env.send(self.replica.name, src, m.EnsembleChangeResponse(self.term, name, body.call))
+
+    def _answered(self, src: str, answer: m.TruncateResponse | m.SnapshotResponse) -> None:
+        if isinstance(answer, m.TruncateResponse):
+            self._truncated(src, answer)
+        elif self.core.progress(src).phase is FollowerPhase.SNAPSHOT:
+            self.core.on_snapshot_installed(src, answer.head)
 
     def _truncated(self, src: str, answer: m.TruncateResponse) -> None:
         if self.core.progress(src).phase is not FollowerPhase.CONNECTING:

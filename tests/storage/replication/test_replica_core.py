@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cairn.common.errors import InvalidTerm, NotLeader
-from cairn.storage.core.replication.leader import FollowerPhase, LeaderCore
+from cairn.storage.core.replication.leader import FollowerPhase, LeaderCore, NotAFollower
 from cairn.storage.core.replication.replica import (
     Member,
     OutOfOrderEntries,
@@ -200,3 +200,28 @@ def test_ensemble_changes_and_deletions_check_the_term() -> None:
     replica.check_not_older(3)
     with pytest.raises(InvalidTerm):
         replica.check_not_older(2)
+
+
+def test_answers_of_a_member_whose_removal_finished_end_its_stream() -> None:
+    """B's removal waits for C to hold everything committed, and finishes on
+    C's acknowledgement while B's answers are still on their way: they refer to
+    a follower the leader no longer has (its stream ends), not to a crash."""
+    leader = LeaderCore(
+        1, A, [B, C], commit_offset=-1, term_start_offset=0, max_in_flight_entries=8
+    )
+    leader.on_local_durable(5)
+    leader.on_truncated(B.internal_address, EntryId(1, 5), our_first_offset=0)
+    assert leader.commit_offset == 5
+    leader.remove_follower(B.internal_address)
+    assert leader.is_leaving(B.internal_address)
+    leader.on_truncated(C.internal_address, EntryId(1, 5), our_first_offset=0)
+    assert B.internal_address not in leader.followers
+    for answer in (
+        lambda: leader.on_truncated(B.internal_address, EntryId(1, 5), our_first_offset=0),
+        lambda: leader.on_snapshot_installed(B.internal_address, EntryId(1, 5)),
+        lambda: leader.on_sent(B.internal_address, 6),
+        lambda: leader.progress(B.internal_address),
+    ):
+        with pytest.raises(NotAFollower):
+            answer()
+    assert leader.on_ack(B.internal_address, 1, 6) == 5  # counted for nothing

@@ -30,7 +30,7 @@ from cairn.common.errors import InvalidTerm
 from cairn.proto import replication_pb2 as rpb
 from cairn.proto import replication_pb2_grpc as rpb_grpc
 from cairn.storage.core.replication.applied_changes import commit_for_followers
-from cairn.storage.core.replication.leader import FollowerPhase
+from cairn.storage.core.replication.leader import FollowerPhase, NotAFollower
 from cairn.storage.core.replication.replica import Member
 from cairn.storage.core.replication.terms import EntryId
 from cairn.storage.replication.wire import (
@@ -68,6 +68,7 @@ class StreamEnded(Exception):
 _SESSION_ENDINGS = (
     grpc.aio.AioRpcError,
     InvalidTerm,
+    NotAFollower,
     StreamEnded,
     asyncio.InvalidStateError,
     ValueError,

@@ -76,6 +76,16 @@ class StaleIncarnation(InvalidTerm):
     reason = "STALE_INCARNATION"
 
 
+class NotAFollower(Exception):
+    """An answer on the stream of a member this leader no longer has: its removal
+    finished (on another member's acknowledgement) while the answer was on its
+    way. It proves nothing now; the stream ends."""
+
+    def __init__(self, member: str) -> None:
+        super().__init__(f"{member} is no longer a follower")
+        self.member = member
+
+
 class LeaderCore:
     def __init__(
         self,
@@ -115,7 +125,10 @@ class LeaderCore:
         return self.quorum.commit_offset
 
     def progress(self, member: str) -> FollowerProgress:
-        return self.followers[member]
+        progress = self.followers.get(member)
+        if progress is None:
+            raise NotAFollower(member)
+        return progress
 
     # -- our own log -----------------------------------------------------------------
 
@@ -136,7 +149,7 @@ class LeaderCore:
         our WAL still holds the next entry (`our_first_offset` is the first entry it
         can provide), else send a snapshot. `incarnation` identifies the follower's
         data: another one than before means it lost what it acknowledged."""
-        progress = self.followers[member]
+        progress = self.progress(member)
         self._check_incarnation(progress, incarnation)
         if head.offset + 1 < our_first_offset:
             progress.phase = FollowerPhase.SNAPSHOT
@@ -145,7 +158,7 @@ class LeaderCore:
         return progress.phase
 
     def on_snapshot_installed(self, member: str, last_included: EntryId) -> None:
-        self._start_streaming(self.followers[member], last_included.offset)
+        self._start_streaming(self.progress(member), last_included.offset)
 
     def _start_streaming(self, progress: FollowerProgress, head_offset: int) -> None:
         progress.phase = FollowerPhase.STREAMING
@@ -165,7 +178,7 @@ class LeaderCore:
         return progress.next_offset, last
 
     def on_sent(self, member: str, last_offset: int) -> None:
-        self.followers[member].next_offset = last_offset + 1
+        self.progress(member).next_offset = last_offset + 1
 
     def on_ack(
         self,
