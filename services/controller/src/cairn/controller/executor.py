@@ -608,17 +608,7 @@ class Executor:
         # its death counts them too, whoever plans it.
         voting = learners_voting(record, report, lambda n: self._address(n).internal)
         if voting:
-            await self._step(
-                record.shard,
-                partial(
-                    steps.record_voting,
-                    shard=record.shard,
-                    term=record.term,
-                    leader=leader,
-                    names=sorted(voting),
-                ),
-            )
-            log.info("shard %d: %s voting now", record.shard, ", ".join(sorted(voting)))
+            await self._write_voting(record, leader, voting)
         await self.observer.refresh(list(record.voters))
         if failures:
             raise ActionFailed(f"shard {record.shard}: could not add {'; '.join(failures)}")
@@ -640,13 +630,17 @@ class Executor:
             raise ActionFailed(
                 f"shard {record.shard}: the leader counts none of {', '.join(action.names)} yet"
             )
+        await self._write_voting(record, record.leader, voting)
+
+    async def _write_voting(self, record: ShardRecord, leader: str, voting: set[str]) -> None:
+        """Record the learners the leader of the record's term counts now."""
         await self._step(
             record.shard,
             partial(
                 steps.record_voting,
                 shard=record.shard,
                 term=record.term,
-                leader=record.leader,
+                leader=leader,
                 names=sorted(voting),
             ),
         )
