@@ -61,7 +61,7 @@ RICH_STATUS = ClusterStatus(
             leaving=("cairn-storage-0",),
             commit_offset=99,
             incarnations=(("cairn-storage-1", 2**63 - 1), ("cairn-storage-2", 7)),
-            last_leader=LastLeader(12, "cairn-storage-1", ("cairn-storage-2",)),
+            last_leader=LastLeader(12, "cairn-storage-1", ("cairn-storage-2",), committed=True),
         ),
         ShardRecord("default", 1, HashRange(5, 5), 0, ShardState.NEW, None, ("cairn-storage-3",)),
         ShardRecord(
@@ -289,6 +289,8 @@ STATUS_CASES: list[tuple[str, Mutation, bool]] = [
     ("negative last leader term", lambda status: _last(status).__setitem__("term", -1), False),
     ("text last leader term", lambda status: _last(status).__setitem__("term", "12"), False),
     ("learners not a list", lambda status: _last(status).__setitem__("learners", "x"), False),
+    ("last leader not known to commit", lambda status: _last(status).pop("committed"), True),
+    ("text committed", lambda status: _last(status).__setitem__("committed", "true"), False),
 ]
 
 

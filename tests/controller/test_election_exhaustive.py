@@ -146,11 +146,37 @@ def test_a_restarted_controller_counts_a_learner_recorded_voting() -> None:
     model = Model(BOUNDS)
     state = model.replay([*SEEN_VOTING, *HALF_ANSWER])
     assert state.report is None
-    assert state.record.last_leader == LastLeader(1, "m0")
-    assert counted(state) == CountedVoters(1, frozenset({"m0", "m1", "m2", "m3"}), leader="m0")
+    # The report recorded from also showed term 1 committed.
+    assert state.record.last_leader == LastLeader(1, "m0", committed=True)
+    assert counted(state) == CountedVoters(
+        1, frozenset({"m0", "m1", "m2", "m3"}), committed_in_term=True, leader="m0"
+    )
     # m0, the last leader, and m3 answering are half of four known to count.
     [election] = outcomes(model, state, HALF_ELECTION)
     assert election.endswith(": m0 leads")
+
+
+def test_a_restarted_controller_elects_from_half_without_the_leader_once_its_term_committed() -> (
+    None
+):
+    # Found by a 5000-step campaign (tests/simulation, wipes 1061 and 1180):
+    # the last leader lost, half of an even ensemble intact, and the
+    # controller that had seen the leader's term commit replaced; the record
+    # says so now (LastLeader.committed), so any half it counts may elect.
+    model = Model(BOUNDS)
+    state = model.replay([*SEEN_VOTING, "controller restarts", "m0 crashes"])
+    assert counted(state).committed_in_term
+    [election] = outcomes(model, state, "election of term 2: NewTerm to ['m1', 'm3']")
+    assert election.endswith(": m1 leads")
+
+
+def test_without_a_recorded_commit_half_does_not_elect_without_the_leader() -> None:
+    model = Model(BOUNDS)
+    state = model.replay([*GROWN_TO_FOUR, "controller restarts", "m0 crashes"])
+    assert state.record.last_leader == LastLeader(1, "m0", ("m3",))
+    # m1 and m2 were handed to m0 as followers, but two of three is needed.
+    [election] = outcomes(model, state, "election of term 2: NewTerm to ['m1', 'm2']")
+    assert election.endswith(": no leader")
 
 
 def test_voting_is_recorded_only_from_a_fresh_report_of_the_leader() -> None:
@@ -191,15 +217,15 @@ def add_member_unrecorded(status: ClusterStatus, shard: int, term: int, name: st
 def test_with_learners_unrecorded_a_restart_loses_an_entry(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # The same search as above: m3 added, an entry committed by m1 and m2
-    # but not yet durable on m0, m0 crashes and restarts; the restarted
-    # controller counts m3 from the record, so m0 and m3 (half of four)
-    # elect m0 without the entry.
+    # The same search as above: an entry committed by m0 and m1 but not yet
+    # held by m2, m3 added, term 1's commit recorded, m0 crashes; the
+    # restarted controller counts m3 from the record, so m2 and m3 (half of
+    # four, the term's commit recorded) elect m2 without the entry.
     monkeypatch.setattr(steps, "add_member", add_member_unrecorded)
     with pytest.raises(Violation) as found:
         Model(RESTART_BOUNDS).explore(max_steps=8)
     assert found.value.message == (
-        f"{HALF_ELECTION}, heads {{'m0': (1, 0), 'm3': (-1, -1)}}: "
-        "m0 takes office with (1,), lacking committed (1, 1)"
+        "election of term 2: NewTerm to ['m2', 'm3'], heads {'m2': (1, 0), 'm3': (-1, -1)}: "
+        "m2 takes office with (1,), lacking committed (1, 1)"
     )
     assert "controller restarts" in found.value.trace

@@ -120,10 +120,11 @@ def test_a_learner_counts_once_its_leader_reported_it_voting() -> None:
     model, a, b, c, d = grown_to_four(d_up=True)
     model.replicate()
     model.poll()
-    assert of_type(model.plan(SETTINGS), RecordVoting) == [RecordVoting(0, (d,))]
+    # And that A's term committed (LastLeader.committed), shown by the same report.
+    assert of_type(model.plan(SETTINGS), RecordVoting) == [RecordVoting(0, (d,), True)]
     model.step(SETTINGS)
     record = model.record(0)
-    assert record.last_leader == LastLeader(record.term, a)
+    assert record.last_leader == LastLeader(record.term, a, committed=True)
     assert model.plan(SETTINGS) == []
     model.kill(b)
     model.kill(c)
@@ -179,6 +180,7 @@ def test_a_learner_voting_in_an_odd_ensemble_stays_recorded_as_a_learner() -> No
     # fewer than two never elect, whoever counted, so recording D's vote would
     # change no election: nothing is planned, and D stays A's learner (an
     # election without A's report counts A, B only: more careful, still safe).
+    # The ensemble change recorded what its report showed: A's term committed.
     spec = ClusterSpec((NamespaceSpec("default", 1, 2),), storage_pods=3)
     model = ModelCluster(spec, NODES[:3], instant_catch_up=False, incarnations=True)
     model.run_until_quiet(SETTINGS)
@@ -193,7 +195,7 @@ def test_a_learner_voting_in_an_odd_ensemble_stays_recorded_as_a_learner() -> No
     record = model.record(0)
     assert sorted(record.ensemble) == sorted([a, b, d])
     assert model.plan(SETTINGS) == []
-    assert record.last_leader == LastLeader(record.term, a, (d,))
+    assert record.last_leader == LastLeader(record.term, a, (d,), committed=True)
     assert counted_voters(record, model.observe(), model.status).members == {a, b, d}  # its report
     model.kill(a)
     restart_controller(model)

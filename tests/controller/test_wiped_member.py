@@ -140,26 +140,35 @@ def test_rf2_the_intact_member_alone_elects_when_its_term_had_committed() -> Non
     assert model.record(0).leader == a
 
 
-def test_rf2_a_restarted_controller_waits_for_a_majority_without_the_last_leader() -> None:
+def test_rf2_a_restarted_controller_elects_without_the_last_leader_once_its_commit_is_recorded() -> (
+    None
+):
     # RF 2, A led and committed in its term with B voting, then A died. The
-    # controller that saw A's report knows B counted: B alone elects. One
-    # restarted since knows only that A counted itself, and A does not answer:
-    # both answers are needed.
+    # controller that saw A's report knows B counted and A's term committed:
+    # B alone elects. One restarted since knows it from the record (A was
+    # handed B; RecordVoting recorded the commit). Without the commit
+    # recorded, A's own answer would be needed too.
     spec = ClusterSpec((NamespaceSpec("default", 1, 2),), storage_pods=2)
     model = ModelCluster(spec, NODES[:2], instant_catch_up=False, incarnations=True)
     model.run_until_quiet(SETTINGS)
     a = model.record(0).leader
     assert a is not None
+    (b,) = (name for name in model.record(0).ensemble if name != a)
     assert model.write(0, 5)
     model.replicate()
     model.poll()
     model.kill(a)
     assert election_blocked(model.record(0), model.observe(), model.status) is None
     model.leader_reports = LeaderReports()
-    reason = election_blocked(model.record(0), model.observe(), model.status)
+    last = model.record(0).last_leader
+    assert last is not None and last.committed
+    assert election_blocked(model.record(0), model.observe(), model.status) is None
+    unrecorded = replace(model.record(0), last_leader=replace(last, committed=False))
+    reason = election_blocked(unrecorded, model.observe(), model.status)
     assert reason is not None and f"{a} unreachable" in reason
-    assert of_type(model.plan(SETTINGS), Elect) == []
-    assert not model.apply(Elect(0, "forced"))
+    [elect] = of_type(model.plan(SETTINGS), Elect)
+    assert model.apply(elect)  # the model checks that nothing committed is lost
+    assert model.record(0).leader == b
 
 
 def test_leader_reports_keep_the_highest_term_and_only_recorded_shards() -> None:

@@ -44,12 +44,13 @@ without one of the last leader's term reads the record
 that moment. With `Bounds.controller_restarts`, the controller may restart at
 any time, forgetting the report (the record is durable, and all it keeps), so
 that counted_voters reads the record until a poll; and it may record the last
-leader's learners voting: RecordVoting, planned from its report under the
-planner's guards (a steady shard, an even number of voters, learners that
-report shows voting; whether or not something else is due), carried out as
-the executor does (those of them a fresh report of the leader shows voting;
-nothing while it is down or no longer leads that term). FinishEnsembleChange
-records the learners its report shows voting too, as the executor's does.
+leader's learners voting and its term's first commit: RecordVoting, planned
+from its report under the planner's guards (a steady shard, an even number of
+voters, learners that report shows voting or a commit it shows in its term;
+whether or not something else is due), carried out as the executor does (what
+a fresh report of the leader still shows; nothing while it is down or no
+longer leads that term). FinishEnsembleChange records what its report shows
+too, as the executor's does.
 
 Checked: an entry committed (the leader's commit offset passed it: a client
 was answered) is held by every leader that takes office later, no leader
@@ -576,14 +577,14 @@ class Model:
         last = record.last_leader
         if (
             last is None
-            or not last.learners
             or state.report is None
             or record.state is not ShardState.STEADY
             or len(record.voters) % 2
         ):
             return
         planned = planner.learners_voting(record, state.report, _address_of)
-        if not planned:
+        commit_planned = planner.commit_to_record(record, state.report, _address_of)
+        if not planned and not commit_planned:
             return
         # The executor asks the leader the record names (steady: the last one).
         leader = record.leader
@@ -592,10 +593,15 @@ class Model:
         if fresh is None:
             return
         voting = planner.learners_voting(record, fresh, _address_of) & planned
-        if not voting:
+        committed = commit_planned and planner.commit_to_record(record, fresh, _address_of)
+        if not voting and not committed:
             return
-        status = steps.record_voting(status_of(state), SHARD, record.term, leader, sorted(voting))
-        yield f"controller records {sorted(voting)} voting", state._replace(record=status.shards[0])
+        status = steps.record_voting(
+            status_of(state), SHARD, record.term, leader, sorted(voting), committed
+        )
+        recorded = [f"{sorted(voting)} voting"] * bool(voting) + ["its term committed"] * committed
+        label = f"controller records {', '.join(recorded)}"
+        yield label, state._replace(record=status.shards[0])
 
     def _may_take_over(self, state: State) -> list[str]:
         leader = state.node(state.record.leader or "").replica
@@ -865,6 +871,9 @@ class Model:
         # The learners its report (of the action's start) shows voting.
         assert state.report is not None
         voting = planner.learners_voting(record, state.report, _address_of)
-        if voting:
-            status = steps.record_voting(status, SHARD, record.term, record.leader, sorted(voting))
+        committed = planner.commit_to_record(record, state.report, _address_of)
+        if voting or committed:
+            status = steps.record_voting(
+                status, SHARD, record.term, record.leader, sorted(voting), committed
+            )
         yield "controller finishes the ensemble change", state._replace(record=status.shards[0])

@@ -94,6 +94,7 @@ from cairn.controller.observed import LeaderReports, NodeView, Observed
 from cairn.controller.placement import leader_load
 from cairn.controller.planner import (
     PlannerSettings,
+    commit_to_record,
     counted_voters,
     incarnations_to_record,
     learners_voting,
@@ -951,9 +952,10 @@ class ModelCluster:
             )
             yield
         voting = learners_voting(record, report, self._node_address)
-        if voting:
+        committed = commit_to_record(record, report, self._node_address)
+        if voting or committed:
             self.status = steps.record_voting(
-                self.status, record.shard, record.term, leader, sorted(voting)
+                self.status, record.shard, record.term, leader, sorted(voting), committed
             )
             yield
         self._refresh = list(record.voters)
@@ -966,12 +968,13 @@ class ModelCluster:
         leader = self._leader_of(record)
         report = self._leading_report(leader, record.shard)
         voting = learners_voting(record, report, self._node_address) & set(action.names)
-        if not voting:
+        committed = action.term_committed and commit_to_record(record, report, self._node_address)
+        if not voting and not committed:
             self.poll([leader])  # the planner's report was stale: the executor refreshes it
-            raise ActionFailed(f"shard {record.shard}: no learner of its leader votes yet")
+            raise ActionFailed(f"shard {record.shard}: the leader's report shows nothing new")
         yield
         self.status = steps.record_voting(
-            self.status, record.shard, record.term, leader, sorted(voting)
+            self.status, record.shard, record.term, leader, sorted(voting), committed
         )
         yield
 

@@ -79,13 +79,15 @@ class FinishEnsembleChange:
 @dataclass(frozen=True)
 class RecordVoting:
     """Record that the shard's leader counts its recorded learners `names`
-    (`LastLeader.learners`) as voters now, as its report shows: an election
-    after its death, or after this controller restarted, then counts them
-    too (planner.counted_voters). A status write (of those the leader's
-    report still shows voting when it is made)."""
+    (`LastLeader.learners`) as voters now, and, with `term_committed`, that
+    it committed in its term (`LastLeader.committed`), as its report shows:
+    an election after its death, or after this controller restarted, then
+    knows it too (planner.counted_voters). A status write (of what the
+    leader's report still shows when it is made)."""
 
     shard: int
     names: tuple[str, ...]
+    term_committed: bool = False
 
 
 @dataclass(frozen=True)

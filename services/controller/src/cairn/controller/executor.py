@@ -67,7 +67,12 @@ from cairn.controller.model import (
 )
 from cairn.controller.observed import NodeViews
 from cairn.controller.placement import leader_load
-from cairn.controller.planner import counted_voters, incarnations_to_record, learners_voting
+from cairn.controller.planner import (
+    commit_to_record,
+    counted_voters,
+    incarnations_to_record,
+    learners_voting,
+)
 from cairn.controller.pods import Fenced, PodAddress, PodCalls
 from cairn.proto import oxia_client_pb2 as pb
 
@@ -604,36 +609,42 @@ class Executor:
                 ", ".join(sorted(caught_up)),
                 {name: f"{value:#x}" for name, value in sorted(caught_up.items())},
             )
-        # Learners the leader counts now: recorded, so that an election after
-        # its death counts them too, whoever plans it.
+        # Learners the leader counts now, and its term's first commit:
+        # recorded, so that an election after its death knows them too,
+        # whoever plans it.
         voting = learners_voting(record, report, lambda n: self._address(n).internal)
-        if voting:
-            await self._write_voting(record, leader, voting)
+        committed = commit_to_record(record, report, lambda n: self._address(n).internal)
+        if voting or committed:
+            await self._write_voting(record, leader, voting, committed)
         await self.observer.refresh(list(record.voters))
         if failures:
             raise ActionFailed(f"shard {record.shard}: could not add {'; '.join(failures)}")
 
     async def _record_voting(self, action: RecordVoting) -> None:
-        """Record the learners named that the leader counts as voters now,
-        judged from its report asked for here (the planner's may be stale:
-        one of a learner removed and added again since would clear it while
-        it still catches up). record_voting changes nothing once another
-        leader is chosen."""
+        """Record the learners named that the leader counts as voters now, and
+        its term's first commit if asked, judged from its report asked for
+        here (the planner's may be stale: one of a learner removed and added
+        again since would clear it while it still catches up). record_voting
+        changes nothing once another leader is chosen."""
         record = self._record(action.shard)
         leader_address = self._leader_address(record)
         assert record.leader is not None
         report = await self.pods.replica_status(leader_address, record.shard)
         voting = learners_voting(record, report, lambda n: self._address(n).internal)
         voting &= set(action.names)
-        if not voting:
+        committed = action.term_committed and commit_to_record(
+            record, report, lambda n: self._address(n).internal
+        )
+        if not voting and not committed:
             await self.observer.refresh([record.leader])
-            raise ActionFailed(
-                f"shard {record.shard}: the leader counts none of {', '.join(action.names)} yet"
-            )
-        await self._write_voting(record, record.leader, voting)
+            raise ActionFailed(f"shard {record.shard}: the leader's report shows nothing new")
+        await self._write_voting(record, record.leader, voting, committed)
 
-    async def _write_voting(self, record: ShardRecord, leader: str, voting: set[str]) -> None:
-        """Record the learners the leader of the record's term counts now."""
+    async def _write_voting(
+        self, record: ShardRecord, leader: str, voting: set[str], committed: bool
+    ) -> None:
+        """Record the learners the leader of the record's term counts now,
+        and whether its term committed."""
         await self._step(
             record.shard,
             partial(
@@ -642,9 +653,13 @@ class Executor:
                 term=record.term,
                 leader=leader,
                 names=sorted(voting),
+                term_committed=committed,
             ),
         )
-        log.info("shard %d: %s voting now", record.shard, ", ".join(sorted(voting)))
+        if voting:
+            log.info("shard %d: %s voting now", record.shard, ", ".join(sorted(voting)))
+        if committed:
+            log.info("shard %d: term %d has committed", record.shard, record.term)
 
     async def _delete(self, action: DeleteReplica) -> None:
         await self._step(

@@ -123,11 +123,16 @@ class LastLeader:
     those vote from the start of its term. `learners`: the members added
     since (steps.add_member, recorded before the leader hears of them), which
     it counts only once caught up, and that it has not been seen to count
-    yet (steps.record_voting)."""
+    yet (steps.record_voting). `committed`: it was seen to have committed the
+    first entry of its term (planner.term_committed), a fact that never
+    changes once true; in an ensemble of an even number of voters, half of
+    them may then elect (election.enough_answers), also when only this
+    record is left to tell it (steps.record_voting)."""
 
     term: int
     name: str
     learners: tuple[str, ...] = ()
+    committed: bool = False
 
 
 @dataclass(frozen=True)
@@ -345,7 +350,12 @@ def _incarnations(value: Any) -> tuple[tuple[str, int], ...]:
 
 
 def _last_leader_document(last: LastLeader) -> Document:
-    return {"term": last.term, "name": last.name, "learners": list(last.learners)}
+    return {
+        "term": last.term,
+        "name": last.name,
+        "learners": list(last.learners),
+        **({"committed": True} if last.committed else {}),
+    }
 
 
 def _last_leader(value: Any) -> LastLeader | None:
@@ -359,7 +369,15 @@ def _last_leader(value: Any) -> LastLeader | None:
     learners = value.get("learners", [])
     if not isinstance(learners, list):
         raise SpecError(f"lastLeader learners must be a list, got {learners!r}")
-    return LastLeader(term=term, name=_text(value.get("name")), learners=tuple(_strings(learners)))
+    committed = value.get("committed", False)
+    if not isinstance(committed, bool):
+        raise SpecError(f"lastLeader committed must be a boolean, got {committed!r}")
+    return LastLeader(
+        term=term,
+        name=_text(value.get("name")),
+        learners=tuple(_strings(learners)),
+        committed=committed,
+    )
 
 
 def _strings(values: Iterable[Any]) -> list[str]:

@@ -24,9 +24,10 @@ Per shard, in order of urgency:
    or shrinks one member at a time to the replication factor, a requested
    leader move is made (once its target has caught up);
    if none of those is due, members added since the leader took office that
-   its report shows voting are recorded as its voters (`RecordVoting`, only
-   where it matters: see `_record_voting`), so that an election after its
-   death counts them even without its report;
+   its report shows voting are recorded as its voters, and the first commit
+   of its term once reported (`RecordVoting`, only where it matters: see
+   `_record_voting`), so that an election after its death knows them even
+   without its report;
 5. then, if nothing else is changing: members and leaders are balanced across
    the nodes that have been up for a while (damping flapping nodes); a member
    is moved only where the shrink that follows takes it off the busier node
@@ -93,6 +94,7 @@ from cairn.controller.election import CountedVoters, enough_answers, majority
 from cairn.controller.model import (
     ClusterSpec,
     ClusterStatus,
+    LastLeader,
     NamespaceSpec,
     NodeHealth,
     ShardRecord,
@@ -235,10 +237,12 @@ def counted_voters(record: ShardRecord, observed: Observed, status: ClusterStatu
     shard whose election chose no one knows of no leader."""
     last = record.last_leader
     learners: frozenset[str] | None
+    recorded_commit = False
     if last is not None and (
         record.leader is None or (last.term, last.name) == (record.term, record.leader)
     ):
         term, leader, learners = last.term, last.name, frozenset(last.learners)
+        recorded_commit = last.committed
     elif record.leader is not None:
         term, leader, learners = record.term, record.leader, None
     else:
@@ -257,14 +261,30 @@ def counted_voters(record: ShardRecord, observed: Observed, status: ClusterStatu
         else:
             handed = () if record.state is ShardState.STEADY else record.ensemble
         known = {leader, *(name for name in handed if name not in record.leaving)}
-        return CountedVoters(term, frozenset(known), leader=leader)
+        return CountedVoters(term, frozenset(known), recorded_commit, leader)
     voting = {follower.internal_address for follower in report.followers if follower.voting}
     members = {
         name
         for name in record.ensemble
         if name not in record.leaving and address_of(name, observed, status) in voting
     }
-    return CountedVoters(term, frozenset({leader, *members}), term_committed(report), leader)
+    committed = recorded_commit or term_committed(report)
+    return CountedVoters(term, frozenset({leader, *members}), committed, leader)
+
+
+def _of_last_leader(
+    record: ShardRecord, report: ReplicaReport, address_of: Callable[[str], str | None]
+) -> LastLeader | None:
+    """The record's last leader, if `report` is its report in its term."""
+    last = record.last_leader
+    if (
+        last is None
+        or report.role != LEADER
+        or report.term != last.term
+        or report.leader_internal_address != address_of(last.name)
+    ):
+        return None
+    return last
 
 
 def learners_voting(
@@ -273,16 +293,20 @@ def learners_voting(
     """The last leader's recorded learners that its report (`report`, of the
     last leader's term) shows voting: they count from now on, and the record
     may say so (`steps.record_voting`)."""
-    last = record.last_leader
-    if (
-        last is None
-        or report.role != LEADER
-        or report.term != last.term
-        or report.leader_internal_address != address_of(last.name)
-    ):
+    last = _of_last_leader(record, report, address_of)
+    if last is None:
         return set()
     voting = {follower.internal_address for follower in report.followers if follower.voting}
     return {name for name in last.learners if address_of(name) in voting}
+
+
+def commit_to_record(
+    record: ShardRecord, report: ReplicaReport, address_of: Callable[[str], str | None]
+) -> bool:
+    """Does the last leader's report (of its term) show its term committed,
+    which the record does not say yet (`LastLeader.committed`)?"""
+    last = _of_last_leader(record, report, address_of)
+    return last is not None and not last.committed and term_committed(report)
 
 
 def address_of(name: str, observed: Observed, status: ClusterStatus) -> str | None:
@@ -554,18 +578,21 @@ class _Planner:
         return bool(incarnations_to_record(record, report, self._address))
 
     def _record_voting(self, record: ShardRecord, report: ReplicaReport) -> RecordVoting | None:
-        """Recorded learners the leader (`report`) counts as voters now, to be
-        recorded as voting, when nothing else is due for the shard. Only in an
-        ensemble of an even number of voters: in an odd one, answers from
-        fewer than a majority are never enough, whoever is known to count
-        (`enough_answers`), so a learner left in the record there only makes
-        `choose_leader` more careful, and they are recorded once the
-        ensemble is even (FinishEnsembleChange records those it sees voting
-        too)."""
+        """Recorded learners the leader (`report`) counts as voters now, and
+        its term's first commit, to be recorded when nothing else is due for
+        the shard. Only in an ensemble of an even number of voters: in an odd
+        one, answers from fewer than a majority are never enough, whoever is
+        known to count and whatever it committed (`enough_answers`), so a
+        learner left in the record there only makes `choose_leader` more
+        careful; they are recorded once the ensemble is even
+        (FinishEnsembleChange records what it sees too)."""
         if len(record.voters) % 2:
             return None
         voting = learners_voting(record, report, self._address)
-        return RecordVoting(record.shard, tuple(sorted(voting))) if voting else None
+        committed = commit_to_record(record, report, self._address)
+        if not voting and not committed:
+            return None
+        return RecordVoting(record.shard, tuple(sorted(voting)), committed)
 
     def _drop_never_added(self, record: ShardRecord, report: ReplicaReport) -> Action | None:
         """A long-dead member the leader never had (its addition was cut short,

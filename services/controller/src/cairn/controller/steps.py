@@ -196,23 +196,32 @@ def finish_removal(
 
 
 def record_voting(
-    status: ClusterStatus, shard: int, term: int, leader: str, names: Iterable[str]
+    status: ClusterStatus,
+    shard: int,
+    term: int,
+    leader: str,
+    names: Iterable[str],
+    term_committed: bool = False,
 ) -> ClusterStatus:
     """`leader`, leading `term`, reported the learners `names` voting: they
     count toward its commit offset for the rest of its term (a voter stops
     voting only when removed, or when it comes back with another incarnation
     of its data, and then it does not answer an election for the data it is
-    recorded to hold). Nothing changes if another leader has been chosen
-    since: it was handed them as followers, and has no learners yet."""
+    recorded to hold). With `term_committed`, it reported the first entry of
+    its term committed, which stays so. Nothing changes if another leader
+    has been chosen since: it was handed them as followers, and has no
+    learners yet."""
     record = shard_record(status, shard)
     last = record.last_leader
     if last is None or (last.term, last.name) != (term, leader):
         return status
     voting = set(names)
     learners = tuple(name for name in last.learners if name not in voting)
-    if learners == last.learners:
+    committed = last.committed or term_committed
+    if (learners, committed) == (last.learners, last.committed):
         return status
-    return status.with_shard(replace(record, last_leader=replace(last, learners=learners)))
+    recorded = replace(last, learners=learners, committed=committed)
+    return status.with_shard(replace(record, last_leader=recorded))
 
 
 def record_new_member_data(
