@@ -140,9 +140,7 @@ def test_rf2_the_intact_member_alone_elects_when_its_term_had_committed() -> Non
     assert model.record(0).leader == a
 
 
-def test_rf2_a_restarted_controller_elects_without_the_last_leader_once_its_commit_is_recorded() -> (
-    None
-):
+def test_rf2_a_restarted_controller_elects_without_the_leader_once_its_commit_is_recorded() -> None:
     # RF 2, A led and committed in its term with B voting, then A died. The
     # controller that saw A's report knows B counted and A's term committed:
     # B alone elects. One restarted since knows it from the record (A was
