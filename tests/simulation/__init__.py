@@ -2,8 +2,10 @@
 tests, item 3, and ARCHITECTURE.md section 7: what is simulated is what ships).
 
 The whole cluster runs in one process under one `random.Random(seed)`:
-- storage pods whose replica of the shard wraps the real pure replication core
-  (`cairn.storage.core.replication`) over a simulated WAL that loses its unsynced
+- storage pods whose replica of the shard wraps the real pure cores (the
+  replica's `ShardCore`: terms, commit, apply limit, takeover, timestamps,
+  backpressure; the leader's `LeaderCore` and `LeaderLease`; issue 45 has the
+  storage pod's driver itself run here next) over a simulated WAL that loses its unsynced
   tail on a crash (and everything, with the KV and the controller epoch it kept,
   when its disk is lost); pods beyond the ensemble start without a replica;
 - the real controller: the real planner (`plan`), executor (with `steps.py` and
@@ -23,7 +25,8 @@ The whole cluster runs in one process under one `random.Random(seed)`:
   before they began.
 
     world.py        the driver: one step = deliver due messages, inject faults, pump
-    replica.py      a storage pod's replica: coordination and follower side
+    replica.py      a storage pod's replica around ShardCore: coordination and
+                    follower side
     leading.py      the leader's runtime around LeaderCore and LeaderLease
     storage.py      the simulated WAL and KV, and entry application
     network.py      messages in flight, faults, partitions, stream sessions

@@ -33,8 +33,9 @@ class RuntimeRules:
     # was committed with the leaving one, then calls the removal off (under the
     # controller's call deadline, controller.py).
     removal_wait_steps: int = 20
-    # Client writes appended but not yet applied; more are refused (backpressure).
-    max_pending_writes: int = 64
+    # Entries logged but not applied yet; past it client writes are refused
+    # (backpressure: ShardCore.has_room).
+    max_pending_entries: int = 64
     # Committed entries applied in one KV batch, at most (drawn at random up to it).
     max_apply_group: int = 16
     # NewTerm answers a durable head: the controller elects on it, and a crash

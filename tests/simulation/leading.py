@@ -110,7 +110,6 @@ class LeaderRuntime:
         self.core.on_local_durable(log.synced_offset)
         rules = env.rules
         self.lease = LeaderLease(replica.name, rules.lease_ms)
-        self.term_start_offset = term_start.offset
         wait_ms = takeover_wait_ms(rules.lease_ms, 0.0)
         waits = rules.takeover_waits_for_old_leases and bool(self.core.followers)
         self.serves_from_ms = env.now_ms + (wait_ms if waits else 0)
@@ -120,22 +119,22 @@ class LeaderRuntime:
     # -- clients -----------------------------------------------------------------------
 
     def taken_over(self) -> bool:
-        """Its term's first entry applied, and any older leader's lease over."""
-        replica = self.replica
-        return (
-            replica.kv.applied_offset >= self.term_start_offset
-            and replica.env.now_ms >= self.serves_from_ms
-        )
+        """Its term's first entry applied, and any older leader's lease over
+        (ShardCore decides, as for the storage pod)."""
+        core = self.replica.live_core()
+        core.takeover_wait_ms(self.replica.env.now_ms, self.serves_from_ms)
+        return core.taken_over
 
     def client_write(self, request_id: int, request: bytes) -> None:
         env = self.replica.env
         if env.rules.takeover_waits_for_old_leases and not self.taken_over():
             env.count("writes refused (taking over)")
             return
-        if len(self.pending) >= env.rules.max_pending_writes:
+        payload = encode_client_write(request)
+        if not self._has_room(len(payload)):
             env.count("writes refused (backpressure)")
             return
-        offset = self._append(encode_client_write(request))
+        offset = self._append(payload)
         self.pending[offset] = PendingWrite(request_id)
 
     def applied(self, entry: m.LogEntry, result: Any) -> None:
@@ -190,13 +189,14 @@ class LeaderRuntime:
 
     def create_session(self, request: m.CreateSession) -> None:
         env = self.replica.env
-        if not self.taken_over() or len(self.pending) >= env.rules.max_pending_writes:
-            env.count("sessions refused (taking over or backpressure)")
-            return
         body = internal_pb.CreateSessionEntry(
             timeout_ms=request.timeout_ms, client_identity=request.client
         )
-        offset = self._append(encode_entry(CREATE_SESSION, body.SerializeToString()))
+        payload = encode_entry(CREATE_SESSION, body.SerializeToString())
+        if not self.taken_over() or not self._has_room(len(payload)):
+            env.count("sessions refused (taking over or backpressure)")
+            return
+        offset = self._append(payload)
         self.pending_sessions[offset] = (request.client, request.request_id, request.timeout_ms)
 
     def keep_alive(self, request: m.KeepAlive) -> None:
@@ -248,11 +248,21 @@ class LeaderRuntime:
             )
         )
 
+    def _has_room(self, size: int) -> bool:
+        """Backpressure (ShardCore.has_room): entries logged but not applied yet."""
+        replica = self.replica
+        applied, last = replica.kv.applied_offset, replica.log.last_offset
+        pending = replica.log.slice(applied + 1, last) if last > applied else []
+        pending_bytes = sum(len(entry.payload) for entry in pending)
+        return replica.live_core().has_room(len(pending), pending_bytes, size)
+
     def _append(self, payload: bytes) -> int:
         replica = self.replica
+        core = replica.live_core()
         offset = replica.log.last_offset + 1
-        replica.log.append(m.LogEntry(self.term, offset, replica.env.now_ms, payload))
-        replica.live_core().log.append(self.term, offset)
+        timestamp_ms = core.next_timestamp_ms(replica.env.now_ms)
+        replica.log.append(m.LogEntry(self.term, offset, timestamp_ms, payload))
+        core.log.append(self.term, offset)
         return offset
 
     # -- ensemble ----------------------------------------------------------------------

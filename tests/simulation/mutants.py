@@ -22,6 +22,7 @@ from cairn.controller.model import ClusterState, ClusterStatus, ShardRecord
 from cairn.controller.state.store import StateConflict
 from cairn.storage.core.replication.leader import FollowerPhase, FollowerProgress, LeaderCore
 from cairn.storage.core.replication.quorum import QuorumTracker
+from cairn.storage.core.shard_core import ShardCore
 from simulation import replica
 from simulation.context import RuntimeRules
 from simulation.world import SimConfig
@@ -149,6 +150,12 @@ def _rules(**changes: bool) -> RuntimeRules:
     return dataclasses.replace(RuntimeRules(), **changes)
 
 
+def _apply_past_durable(self: ShardCore, durable_offset: int) -> int:
+    """ShardCore's apply limit without its durable half: a replica applies what
+    is committed whether or not its own log holds it durably."""
+    return self.commit_offset
+
+
 MUTANTS: dict[str, Mutant] = {
     "elect the lowest head": Mutant(patches=((executor, "choose_leader", _lowest_head),)),
     # The planner changes the ensemble again without waiting for the leader's
@@ -208,6 +215,11 @@ MUTANTS: dict[str, Mutant] = {
     # Hole 3: no controller-epoch fencing: the state takes a stale controller's
     # writes (computed from the state it held, and re-applied after a
     # conflict), pods its calls.
+    # A rule of the shard's own core (ShardCore), not of replication: applied
+    # entries a crash takes from the log.
+    "apply past the durable offset": Mutant(
+        patches=((ShardCore, "appliable_offset", _apply_past_durable),)
+    ),
     "hole 3: no controller-epoch fencing": Mutant(
         patches=(
             (keeper.StateKeeper, "_update_status", _update_status_from_stale_state),

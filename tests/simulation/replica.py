@@ -1,5 +1,7 @@
-"""A simulated storage replica of the shard: the real ReplicaCore driven by the
-rules the runtime follows, over a simulated WAL and KV.
+"""A simulated storage replica of the shard: the real ShardCore (the replica's
+roles, terms, commit, apply limit, takeover, timestamps and backpressure, as
+the storage pod's shard.py uses them) driven by the rules the runtime follows,
+over a simulated WAL and KV.
 
 The rules (each one is what keeps an invariant in checkers.py true):
 - Persist, then answer: a term the core says changed (fence, follow) is durable
@@ -8,9 +10,9 @@ The rules (each one is what keeps an invariant in checkers.py true):
   RuntimeRules): the controller elects on that head, the leader counts it as an
   acknowledgement.
 - Acknowledgements and commit offsets only ever cover durable (synced) entries:
-  a follower acks `synced_offset` and applies up to
-  `learn_commit(leader_commit, synced)`; a leader applies up to
-  min(commit offset, its own synced offset).
+  a follower acks `synced_offset`; ShardCore decides how far to apply (its
+  apply limit: committed and durable) and what a follower's commit offset is
+  (what its leader said, as far as it holds it durably).
 - Entries are applied in groups, each written to the KV with its commit offset
   in one batch; the KV's commit offset is the applied offset.
 - A restart comes back FENCED at the persisted term, with the synced log and the
@@ -36,8 +38,9 @@ from dataclasses import dataclass
 from cairn.common.errors import InvalidTerm, StaleControllerEpoch
 from cairn.common.heartbeat import FollowerReport, ReplicaReport
 from cairn.storage.core.controller_epoch import admit
-from cairn.storage.core.replication.replica import Member, ReplicaCore, Role
-from cairn.storage.core.replication.terms import NO_OFFSET, TermHistory
+from cairn.storage.core.replication.replica import Member, Role
+from cairn.storage.core.replication.terms import TermHistory
+from cairn.storage.core.shard_core import PipelineLimits, ShardCore
 from simulation import messages as m
 from simulation.context import Env
 from simulation.leading import LeaderRuntime
@@ -47,6 +50,10 @@ from simulation.storage import DigestKv, SimLog, apply_entries
 # Calls that change a pod: they carry the controller's epoch.
 CHANGING = (m.NewTerm, m.BecomeLeader, m.AddFollower, m.RemoveFollower, m.DeleteShard)
 ROLE_NAMES = {Role.FENCED: "fenced", Role.FOLLOWER: "follower", Role.LEADER: "leader"}
+
+
+# The write buffer's bound in bytes (the entry bound is RuntimeRules.max_pending_entries).
+MAX_PENDING_BYTES = 1 << 20
 
 
 def member_of(name: str) -> Member:
@@ -86,10 +93,9 @@ class SimReplica:
         self.highest_epoch = 0
         # Volatile state (gone on a crash).
         self.incarnation = 0
-        self.core: ReplicaCore | None = None
+        self.core: ShardCore | None = None
         self.leading: LeaderRuntime | None = None
         self.stream: FollowedStream | None = None
-        self.leader_commit_seen = NO_OFFSET
         # Set to crash once the message being handled is done (the reply is out):
         # the window between answering and acting on the answer.
         self.crash_requested = False
@@ -103,17 +109,29 @@ class SimReplica:
 
     def start(self) -> None:
         self.incarnation += 1
-        self.core = ReplicaCore(
+        self.core = self._new_core()
+        self.leading = None
+        self.stream = None
+        self.crash_requested = False
+        self.env.net.up(self.name, self.incarnation)
+
+    def _new_core(self) -> ShardCore:
+        """The core of a replica (re)started over what its disk holds: recovered
+        at the persisted term, everything applied committed."""
+        limits = PipelineLimits(
+            max_pending_entries=self.env.rules.max_pending_entries,
+            max_pending_bytes=MAX_PENDING_BYTES,
+            max_entries_per_apply=self.env.rules.max_apply_group,
+            max_operations_per_apply=self.env.rules.max_apply_group,
+        )
+        return ShardCore(
             shard_id=0,
             term=self.persisted_term,
             log=self.log.history(),
             commit_offset=self.kv.applied_offset,
+            applied_offset=self.kv.applied_offset,
+            limits=limits,
         )
-        self.leading = None
-        self.stream = None
-        self.leader_commit_seen = NO_OFFSET
-        self.crash_requested = False
-        self.env.net.up(self.name, self.incarnation)
 
     def crash(self) -> None:
         if self.log.synced_offset < self.log.last_offset:
@@ -142,10 +160,9 @@ class SimReplica:
         self.kv = DigestKv()
         self.data_incarnation = self.env.new_data_incarnation()
         self.absent = True
-        self.core = ReplicaCore(shard_id=0, term=0, log=self.log.history(), commit_offset=-1)
+        self.core = self._new_core()
         self.leading = None
         self.stream = None
-        self.leader_commit_seen = NO_OFFSET
 
     def status_reports(self) -> tuple[ReplicaReport, ...]:
         """The shard's replica as GetStatus reports it (none if the pod lacks it)."""
@@ -188,7 +205,7 @@ class SimReplica:
         self.log.sync()
         stream = self.stream
         if stream is not None and not stream.broken and core.role is Role.FOLLOWER:
-            core.learn_commit(self.leader_commit_seen, self.log.synced_offset)
+            core.on_follower_durable(self.log.synced_offset)
         if stream is not None and not stream.broken and self.log.synced_offset > before:
             self._ack(stream)
 
@@ -216,17 +233,21 @@ class SimReplica:
         core = self.live_core()
         if self.leading is not None:
             self.leading.pump()
-            core.commit_offset = max(core.commit_offset, self.leading.core.commit_offset)
-        self._apply(min(core.commit_offset, self.log.synced_offset))
+            core.on_commit(self.leading.core.commit_offset)
+        self._apply(core.apply_limit(self.log.synced_offset))
 
     def _apply(self, target: int) -> None:
         rng = self.env.rng
+        core = self.live_core()
         while self.kv.applied_offset < target:
             first = self.kv.applied_offset + 1
+            # Groups of a random size (up to the core's bound) explore more
+            # interleavings than the core's own choice, which fills each group.
             last = min(target, first + rng.randint(1, self.env.rules.max_apply_group) - 1)
             entries = self.log.slice(first, last)
             assert entries and entries[0].offset == first and entries[-1].offset == last
             results = apply_entries(self.kv, entries, self.env.shard_rules)
+            core.on_applied(last)
             for entry, result in results:
                 self.env.observer.saw_committed(entry, self.name)
                 if self.leading is not None:
@@ -335,6 +356,7 @@ class SimReplica:
             refusal = m.Refused(request.term, "BecomeLeader", str(error), request.call)
             self.env.send(self.name, src, refusal)
             return
+        core.on_leading(term_start)
         self.leading = LeaderRuntime(
             self, request.term, request.followers, term_start, dict(request.incarnations)
         )
@@ -346,6 +368,7 @@ class SimReplica:
         if self.leading is not None:
             self.env.log(f"{self.name} stops leading term {self.leading.term}: {why}")
             self.leading = None
+            self.live_core().on_stepped_down()
 
     # -- follower side -----------------------------------------------------------------
 
@@ -383,7 +406,6 @@ class SimReplica:
         if self.env.rules.sync_before_truncate_answer:
             self.log.sync()
         self.stream = FollowedStream(request.term, request.session, src)
-        self.leader_commit_seen = NO_OFFSET
         self.env.send(
             self.name,
             src,
@@ -426,9 +448,10 @@ class SimReplica:
         for entry in request.entries:
             self.log.append(entry)
             core.log.append(entry.term, entry.offset)
+        if request.entries:
+            core.on_replicated_timestamp(request.entries[-1].timestamp_ms)
         stream.leader_time_ms = max(stream.leader_time_ms, request.leader_time_ms)
-        self.leader_commit_seen = max(self.leader_commit_seen, request.commit_offset)
-        core.learn_commit(self.leader_commit_seen, self._durable())
+        core.on_leader_commit(request.commit_offset, self._durable())
         self._ack(stream)
 
     def _ack(self, stream: FollowedStream) -> None:
@@ -470,12 +493,11 @@ class SimReplica:
         self.kv = DigestKv.from_dump(request.records)
         assert self.kv.applied_offset == base.offset, (self.kv.applied_offset, base)
         self.log.reset(base)
-        core.log.reset(base)
-        core.commit_offset = max(core.commit_offset, base.offset)
+        core.on_snapshot_installed(base)
         stream.snapshot_installed = True
         self.env.log(f"{self.name} installed a snapshot at {base}", "snapshots installed")
         self.env.send(self.name, src, m.SnapshotResponse(request.session, base))
 
-    def live_core(self) -> ReplicaCore:
+    def live_core(self) -> ShardCore:
         assert self.core is not None, f"{self.name} is down"
         return self.core

@@ -134,6 +134,9 @@ CAUGHT_WITHIN: dict[str, tuple[int, int, str, str]] = {
     "ensemble changes without waiting": (26, 3, "wipes", "real"),
     "acknowledge unsynced entries": (8, 3, "churn", "real"),  # seed 2, (c)
     "act on stale Truncates": (24, 5, "churn", "real"),  # seed 9, ReplicationInvariantError
+    # Seed 0, (e): a replica applied past its synced offset (a rule of the
+    # shard's core, ShardCore.appliable_offset, which the simulated replicas run).
+    "apply past the durable offset": (3, 3, "lagging", "real"),
     # A new leader's followers lag past the window: its term never commits.
     # Seed 15 (seed 2 until the record kept the last leader's commit).
     "send window anchored at the applied offset": (17, 3, "lagging", "real"),
