@@ -107,7 +107,8 @@ class LeaderRuntime:
             max_in_flight_entries=env.rules.max_in_flight_entries,
             incarnations=incarnations,
         )
-        self.core.on_local_durable(log.synced_offset)
+        core.on_leading(term_start, self.core)
+        core.on_local_durable(log.synced_offset)
         rules = env.rules
         self.lease = LeaderLease(replica.name, rules.lease_ms)
         wait_ms = takeover_wait_ms(rules.lease_ms, 0.0)
@@ -439,7 +440,7 @@ class LeaderRuntime:
 
     def pump(self) -> None:
         replica, env = self.replica, self.replica.env
-        self.core.on_local_durable(replica.log.synced_offset)
+        replica.live_core().on_local_durable(replica.log.synced_offset)
         if self.removals:
             self._finish_removals()
         self._expire_sessions()

@@ -356,7 +356,6 @@ class SimReplica:
             refusal = m.Refused(request.term, "BecomeLeader", str(error), request.call)
             self.env.send(self.name, src, refusal)
             return
-        core.on_leading(term_start)
         self.leading = LeaderRuntime(
             self, request.term, request.followers, term_start, dict(request.incarnations)
         )

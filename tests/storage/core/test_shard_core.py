@@ -15,11 +15,13 @@ from cairn.storage.core.entries import (
     Folded,
 )
 from cairn.storage.core.folding import fits_fold, starts_fold
+from cairn.storage.core.replication.leader import LeaderCore
 from cairn.storage.core.replication.replica import Member
 from cairn.storage.core.replication.terms import NO_OFFSET, EntryId, history_of
 from cairn.storage.core.shard_core import PipelineLimits, ShardCore, operation_count
 
 ME = Member("pod-0:6648", "pod-0:6649")
+OTHER = Member("pod-1:6648", "pod-1:6649")
 LIMITS = PipelineLimits(
     max_pending_entries=4,
     max_pending_bytes=100,
@@ -31,6 +33,15 @@ LIMITS = PipelineLimits(
 def _core(last_offset: int = 9, applied: int = 5) -> ShardCore:
     log = history_of(0, last_offset, lambda offset: 1, EntryId(-1, NO_OFFSET))
     return ShardCore(0, 1, log, commit_offset=applied, applied_offset=applied, limits=LIMITS)
+
+
+def _lead(core: ShardCore, term: int, followers: tuple[Member, ...] = ()) -> EntryId:
+    core.fence(term)
+    term_start = core.become_leader(term, ME)
+    core.log.append(term_start.term, term_start.offset)
+    quorum = LeaderCore(term, ME, followers, core.commit_offset, term_start.offset, 8)
+    core.on_leading(term_start, quorum)
+    return term_start
 
 
 def test_applies_only_what_is_committed_and_durable() -> None:
@@ -66,9 +77,7 @@ def test_a_leader_commit_moves_only_forward() -> None:
 
 def test_a_new_leader_takes_over_after_its_first_entry_and_older_leases() -> None:
     core = _core(last_offset=9, applied=9)
-    core.fence(2)
-    term_start = core.become_leader(2, ME)
-    core.on_leading(term_start)
+    term_start = _lead(core, 2)
     assert core.takeover_wait_ms(now_ms=1_000, serves_from_ms=0) is None  # not applied
     core.on_applied(term_start.offset)
     assert core.takeover_wait_ms(now_ms=1_000, serves_from_ms=1_250) == 250
@@ -78,6 +87,34 @@ def test_a_new_leader_takes_over_after_its_first_entry_and_older_leases() -> Non
     assert core.takeover_wait_ms(now_ms=2_000, serves_from_ms=1_250) is None  # done
     core.on_stepped_down()
     assert not core.taken_over
+
+
+def test_a_leader_commits_what_its_quorum_counts_of_its_own_and_its_followers_logs() -> None:
+    core = _core(last_offset=9, applied=5)
+    term_start = _lead(core, 2, (OTHER,))
+    core.log.append(2, term_start.offset + 1)
+    # Its own durable offset alone is no majority of two.
+    assert not core.on_local_durable(term_start.offset + 1)
+    assert core.leading is not None
+    counted = core.leading.on_ack(OTHER.internal_address, 2, term_start.offset)
+    assert core.on_commit(counted)
+    assert core.commit_offset == term_start.offset
+    core.on_stepped_down()
+    assert core.leading is None
+
+
+def test_a_leader_alone_commits_what_it_holds_durably() -> None:
+    core = _core(last_offset=9, applied=5)
+    term_start = _lead(core, 2)
+    assert core.on_local_durable(term_start.offset)
+    assert core.commit_offset == term_start.offset
+
+
+def test_leading_needs_the_term_begun_by_become_leader() -> None:
+    core = _core()
+    core.fence(2)
+    with pytest.raises(ValueError, match="not begun"):
+        core.on_leading(EntryId(2, 10), LeaderCore(2, ME, (), 5, 10, 8))
 
 
 def test_a_follower_never_takes_over() -> None:

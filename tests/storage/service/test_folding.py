@@ -25,6 +25,7 @@ from cairn.storage.core.entries import (
     decode_entry,
 )
 from cairn.storage.core.fastpath import has_plain_puts
+from cairn.storage.core.replication.leader import LeaderCore
 from cairn.storage.core.replication.replica import Member
 from cairn.storage.kv import Column, RocksKv
 from cairn.storage.replication.leader import lead_alone
@@ -35,19 +36,17 @@ ME = Member("127.0.0.1:1", "127.0.0.1:2")
 LIMITS = Limits(fold_writes_after_uncommitted_entries=2)
 
 
+FOLLOWER = Member("127.0.0.1:3", "127.0.0.1:4")
+
+
 class FollowerPlayedByTest:
     """A leader role with one follower whose acknowledgements the test gives: an
-    entry commits once the leader has it durable and the test acknowledged it."""
+    entry commits once the leader has it durable and the test acknowledged it
+    (the term's quorum, LeaderCore, counts both)."""
 
-    def __init__(self, shard: ShardReplica) -> None:
+    def __init__(self, shard: ShardReplica, core: LeaderCore) -> None:
         self.shard = shard
-        self._durable = -1
-        self._acknowledged = -1
-        self._commit = -1
-
-    @property
-    def commit_offset(self) -> int:
-        return self._commit
+        self.core = core
 
     @property
     def has_followers(self) -> bool:
@@ -56,19 +55,12 @@ class FollowerPlayedByTest:
     def entries_appended(self) -> None:
         pass
 
-    def local_durable(self, offset: int) -> None:
-        self._durable = offset
-        self._advance()
+    def own_durability_counted(self) -> None:
+        pass
 
     def acknowledge(self, offset: int) -> None:
-        self._acknowledged = max(self._acknowledged, offset)
-        self._advance()
-
-    def _advance(self) -> None:
-        commit = min(self._durable, self._acknowledged)
-        if commit > self._commit:
-            self._commit = commit
-            self.shard.commit_advanced()
+        commit = self.core.on_ack(FOLLOWER.internal_address, self.core.term, offset)
+        self.shard.commit_counted(commit)
 
     async def stop(self) -> None:
         pass
@@ -96,12 +88,12 @@ async def leader(
     replica = ShardReplica(0, ShardSpec(), RocksKv(path / "kv"), Wal.open(path / "wal"), limits)
     roles: list[FollowerPlayedByTest] = []
 
-    def make_role(shard: ShardReplica, term_start_offset: int) -> FollowerPlayedByTest:
-        roles.append(FollowerPlayedByTest(shard))
+    def make_role(shard: ShardReplica, core: LeaderCore) -> FollowerPlayedByTest:
+        roles.append(FollowerPlayedByTest(shard, core))
         return roles[0]
 
     await replica.new_term(replica.term + 1)
-    term_start = await replica.become_leader(replica.term, ME, make_role)
+    term_start = await replica.become_leader(replica.term, ME, make_role, [FOLLOWER])
     roles[0].acknowledge(term_start.offset)
     await replica.wait_serving(timeout_s=5)
     try:

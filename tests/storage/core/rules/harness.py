@@ -35,7 +35,7 @@ from pathlib import Path
 
 from cairn.storage.core.replication.applied_changes import commit_for_followers
 from cairn.storage.core.replication.leader import FollowerPhase, LeaderCore
-from cairn.storage.core.replication.replica import Member, Role
+from cairn.storage.core.replication.replica import Member
 from cairn.storage.core.replication.terms import NO_OFFSET, NO_TERM, EntryId, TermHistory
 from cairn.storage.core.shard_core import PipelineLimits, ShardCore
 
@@ -116,7 +116,6 @@ class Cluster:
         core = leader.core
         term_start = core.become_leader(term, leader.member)
         core.log.append(term_start.term, term_start.offset)
-        core.on_leading(term_start)
         followers = [r.member for r in self.replicas.values() if r is not leader]
         leader.leading = LeaderCore(
             term,
@@ -126,6 +125,7 @@ class Cluster:
             term_start.offset,
             MAX_IN_FLIGHT_ENTRIES,
         )
+        core.on_leading(term_start, leader.leading)
         return [f"{leader.name} leads term {term}; its first entry is {_entry(term_start)}"]
 
     def _write(self, args: list[str]) -> list[str]:
@@ -140,10 +140,7 @@ class Cluster:
     def _durable(self, args: list[str]) -> list[str]:
         replica = self.replicas[args[0]]
         replica.durable_offset = int(args[1])
-        if replica.leading is not None:
-            replica.core.on_commit(replica.leading.on_local_durable(replica.durable_offset))
-        elif replica.core.role is Role.FOLLOWER:
-            replica.core.on_follower_durable(replica.durable_offset)
+        replica.core.on_local_durable(replica.durable_offset)
         return [f"{replica.name}: commit {replica.core.commit_offset}"]
 
     def _truncate(self, args: list[str]) -> list[str]:

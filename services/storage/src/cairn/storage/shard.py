@@ -40,7 +40,7 @@ import logging
 import secrets
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,6 +109,7 @@ from cairn.storage.core.replication.applied_changes import (
     KeptChanges,
     use_of,
 )
+from cairn.storage.core.replication.leader import LeaderCore
 from cairn.storage.core.replication.replica import Member, Role
 from cairn.storage.core.replication.terms import (
     NO_OFFSET,
@@ -206,8 +207,10 @@ class _ChangesOutcome(enum.Enum):
 
 
 class LeaderRole(Protocol):
-    """What a replica runs while it leads (replication/leader.py): told about
-    appends and local durability; holds the commit offset and the lease."""
+    """What a replica runs while it leads (replication/leader.py): its
+    followers' streams, woken when there is more to send, and the lease. The
+    term's quorum (LeaderCore) is the shard core's (ShardCore.leading); what
+    the followers acknowledge comes back through `commit_counted`."""
 
     # When it may serve (any older leader's lease is over), by `clock_ms`.
     serves_from_ms: int
@@ -219,14 +222,11 @@ class LeaderRole(Protocol):
     async def renew_lease(self, timeout_s: float) -> bool: ...
 
     @property
-    def commit_offset(self) -> int: ...
-
-    @property
     def has_followers(self) -> bool: ...
 
     def entries_appended(self) -> None: ...
 
-    def local_durable(self, offset: int) -> None: ...
+    def own_durability_counted(self) -> None: ...
 
     async def stop(self) -> None: ...
 
@@ -519,19 +519,34 @@ class ShardReplica:
         return self.core.head, self.core.commit_offset
 
     async def become_leader(
-        self, term: int, me: Member, make_leader: Callable[[ShardReplica, int], LeaderRole]
+        self,
+        term: int,
+        me: Member,
+        make_leader: Callable[[ShardReplica, LeaderCore], LeaderRole],
+        followers: Sequence[Member] = (),
+        incarnations: Mapping[str, int] | None = None,
     ) -> EntryId:
-        """Lead `term`: log its first entry, start replicating (`make_leader` builds
-        the replication side for the term-start offset)."""
+        """Lead `term` with `followers` (`incarnations`: of their data, as the
+        controller recorded them): log its first entry, start replicating
+        (`make_leader` builds the replication side around the term's quorum)."""
         async with self._storage_lock:
             self._check_writable()
             term_start = self.core.become_leader(term, me)
-            self.core.on_leading(term_start)
+            leading = LeaderCore(
+                term,
+                me,
+                followers,
+                self.core.commit_offset,
+                term_start.offset,
+                self.replication.max_in_flight_entries,
+                incarnations,
+            )
+            self.core.on_leading(term_start, leading)
             self._serving.clear()
             self.read_cache.enable(self.kv)
             self._leader_changes.clear()
             self.changes_for_followers.clear()
-            self._leader = make_leader(self, term_start.offset)
+            self._leader = make_leader(self, leading)
             body = internal_pb.TermStartEntry(leader=me.internal_address)
             # Never waits for room: what fills the pipeline may be inherited entries
             # that only this entry lets commit.
@@ -1257,14 +1272,21 @@ class ShardReplica:
 
     # ---- the pipeline ---------------------------------------------------------------
 
-    def commit_advanced(self) -> None:
-        """The leader's replication side moved the commit offset: the writes folded
-        meanwhile go out now (the caller wakes the followers' senders next)."""
+    def commit_counted(self, commit_offset: int) -> None:
+        """The term's quorum counted `commit_offset` on what followers answered
+        (replication/leader.py)."""
+        if self.core.on_commit(commit_offset):
+            self._commit_moved()
+
+    def _commit_moved(self) -> None:
+        """More is committed: apply it; as leader, the writes folded meanwhile go
+        out now, and followers learn the new commit offset with the next message."""
+        self._wake_applier.set()
         leader = self._leader
-        if leader is not None and self.core.on_commit(leader.commit_offset):
-            self._wake_applier.set()
+        if leader is not None:
             if self._fold is not None:
                 self._seal_fold()
+            leader.entries_appended()
 
     async def _sync_loop(self) -> None:
         loop = self._loop
@@ -1286,13 +1308,13 @@ class ShardReplica:
             self._on_durable()
 
     def _on_durable(self) -> None:
-        durable = self.durable_offset
         self._publish_progress()
+        moved = self.core.on_local_durable(self.durable_offset)
         leader = self._leader
         if leader is not None:
-            leader.local_durable(durable)  # calls commit_advanced() if it moved
-        elif self.core.role is Role.FOLLOWER and self.core.on_follower_durable(durable):
-            self._wake_applier.set()
+            leader.own_durability_counted()
+        if moved:
+            self._commit_moved()
         # A leader's followers may have committed entries before its own fsync
         # covered them: those become appliable now, with no commit change to say so.
         if self._apply_limit() > self.applied_offset:

@@ -6,7 +6,9 @@ plus the rules of the pipeline that moves entries from the log to the KV.
                                       may hold applying at an offset (digest stops)
     follower commit                   what its leader said is committed, as far as
                                       it holds it durably (never goes back)
-    leader commit                     what its replication side counted (the quorum)
+    leader commit                     what its quorum counted (LeaderCore, owned
+                                      here while leading: its own durable offset
+                                      and its followers' acknowledgements)
     taking over                       a new leader serves once its term's first entry
                                       is applied and any older leader's lease is over
     timestamps                        an entry never gets an earlier time than the
@@ -19,8 +21,11 @@ plus the rules of the pipeline that moves entries from the log to the KV.
 The driver (shard.py) tells it what happened (`on_*`) and asks what to do; it
 keeps no clock (times are arguments) and does no I/O. It is the first part of the
 pure shard core that issue 45 describes (every decision of a replica here, the
-driver a loop over its output); the leader's quorum is still kept by the
-replication runtime (replication/leader.py) and told here through `on_commit`.
+driver a loop over its output). While leading it owns the term's LeaderCore
+(`leading`): the replica's own durability goes to it from here
+(`on_local_durable`); the replication runtime (replication/leader.py) works
+its followers' streams with it and tells the counted commit offset through
+`on_commit`.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from cairn.common.errors import Overloaded
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.storage.core.apply import MAX_RECORDS_PER_CLOSE_ENTRY
 from cairn.storage.core.entries import CLIENT_WRITE, CLOSE_SESSION, FOLDED_WRITES, Folded
+from cairn.storage.core.replication.leader import LeaderCore
 from cairn.storage.core.replication.replica import ReplicaCore, Role
 from cairn.storage.core.replication.terms import NO_OFFSET, EntryId
 
@@ -73,6 +79,8 @@ class ShardCore(ReplicaCore):
     term_start_offset: int = NO_OFFSET
     # A leader has taken over: its first entry is applied, older leases are over.
     taken_over: bool = False
+    # The quorum of the term this replica leads (leader).
+    leading: LeaderCore | None = None
     last_timestamp_ms: int = 0
     # Offsets at which state digests wait to take their view: applying stops at the
     # lowest until that view is taken.
@@ -136,8 +144,18 @@ class ShardCore(ReplicaCore):
         before = self.commit_offset
         return self.learn_commit(self.leader_commit_offset, durable_offset) > before
 
+    def on_local_durable(self, durable_offset: int) -> bool:
+        """This replica's log is durable up to `durable_offset`: a leader's quorum
+        counts it, a follower may commit further. Returns whether the commit
+        offset moved."""
+        if self.role is Role.LEADER and self.leading is not None:
+            return self.on_commit(self.leading.on_local_durable(durable_offset))
+        if self.role is Role.FOLLOWER:
+            return self.on_follower_durable(durable_offset)
+        return False
+
     def on_commit(self, commit_offset: int) -> bool:
-        """A leader's replication side counted a majority up to `commit_offset`.
+        """A leader's quorum counted a majority up to `commit_offset`.
         Returns whether the commit offset moved."""
         if commit_offset <= self.commit_offset:
             return False
@@ -146,14 +164,19 @@ class ShardCore(ReplicaCore):
 
     # -- leading -----------------------------------------------------------------------
 
-    def on_leading(self, term_start: EntryId) -> None:
-        """This replica leads from `term_start` (become_leader's answer): it serves
-        only once it has taken over."""
+    def on_leading(self, term_start: EntryId, leading: LeaderCore) -> None:
+        """This replica leads from `term_start` (become_leader's answer) with the
+        quorum `leading` (of this term, counting from this replica's commit
+        offset): it serves only once it has taken over."""
+        if leading.term != self.term or self.role is not Role.LEADER:
+            raise ValueError(f"shard {self.shard_id}: leading term {leading.term} not begun")
         self.term_start_offset = term_start.offset
         self.taken_over = False
+        self.leading = leading
 
     def on_stepped_down(self) -> None:
         self.taken_over = False
+        self.leading = None
 
     def takeover_wait_ms(self, now_ms: int, serves_from_ms: int) -> int | None:
         """After an apply, or when the takeover timer fires: None if there is

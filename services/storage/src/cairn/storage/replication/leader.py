@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from cairn.common.errors import MembersBehind
@@ -28,32 +28,22 @@ class ReplicatingLeader:
     def __init__(
         self,
         shard: ShardReplica,
-        term: int,
-        me: Member,
-        followers: Iterable[Member],
-        term_start_offset: int,
+        core: LeaderCore,
         peers: PeerChannels | None,
         settings: ReplicationSettings,
-        incarnations: Mapping[str, int] | None = None,
         clock_ms: Callable[[], int] = monotonic_ms,
     ) -> None:
-        followers = list(followers)
+        """Replicates to the followers of `core`, the term's quorum (the shard
+        core's: ShardCore.leading)."""
+        followers = [progress.member for progress in core.followers.values()]
         if followers and peers is None:
             raise ValueError("a leader with followers needs channels to them")
         self.shard = shard
-        self.term = term
-        self.me = me
+        self.term = core.term
+        self.me = me = core.me
         self._peers = peers
         self._settings = settings
-        self.core = LeaderCore(
-            term,
-            me,
-            followers,
-            shard.known_commit_offset,
-            term_start_offset,
-            settings.max_in_flight_entries,
-            incarnations,
-        )
+        self.core = core
         self.clock_ms = clock_ms
         self.lease = LeaderLease(me.internal_address, settings.leader_lease_ms)
         # With followers, an older leader may still hold a lease (lease.py).
@@ -69,10 +59,6 @@ class ReplicatingLeader:
             self._start_sender(member)
 
     # -- shard.LeaderRole ------------------------------------------------------------
-
-    @property
-    def commit_offset(self) -> int:
-        return self.core.commit_offset
 
     @property
     def has_followers(self) -> bool:
@@ -92,8 +78,10 @@ class ReplicatingLeader:
         else:
             kept.clear()
 
-    def local_durable(self, offset: int) -> None:
-        self._commit_may_have_advanced(self.core.on_local_durable(offset))
+    def own_durability_counted(self) -> None:
+        """The quorum counted the leader's own durable offset (the shard did):
+        that may finish a removal."""
+        self._removals_may_have_finished()
 
     async def stop(self) -> None:
         senders, self._senders = self._senders, {}
@@ -146,14 +134,14 @@ class ReplicatingLeader:
         )
 
     def _commit_may_have_advanced(self, commit_offset: int) -> None:
+        self._removals_may_have_finished()
+        self.shard.commit_counted(commit_offset)
+
+    def _removals_may_have_finished(self) -> None:
         if self._removals:
             for member, finished in self._removals.items():
                 if not self.core.is_leaving(member):
                     finished.set()
-        if commit_offset > self.shard.known_commit_offset:
-            self.shard.commit_advanced()
-            # Followers learn the new commit offset with the next message.
-            self.entries_appended()
 
     def _start_sender(self, member: Member) -> None:
         assert self._peers is not None
@@ -235,10 +223,8 @@ async def lead_alone(shard: ShardReplica, me: Member) -> None:
     term = shard.term + 1
     await shard.new_term(term)
 
-    def sole_leader(replica: ShardReplica, term_start_offset: int) -> ReplicatingLeader:
-        return ReplicatingLeader(
-            replica, term, me, (), term_start_offset, None, replica.replication
-        )
+    def sole_leader(replica: ShardReplica, core: LeaderCore) -> ReplicatingLeader:
+        return ReplicatingLeader(replica, core, None, replica.replication)
 
     await shard.become_leader(term, me, sole_leader)
     await shard.wait_serving(timeout_s=None)

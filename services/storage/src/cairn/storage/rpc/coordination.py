@@ -17,6 +17,7 @@ from cairn.common.hashing import HashRange
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import replication_pb2 as rpb
 from cairn.storage.config import ShardSpec
+from cairn.storage.core.replication.leader import LeaderCore
 from cairn.storage.core.replication.replica import Member
 from cairn.storage.directory import NamespaceLayout, ShardDirectory, ShardPlacement
 from cairn.storage.replication.leader import ReplicatingLeader
@@ -99,19 +100,12 @@ class CoordinationService:
             }
             term = request.term
 
-            def make_leader(shard: ShardReplica, term_start_offset: int) -> ReplicatingLeader:
-                return ReplicatingLeader(
-                    shard,
-                    term,
-                    host.me,
-                    followers,
-                    term_start_offset,
-                    host.peers,
-                    shard.replication,
-                    incarnations,
-                )
+            def make_leader(shard: ShardReplica, core: LeaderCore) -> ReplicatingLeader:
+                return ReplicatingLeader(shard, core, host.peers, shard.replication)
 
-            term_start = await replica.become_leader(term, host.me, make_leader)
+            term_start = await replica.become_leader(
+                term, host.me, make_leader, followers, incarnations
+            )
         except (CairnError, ValueError) as error:
             await abort(context, _as_cairn_error(error))
         return rpb.BecomeLeaderResponse(term_start=entry_id_message(term_start))
