@@ -17,15 +17,25 @@ caught up with term 2's first entry, which holds (1, 1).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
 
+from cairn.common.heartbeat import ReplicaReport
 from cairn.controller import planner, steps
 from cairn.controller.election import CountedVoters
-from cairn.controller.model import ClusterStatus, LastLeader
+from cairn.controller.model import ClusterStatus, LastLeader, ShardRecord
 from cairn.storage.core.replication.quorum import QuorumTracker
-from support.election_model import Bounds, Model, State, Violation, observed, status_of
+from support.election_model import (
+    Bounds,
+    Model,
+    State,
+    Unsafe,
+    Violation,
+    observed,
+    status_of,
+)
 
 LOST_ENTRY = [
     "client write at m0",
@@ -229,3 +239,54 @@ def test_with_learners_unrecorded_a_restart_loses_an_entry(
         "m2 takes office with (1,), lacking committed (1, 1)"
     )
     assert "controller restarts" in found.value.trace
+
+
+# m0 leads term 1 with an entry that m0 and m1 hold (committed) and m2 lacks;
+# m3 added; m0 dies; m1 leads term 2 with m2, m3 still catching up, and has
+# not committed in term 2 yet when the controller polls it.
+TERM_2_UNCOMMITTED = [
+    "client write at m0 (offset 1)",
+    "m0 syncs its log to 1",
+    "m0 -> m1: its log up to 1, acknowledged",
+    "controller adds m3",
+    "m0 crashes",
+    "election of term 2: NewTerm to ['m1', 'm2']",
+    "controller polls m1",
+]
+
+
+def commit_to_record_unchecked(
+    record: ShardRecord, report: ReplicaReport, address_of: Callable[[str], str | None]
+) -> bool:
+    """The mutant: the last leader's term recorded as committed from any report
+    of it, whether or not the report shows its term's first entry committed."""
+    last = record.last_leader
+    return (
+        last is not None
+        and not last.committed
+        and report.role == "leader"
+        and report.term == last.term
+        and report.leader_internal_address == address_of(last.name)
+    )
+
+
+def test_a_commit_is_recorded_only_once_the_leader_reports_it() -> None:
+    model = Model(replace(RESTART_BOUNDS, max_term=3, crashes=2))
+    state = model.replay(TERM_2_UNCOMMITTED)
+    assert not outcomes(model, state, "controller records")
+
+
+def test_recording_a_commit_no_report_showed_loses_an_entry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Found by a search of every history of up to 10 steps: m1 dies before
+    # its term commits; counting on the recorded commit, m2 and m3 (half of
+    # four) elect m2, which lacks the entry term 1 committed.
+    monkeypatch.setattr(planner, "commit_to_record", commit_to_record_unchecked)
+    model = Model(replace(RESTART_BOUNDS, max_term=3, crashes=2))
+    state = model.replay(
+        [*TERM_2_UNCOMMITTED, "controller records its term committed", "m1 crashes"]
+    )
+    with pytest.raises(Unsafe) as found:
+        outcomes(model, state, "election of term 3: NewTerm to ['m2', 'm3']")
+    assert str(found.value).endswith("m2 takes office with (1,), lacking committed (1, 1)")
