@@ -100,6 +100,17 @@ def test_half_of_an_even_ensemble_elects_after_the_controller_that_saw_the_commi
     run_seed(seed, config)
 
 
+def test_a_refused_removal_does_not_keep_a_wiped_member_out() -> None:
+    """Found by a 5000-step campaign (wipes 1397, 3 replicas): RF 3 -> 2, the
+    removal of r-3 recorded when r-0, a member staying, lost its disk. The
+    leader refused to drop r-3 until the rest held what was committed with it,
+    and FinishEnsembleChange stopped at that refusal before re-creating r-0,
+    the one member that could catch up: it never converged. The additions now
+    go on after a refused removal, which is finished next time."""
+    config = dataclasses.replace(PROFILES["wipes"], replicas=3, steps=5000)
+    run_seed(1397, config)
+
+
 @pytest.mark.parametrize(
     ("profile", "seed", "steps"), [("reading", 1026, 400), ("churn", 1021, 3000)]
 )

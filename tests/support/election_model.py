@@ -837,16 +837,19 @@ class Model:
 
     def _finish(self, state: State) -> Iterator[tuple[str, State]]:
         """FinishEnsembleChange: removals first, then members the leader lacks
-        (or that lost their replica), then incarnations of members caught up."""
+        (or that lost their replica), then incarnations of members caught up. A
+        removal the leader refuses (the rest lack what was committed with the
+        leaving member) is left for next time; the rest goes on."""
         record = state.record
         for name in record.leaving:
             removed = self._remove_follower(state, name)
             if removed is None:
-                return
+                break
             state = removed
-        if record.leaving:
-            status = steps.finish_removal(status_of(state), SHARD, record.term, record.leaving)
-            state = state._replace(record=status.shards[0])
+        else:
+            if record.leaving:
+                status = steps.finish_removal(status_of(state), SHARD, record.term, record.leaving)
+                state = state._replace(record=status.shards[0])
         record = state.record
         assert record.leader is not None
         leader = state.node(record.leader).replica

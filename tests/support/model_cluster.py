@@ -917,17 +917,23 @@ class ModelCluster:
         followers = {f.internal_address for f in report.followers}
         yield
         # As the executor: removals first, then adds; a member that is down is
-        # only handed to the leader, and one failing add does not stop the rest.
-        for name in record.leaving:
-            self._remove_follower(leader, record.shard, record.term, self._node_address(name))
-            yield
-        if record.leaving:
-            self.status = steps.finish_removal(
-                self.status, record.shard, record.term, record.leaving
-            )
-            record = self._shard_record(record.shard)
-            yield
+        # only handed to the leader, and one failing add does not stop the rest;
+        # a removal the leader refuses (the rest lack what was committed with
+        # the leaving member) does not stop the adds either.
         failed = []
+        try:
+            for name in record.leaving:
+                self._remove_follower(leader, record.shard, record.term, self._node_address(name))
+                yield
+        except ActionFailed:
+            failed.extend(record.leaving)
+        else:
+            if record.leaving:
+                self.status = steps.finish_removal(
+                    self.status, record.shard, record.term, record.leaving
+                )
+                record = self._shard_record(record.shard)
+                yield
         for name in record.ensemble:
             if name == record.leader:
                 continue
@@ -960,7 +966,7 @@ class ModelCluster:
             yield
         self._refresh = list(record.voters)
         if failed:
-            raise ActionFailed(f"shard {record.shard}: could not add {failed}")
+            raise ActionFailed(f"shard {record.shard}: unfinished: {failed}")
 
     def _record_voting(self, action: RecordVoting) -> Generator[None, None, None]:
         """As the executor: from the leader's report asked for now."""

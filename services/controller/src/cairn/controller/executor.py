@@ -545,27 +545,39 @@ class Executor:
         report = await self.pods.replica_status(leader_address, record.shard)
         followers = {f.internal_address for f in report.followers}
         # Removals first: they are recorded already and need no member alive.
+        failures = []
         leaving = record.leaving
         if leaving:
             record = await self._step(
                 record.shard,
                 partial(steps.require_leaving, shard=record.shard, term=record.term, names=leaving),
             )
-            for name in leaving:
-                await self.pods.remove_follower(
-                    leader_address,
+            try:
+                for name in leaving:
+                    await self.pods.remove_follower(
+                        leader_address,
+                        record.shard,
+                        record.term,
+                        self._address(name).internal,
+                        self._epoch,
+                    )
+            except grpc.aio.AioRpcError as error:
+                if error.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                    raise
+                # The leader keeps a leaving member until the rest hold what
+                # was committed with it (MembersBehind); a member to (re)create
+                # below, one that lost its replica, is among the rest, so the
+                # additions go on and the removal is finished next time.
+                failures.append(f"removing {', '.join(leaving)}: {error.details()}")
+            else:
+                record = await self._step(
                     record.shard,
-                    record.term,
-                    self._address(name).internal,
-                    self._epoch,
+                    partial(
+                        steps.finish_removal, shard=record.shard, term=record.term, names=leaving
+                    ),
                 )
-            record = await self._step(
-                record.shard,
-                partial(steps.finish_removal, shard=record.shard, term=record.term, names=leaving),
-            )
-            log.info("shard %d: finished removing %s", record.shard, ", ".join(leaving))
+                log.info("shard %d: finished removing %s", record.shard, ", ".join(leaving))
         views = self.observer.view().nodes
-        failures = []
         for name in record.ensemble:
             if name == record.leader:
                 continue
@@ -618,7 +630,7 @@ class Executor:
             await self._write_voting(record, leader, voting, committed)
         await self.observer.refresh(list(record.voters))
         if failures:
-            raise ActionFailed(f"shard {record.shard}: could not add {'; '.join(failures)}")
+            raise ActionFailed(f"shard {record.shard}: unfinished: {'; '.join(failures)}")
 
     async def _record_voting(self, action: RecordVoting) -> None:
         """Record the learners named that the leader counts as voters now, and
