@@ -59,8 +59,8 @@ class FollowerPlayedByTest:
         pass
 
     def acknowledge(self, offset: int) -> None:
-        commit = self.core.on_ack(FOLLOWER.internal_address, self.core.term, offset)
-        self.shard.commit_counted(commit)
+        self.core.on_ack(FOLLOWER.internal_address, self.core.term, offset)
+        self.shard.commit_counted()
 
     async def stop(self) -> None:
         pass

@@ -1272,10 +1272,12 @@ class ShardReplica:
 
     # ---- the pipeline ---------------------------------------------------------------
 
-    def commit_counted(self, commit_offset: int) -> None:
-        """The term's quorum counted `commit_offset` on what followers answered
-        (replication/leader.py)."""
-        if self.core.on_commit(commit_offset):
+    def commit_counted(self) -> None:
+        """The term's quorum (ShardCore.leading) counted what followers answered
+        (replication/leader.py). Read from the quorum of the term this replica
+        leads now: a sender of an earlier leadership may still be finishing."""
+        leading = self.core.leading
+        if leading is not None and self.core.on_commit(leading.commit_offset):
             self._commit_moved()
 
     def _commit_moved(self) -> None:

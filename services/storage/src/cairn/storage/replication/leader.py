@@ -135,7 +135,8 @@ class ReplicatingLeader:
 
     def _commit_may_have_advanced(self, commit_offset: int) -> None:
         self._removals_may_have_finished()
-        self.shard.commit_counted(commit_offset)
+        if commit_offset > self.shard.known_commit_offset:
+            self.shard.commit_counted()
 
     def _removals_may_have_finished(self) -> None:
         if self._removals:
