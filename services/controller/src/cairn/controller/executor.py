@@ -134,6 +134,9 @@ class Executor:
 
     # -- helpers -----------------------------------------------------------------------
 
+    def _internal_address(self, name: str) -> str:
+        return self._address(name).internal
+
     def _address(self, name: str) -> PodAddress:
         view = self.observer.node(name)
         if view is not None:
@@ -609,7 +612,7 @@ class Executor:
         # Members the leader caught up with another incarnation of their data
         # than recorded (re-created after a wipe) hold what they are recorded to
         # hold again: record it, so they count in elections again.
-        caught_up = incarnations_to_record(record, report, lambda n: self._address(n).internal)
+        caught_up = incarnations_to_record(record, report, self._internal_address)
         if caught_up:
             await self._step(
                 record.shard,
@@ -624,8 +627,8 @@ class Executor:
         # Learners the leader counts now, and its term's first commit:
         # recorded, so that an election after its death knows them too,
         # whoever plans it.
-        voting = learners_voting(record, report, lambda n: self._address(n).internal)
-        committed = commit_to_record(record, report, lambda n: self._address(n).internal)
+        voting = learners_voting(record, report, self._internal_address)
+        committed = commit_to_record(record, report, self._internal_address)
         if voting or committed:
             await self._write_voting(record, leader, voting, committed)
         await self.observer.refresh(list(record.voters))
@@ -642,10 +645,10 @@ class Executor:
         leader_address = self._leader_address(record)
         assert record.leader is not None
         report = await self.pods.replica_status(leader_address, record.shard)
-        voting = learners_voting(record, report, lambda n: self._address(n).internal)
+        voting = learners_voting(record, report, self._internal_address)
         voting &= set(action.names)
         committed = action.term_committed and commit_to_record(
-            record, report, lambda n: self._address(n).internal
+            record, report, self._internal_address
         )
         if not voting and not committed:
             await self.observer.refresh([record.leader])

@@ -40,12 +40,12 @@ class ReplicatingLeader:
             raise ValueError("a leader with followers needs channels to them")
         self.shard = shard
         self.term = core.term
-        self.me = me = core.me
+        self.me = core.me
         self._peers = peers
         self._settings = settings
         self.core = core
         self.clock_ms = clock_ms
-        self.lease = LeaderLease(me.internal_address, settings.leader_lease_ms)
+        self.lease = LeaderLease(self.me.internal_address, settings.leader_lease_ms)
         # With followers, an older leader may still hold a lease (lease.py).
         wait_ms = takeover_wait_ms(settings.leader_lease_ms, settings.max_clock_drift)
         self.serves_from_ms = clock_ms() + (wait_ms if followers else 0)
@@ -129,14 +129,14 @@ class ReplicatingLeader:
         applied_offset: int | None = None,
         incarnation: int | None = None,
     ) -> None:
-        self._commit_may_have_advanced(
-            self.core.on_ack(member, term, durable_offset, applied_offset, incarnation)
-        )
+        self.core.on_ack(member, term, durable_offset, applied_offset, incarnation)
+        self._quorum_changed()
 
-    def _commit_may_have_advanced(self, commit_offset: int) -> None:
+    def _quorum_changed(self) -> None:
+        """The quorum counted an answer or a membership change: a removal may
+        have finished, the commit offset may have moved (the shard reads it)."""
         self._removals_may_have_finished()
-        if commit_offset > self.shard.known_commit_offset:
-            self.shard.commit_counted()
+        self.shard.commit_counted()
 
     def _removals_may_have_finished(self) -> None:
         if self._removals:
@@ -165,7 +165,8 @@ class ReplicatingLeader:
         need stays, leaving, until the rest caught up with them (LeaderCore);
         that is waited for up to `removal_wait_s`, then the removal is called
         off (MembersBehind: the caller may ask again)."""
-        self._commit_may_have_advanced(self.core.remove_follower(internal_address))
+        self.core.remove_follower(internal_address)
+        self._quorum_changed()
         if self.core.is_leaving(internal_address):
             await self._wait_removed(internal_address)
         entry = self._senders.pop(internal_address, None)
@@ -184,7 +185,8 @@ class ReplicatingLeader:
                 await finished.wait()
         except TimeoutError:
             if self.core.is_leaving(internal_address):
-                self._commit_may_have_advanced(self.core.cancel_removal(internal_address))
+                self.core.cancel_removal(internal_address)
+                self._quorum_changed()
                 raise MembersBehind(
                     f"{internal_address} still holds committed entries the other members "
                     f"lack after {self._settings.removal_wait_s:g} s; ask again later"
