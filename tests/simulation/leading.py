@@ -22,9 +22,11 @@ from cairn.storage.core.entries import (
     CLOSE_SESSION,
     CREATE_SESSION,
     TERM_START,
+    LogEntry,
     encode_client_write,
     encode_entry,
 )
+from cairn.storage.core.pending import decoded
 from cairn.storage.core.replication.leader import FollowerPhase, NotAFollower
 from cairn.storage.core.replication.lease import LeaderLease, takeover_wait_ms
 from cairn.storage.core.replication.replica import Member
@@ -138,7 +140,7 @@ class LeaderRuntime:
         offset = self._append(payload)
         self.pending[offset] = PendingWrite(request_id)
 
-    def applied(self, entry: m.LogEntry, result: Any) -> None:
+    def applied(self, entry: LogEntry, result: Any) -> None:
         created = self.pending_sessions.pop(entry.offset, None)
         if created is not None:
             client, request_id, timeout_ms = created
@@ -251,19 +253,17 @@ class LeaderRuntime:
 
     def _has_room(self, size: int) -> bool:
         """Backpressure (ShardCore.has_room): entries logged but not applied yet."""
-        replica = self.replica
-        applied, last = replica.kv.applied_offset, replica.log.last_offset
-        pending = replica.log.slice(applied + 1, last) if last > applied else []
-        pending_bytes = sum(len(entry.payload) for entry in pending)
-        return replica.live_core().has_room(len(pending), pending_bytes, size)
+        return self.replica.live_core().has_room(size)
 
     def _append(self, payload: bytes) -> int:
         replica = self.replica
         core = replica.live_core()
         offset = replica.log.last_offset + 1
         timestamp_ms = core.next_timestamp_ms(replica.env.now_ms)
-        replica.log.append(m.LogEntry(self.term, offset, timestamp_ms, payload))
+        entry = LogEntry(self.term, offset, timestamp_ms, payload)
+        replica.log.append(entry)
         core.log.append(self.term, offset)
+        core.hold(decoded(entry))
         return offset
 
     # -- ensemble ----------------------------------------------------------------------
@@ -455,7 +455,7 @@ class LeaderRuntime:
     def _stream(self, name: str, session: Session) -> None:
         replica, env = self.replica, self.replica.env
         log = replica.log
-        entries: tuple[m.LogEntry, ...] = ()
+        entries: tuple[LogEntry, ...] = ()
         to_send = self.core.to_send(name, log.last_offset)
         if to_send is not None:
             first, last = to_send

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cairn.common.heartbeat import ReplicaReport
+from cairn.storage.core.entries import LogEntry
 from cairn.storage.core.replication.replica import Member
 from cairn.storage.core.replication.terms import EntryId, TermStart
 from cairn.storage.kv.store import Column
@@ -161,14 +162,6 @@ class Refused:
 
 
 # ---- leader -> follower -------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class LogEntry:
-    term: int
-    offset: int
-    timestamp_ms: int
-    payload: bytes
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,9 +9,9 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass, field
 
+from cairn.storage.core.entries import LogEntry
 from cairn.storage.core.replication.terms import EntryId
 from simulation.clients import AckedWrite
-from simulation.messages import LogEntry
 
 
 @dataclass(frozen=True, slots=True)

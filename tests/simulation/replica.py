@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from cairn.common.errors import InvalidTerm, StaleControllerEpoch
 from cairn.common.heartbeat import FollowerReport, ReplicaReport
 from cairn.storage.core.controller_epoch import admit
+from cairn.storage.core.pending import ReadLog, decoded
 from cairn.storage.core.replication.replica import Member, Role
 from cairn.storage.core.replication.terms import TermHistory
 from cairn.storage.core.shard_core import PipelineLimits, ShardCore
@@ -241,17 +242,25 @@ class SimReplica:
         core = self.live_core()
         while self.kv.applied_offset < target:
             first = self.kv.applied_offset + 1
-            # Groups of a random size (up to the core's bound) explore more
+            # Groups cut at a random offset (within the core's bounds) explore more
             # interleavings than the core's own choice, which fills each group.
-            last = min(target, first + rng.randint(1, self.env.rules.max_apply_group) - 1)
-            entries = self.log.slice(first, last)
-            assert entries and entries[0].offset == first and entries[-1].offset == last
-            results = apply_entries(self.kv, entries, self.env.shard_rules)
-            core.on_applied(last)
-            for entry, result in results:
-                self.env.observer.saw_committed(entry, self.name)
+            limit = min(target, first + rng.randint(1, self.env.rules.max_apply_group) - 1)
+            taken = core.next_apply_group(limit)
+            if isinstance(taken, ReadLog):
+                self.env.count("apply groups read from the log")
+                group = core.group_of(
+                    [decoded(entry) for entry in self.log.slice(taken.first, taken.last)]
+                )
+            else:
+                self.env.count("apply groups held in memory")
+                group = taken
+            assert group and group[0].offset == first and group[-1].offset <= limit
+            results = apply_entries(self.kv, group, self.env.shard_rules)
+            core.on_applied(group[-1].offset)
+            for pending, result in zip(group, results, strict=True):
+                self.env.observer.saw_committed(pending.entry, self.name)
                 if self.leading is not None:
-                    self.leading.applied(entry, result)
+                    self.leading.applied(pending.entry, result)
 
     # -- messages ----------------------------------------------------------------------
 
@@ -401,7 +410,7 @@ class SimReplica:
                 "logs truncated",
             )
             self.log.truncate_after(keep)
-            core.log.truncate_after(keep)
+            core.on_log_cut(keep)
         if self.env.rules.sync_before_truncate_answer:
             self.log.sync()
         self.stream = FollowedStream(request.term, request.session, src)
@@ -447,6 +456,8 @@ class SimReplica:
         for entry in request.entries:
             self.log.append(entry)
             core.log.append(entry.term, entry.offset)
+            if core.keeps_in_memory(entry.offset, len(entry.payload)):
+                core.pending.append(decoded(entry))
         if request.entries:
             core.on_replicated_timestamp(request.entries[-1].timestamp_ms)
         stream.leader_time_ms = max(stream.leader_time_ms, request.leader_time_ms)

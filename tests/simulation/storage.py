@@ -18,10 +18,10 @@ from typing import Any
 
 from cairn.common.keyorder import KeyOrder
 from cairn.storage.core.apply import PendingChanges
-from cairn.storage.core.entries import CLIENT_WRITE, decode_entry
+from cairn.storage.core.entries import LogEntry
 from cairn.storage.core.entry_apply import ShardRules, apply_entry
-from cairn.storage.core.fastpath import has_plain_puts
 from cairn.storage.core.meta import COMMIT_OFFSET_KEY, decode_i64
+from cairn.storage.core.pending import PendingEntry
 from cairn.storage.core.replication.terms import (
     NO_ENTRY,
     NO_OFFSET,
@@ -31,7 +31,6 @@ from cairn.storage.core.replication.terms import (
 )
 from cairn.storage.kv import MemoryKv
 from cairn.storage.kv.store import Change, Column
-from simulation.messages import LogEntry
 
 _DIGEST_MODULUS = 1 << 64
 
@@ -192,18 +191,22 @@ class DigestKv(MemoryKv):
         return kv
 
 
-def apply_entries(
-    kv: DigestKv, entries: Sequence[LogEntry], rules: ShardRules
-) -> list[tuple[LogEntry, Any]]:
+def apply_entries(kv: DigestKv, group: Sequence[PendingEntry[Any]], rules: ShardRules) -> list[Any]:
     """Apply a group of committed entries as the runtime does: into one
     PendingChanges overlay, written with the new commit offset in one batch."""
     state = PendingChanges(kv)
-    results: list[tuple[LogEntry, Any]] = []
-    for entry in entries:
-        kind, body = decode_entry(entry.payload)
-        plain = kind == CLIENT_WRITE and has_plain_puts(entry.payload[1:])
-        result = apply_entry(rules, state, kind, body, entry.offset, entry.timestamp_ms, plain)
-        results.append((entry, result))
-    state.set_commit_offset(entries[-1].offset)
+    results = [
+        apply_entry(
+            rules,
+            state,
+            pending.kind,
+            pending.body,
+            pending.offset,
+            pending.entry.timestamp_ms,
+            pending.plain_puts,
+        )
+        for pending in group
+    ]
+    state.set_commit_offset(group[-1].offset)
     kv.write(state.changes())
     return results

@@ -5,16 +5,16 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from cairn.storage.wal import WalEntry
+from cairn.storage.wal import LogEntry
 from cairn.storage.wal.record import BadRecordError, TornRecordError, decode
 from cairn.storage.wal.segment import parse_spare_file_name
 
 _MAX_RECORD_BYTES = 64 * 1024 * 1024
 
 
-def records_from_start(data: bytes) -> tuple[list[WalEntry], int]:
+def records_from_start(data: bytes) -> tuple[list[LogEntry], int]:
     """The records that decode one after another from the first byte, and where they end."""
-    records: list[WalEntry] = []
+    records: list[LogEntry] = []
     position = 0
     while True:
         try:

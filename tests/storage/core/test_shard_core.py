@@ -13,8 +13,10 @@ from cairn.storage.core.entries import (
     FOLDED_WRITES,
     TERM_START,
     Folded,
+    LogEntry,
 )
 from cairn.storage.core.folding import fits_fold, starts_fold
+from cairn.storage.core.pending import PendingEntry, ReadLog
 from cairn.storage.core.replication.leader import LeaderCore
 from cairn.storage.core.replication.replica import Member
 from cairn.storage.core.replication.terms import NO_OFFSET, EntryId, history_of
@@ -30,7 +32,7 @@ LIMITS = PipelineLimits(
 )
 
 
-def _core(last_offset: int = 9, applied: int = 5) -> ShardCore:
+def _core(last_offset: int = 9, applied: int = 5) -> ShardCore[None]:
     log = history_of(0, last_offset, lambda offset: 1, EntryId(-1, NO_OFFSET))
     return ShardCore(0, 1, log, commit_offset=applied, applied_offset=applied, limits=LIMITS)
 
@@ -132,26 +134,84 @@ def test_timestamps_never_go_back() -> None:
     assert core.next_timestamp_ms(120) == 150
 
 
+def _put(offset: int, size: int = 10) -> PendingEntry[None]:
+    """A client write of one put, logged at `offset`, its payload `size` bytes
+    (only its size and its body count here)."""
+    body = pb.WriteRequest(puts=[pb.PutRequest(key="k")])
+    return PendingEntry(LogEntry(1, offset, 0, b"x" * size), CLIENT_WRITE, body, True)
+
+
+def _hold(core: ShardCore[None], *entries: PendingEntry[None]) -> None:
+    for entry in entries:
+        core.pending.append(entry)
+
+
 def test_the_write_buffer_bounds_entries_and_bytes() -> None:
-    core = _core()
-    assert core.has_room(pending_entries=3, pending_bytes=50, size=50)
-    assert not core.has_room(pending_entries=4, pending_bytes=0, size=1)
-    assert not core.has_room(pending_entries=0, pending_bytes=51, size=50)
+    core = _core()  # at most 4 entries and 100 bytes pending
+    _hold(core, _put(6, 25), _put(7, 25))
+    assert core.has_room(50)
+    assert not core.has_room(51)
+    _hold(core, _put(8, 10), _put(9, 10))
+    assert not core.has_room(1)
     core.check_fits(100)
     with pytest.raises(Overloaded):
         core.check_fits(101)
 
 
 def test_a_follower_keeps_in_memory_only_a_run_within_the_bounds() -> None:
-    core = _core()
-    assert core.keeps_in_memory(7, 10, last_held=6, pending_entries=1, pending_bytes=10)
-    assert not core.keeps_in_memory(8, 10, last_held=6, pending_entries=1, pending_bytes=10)
-    assert not core.keeps_in_memory(7, 95, last_held=6, pending_entries=1, pending_bytes=10)
+    core = _core()  # applied up to 5
+    assert not core.keeps_in_memory(7, 10)  # not the next after what is applied
+    assert core.keeps_in_memory(6, 10)
+    _hold(core, _put(6, 10))
+    assert core.keeps_in_memory(7, 10)
+    assert not core.keeps_in_memory(8, 10)
+    assert not core.keeps_in_memory(7, 91)
+
+
+def test_the_apply_step_takes_held_entries_and_reads_the_rest_from_the_log() -> None:
+    core = _core(last_offset=20, applied=5)  # groups of at most 3 entries, 10 operations
+    core.commit_offset = 20
+    # Nothing held: read from the log, at most a group's worth of entries.
+    assert core.next_apply_group(limit=20) == ReadLog(6, 8)
+    assert core.next_apply_group(limit=7) == ReadLog(6, 7)
+    # Held from 8 on: read up to the entry before.
+    _hold(core, _put(8), _put(9), _put(10), _put(11))
+    assert core.next_apply_group(limit=20) == ReadLog(6, 7)
+    read = [_put(6), _put(7)]
+    assert core.group_of(read) == read
+    core.on_applied(7)
+    group = core.next_apply_group(limit=20)
+    assert not isinstance(group, ReadLog)
+    assert [pending.offset for pending in group] == [8, 9, 10]
+    assert [pending.offset for pending in core.pending] == [11]
+    assert core.pending.size_bytes == 10
+
+
+def test_the_apply_step_drops_held_entries_applied_meanwhile() -> None:
+    core = _core(last_offset=20, applied=5)
+    core.commit_offset = 20
+    _hold(core, _put(6), _put(7), _put(8))
+    core.on_applied(7)  # e.g. written from the leader's applied changes
+    group = core.next_apply_group(limit=8)
+    assert not isinstance(group, ReadLog)
+    assert [pending.offset for pending in group] == [8]
+    assert not core.pending and core.pending.size_bytes == 0
+
+
+def test_a_cut_log_drops_what_the_buffer_held_past_the_cut() -> None:
+    core = _core(last_offset=9, applied=5)
+    _hold(core, _put(6), _put(7), _put(8), _put(9))
+    dropped = core.on_log_cut(7)
+    assert [pending.offset for pending in dropped] == [9, 8]
+    assert core.head.offset == 7
+    assert core.pending.last_offset == 7 and core.pending.size_bytes == 20
 
 
 def test_a_snapshot_makes_everything_up_to_its_base_committed_and_applied() -> None:
     core = _core()
+    _hold(core, _put(6))
     core.on_snapshot_installed(EntryId(3, 40))
+    assert not core.pending
     assert (core.commit_offset, core.applied_offset, core.leader_commit_offset) == (40, 40, 40)
     assert core.head == EntryId(3, 40)
 

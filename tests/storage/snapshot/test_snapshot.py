@@ -33,7 +33,7 @@ from cairn.storage.snapshot import (
     finish_pending_install,
     snapshot_chunks,
 )
-from cairn.storage.wal import Wal, WalEntry
+from cairn.storage.wal import LogEntry, Wal
 
 Chunk = replication_pb2.SnapshotChunk
 Items = list[tuple[bytes, bytes]]
@@ -83,7 +83,7 @@ def make_follower(shard_dir: Path) -> None:
     kv.close()
     with Wal.open(shard_dir / "wal") as wal:
         for offset in range(10):
-            wal.append(WalEntry(term=1, offset=offset, timestamp_ms=0, payload=b"x" * offset))
+            wal.append(LogEntry(term=1, offset=offset, timestamp_ms=0, payload=b"x" * offset))
         wal.sync()
 
 
@@ -149,7 +149,7 @@ def test_round_trip_replaces_kv_and_wal(
         assert wal.first_offset == -1
         assert wal.last_offset == LAST_INCLUDED.offset
         # The next append must follow the snapshot.
-        wal.append(WalEntry(term=4, offset=LAST_INCLUDED.offset + 1, timestamp_ms=0, payload=b""))
+        wal.append(LogEntry(term=4, offset=LAST_INCLUDED.offset + 1, timestamp_ms=0, payload=b""))
     assert finish_pending_install(shard_dir) is False
 
 

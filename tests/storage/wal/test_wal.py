@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cairn.storage.wal import Wal, WalCorruptionError, WalEntry, WalError, WalOptions
+from cairn.storage.wal import LogEntry, Wal, WalCorruptionError, WalError, WalOptions
 from cairn.storage.wal.record import HEADER_SIZE_BYTES, decode, encode
 from support.wal_files import check_spare, records_from_start
 
@@ -22,15 +22,15 @@ SMALL_SEGMENTS = WalOptions(segment_size_bytes=2048)
 BIG_SEGMENTS = WalOptions(segment_size_bytes=1024 * 1024)
 
 
-def make_entry(offset: int, term: int = 1, payload_bytes: int | None = None) -> WalEntry:
+def make_entry(offset: int, term: int = 1, payload_bytes: int | None = None) -> LogEntry:
     size = (offset * 37) % 300 if payload_bytes is None else payload_bytes
     payload = bytes((offset + i) % 256 for i in range(size))
-    return WalEntry(
+    return LogEntry(
         term=term, offset=offset, timestamp_ms=1_700_000_000_000 + offset, payload=payload
     )
 
 
-def fill(wal: Wal, start: int, count: int, term: int = 1) -> list[WalEntry]:
+def fill(wal: Wal, start: int, count: int, term: int = 1) -> list[LogEntry]:
     entries = [make_entry(offset, term) for offset in range(start, start + count)]
     for entry in entries:
         wal.append(entry)
@@ -41,7 +41,7 @@ def segment_files(directory: Path) -> list[Path]:
     return sorted(directory.glob("*.wal"))
 
 
-def record_size(entry: WalEntry) -> int:
+def record_size(entry: LogEntry) -> int:
     return HEADER_SIZE_BYTES + len(entry.payload)
 
 
@@ -49,7 +49,7 @@ def record_size(entry: WalEntry) -> int:
 
 
 def test_record_layout_is_the_documented_header_then_payload() -> None:
-    entry = WalEntry(term=7, offset=42, timestamp_ms=123456, payload=b"hello")
+    entry = LogEntry(term=7, offset=42, timestamp_ms=123456, payload=b"hello")
     data = encode(entry)
     length, crc, term, offset, timestamp_ms = struct.unpack_from("<IIQQQ", data)
     assert (length, term, offset, timestamp_ms) == (5, 7, 42, 123456)
@@ -81,7 +81,7 @@ def test_new_log_is_empty(tmp_path: Path) -> None:
 def test_append_read_get_round_trip(tmp_path: Path) -> None:
     with Wal.open(tmp_path, BIG_SEGMENTS) as wal:
         entries = fill(wal, 0, 10)
-        wal.append(WalEntry(term=2, offset=10, timestamp_ms=0, payload=b""))
+        wal.append(LogEntry(term=2, offset=10, timestamp_ms=0, payload=b""))
         entries.append(wal.get(10))
         assert entries[10].payload == b""
         assert (wal.first_offset, wal.last_offset, wal.last_term) == (0, 10, 2)
@@ -138,13 +138,13 @@ def test_killed_process_keeps_a_prefix_with_every_synced_record(
     script = f"""
 import os
 from pathlib import Path
-from cairn.storage.wal import Wal, WalEntry, WalOptions
+from cairn.storage.wal import Wal, LogEntry, WalOptions
 options = WalOptions(
     segment_size_bytes=2048, zero_fill_ahead_bytes={room_bytes}, spare_segments={spares}
 )
 wal = Wal.open(Path({str(tmp_path)!r}), options)
 for offset in range(100):
-    wal.append(WalEntry(1, offset, 0, bytes([offset]) * offset))
+    wal.append(LogEntry(1, offset, 0, bytes([offset]) * offset))
     if offset == 59:
         wal.sync()
         wal.trim_before(40 if {spares} else 0)
@@ -252,10 +252,10 @@ def test_wrong_offset_or_lower_term_is_rejected_without_damage(tmp_path: Path) -
             (make_entry(21, term=5), "expected 20"),  # gap
             (make_entry(20, term=4), "lower than last term 5"),
             (
-                WalEntry(term=5, offset=20, timestamp_ms=-1, payload=b""),
+                LogEntry(term=5, offset=20, timestamp_ms=-1, payload=b""),
                 "timestamp_ms must be a u64",
             ),
-            (WalEntry(term=1 << 64, offset=20, timestamp_ms=0, payload=b""), "term must be a u64"),
+            (LogEntry(term=1 << 64, offset=20, timestamp_ms=0, payload=b""), "term must be a u64"),
         ]
         for entry, message in invalid:
             with pytest.raises(ValueError, match=message):
@@ -400,7 +400,7 @@ def test_reset_then_append_at_the_new_offset(tmp_path: Path) -> None:
 # -- damage and recovery ----------------------------------------------------------------------
 
 
-def _damage_last_record(path: Path, last: WalEntry, kind: str) -> None:
+def _damage_last_record(path: Path, last: LogEntry, kind: str) -> None:
     size = path.stat().st_size
     start = size - record_size(last)
     if kind == "cut in header":
@@ -709,7 +709,7 @@ def test_sync_in_another_thread_while_appending_with_rollovers(
 
         thread = threading.Thread(target=syncer)
         thread.start()
-        entries: list[WalEntry] = []
+        entries: list[LogEntry] = []
         try:
             offset = 0
             rng = random.Random(7)
@@ -1025,12 +1025,12 @@ def test_a_spare_is_never_reused_where_its_old_records_would_fit(tmp_path: Path)
     script = f"""
 import os
 from pathlib import Path
-from cairn.storage.wal import Wal, WalEntry, WalOptions
+from cairn.storage.wal import Wal, LogEntry, WalOptions
 options = WalOptions(segment_size_bytes=2048, zero_fill_ahead_bytes=1024, spare_segments=2)
 wal = Wal.open(Path({str(tmp_path)!r}), options)
 def fill(term, count):
     for offset in range(count):
-        wal.append(WalEntry(term, offset, 0, bytes([term]) * 100))
+        wal.append(LogEntry(term, offset, 0, bytes([term]) * 100))
 fill(1, 60)
 wal.sync()
 wal.trim_before(wal.last_offset)  # spares: the segments of offsets 0-15 and 16-31

@@ -19,7 +19,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from cairn.storage.wal import Wal, WalEntry, WalOptions
+from cairn.storage.wal import LogEntry, Wal, WalOptions
 from cairn.storage.wal.record import (
     HEADER_SIZE_BYTES,
     U64_MAX,
@@ -32,19 +32,19 @@ from support.wal_files import check_spare, records_from_start
 
 u64 = st.integers(min_value=0, max_value=U64_MAX)
 entries = st.builds(
-    WalEntry, term=u64, offset=u64, timestamp_ms=u64, payload=st.binary(max_size=300)
+    LogEntry, term=u64, offset=u64, timestamp_ms=u64, payload=st.binary(max_size=300)
 )
 
 
 @given(entry=entries, prefix=st.binary(max_size=40))
-def test_codec_round_trips(entry: WalEntry, prefix: bytes) -> None:
+def test_codec_round_trips(entry: LogEntry, prefix: bytes) -> None:
     data = prefix + encode(entry)
     assert len(data) == len(prefix) + HEADER_SIZE_BYTES + len(entry.payload)
     assert decode(data, len(prefix), 1024) == (entry, len(data))
 
 
 @given(entry=entries, data=st.data())
-def test_a_cut_record_is_torn(entry: WalEntry, data: st.DataObject) -> None:
+def test_a_cut_record_is_torn(entry: LogEntry, data: st.DataObject) -> None:
     encoded = encode(entry)
     cut = data.draw(st.integers(0, len(encoded) - 1))
     with pytest.raises(TornRecordError):
@@ -52,7 +52,7 @@ def test_a_cut_record_is_torn(entry: WalEntry, data: st.DataObject) -> None:
 
 
 @given(entry=entries, data=st.data())
-def test_a_flipped_bit_is_never_decoded_as_a_record(entry: WalEntry, data: st.DataObject) -> None:
+def test_a_flipped_bit_is_never_decoded_as_a_record(entry: LogEntry, data: st.DataObject) -> None:
     encoded = bytearray(encode(entry))
     bit = data.draw(st.integers(0, len(encoded) * 8 - 1))
     encoded[bit // 8] ^= 1 << (bit % 8)
@@ -130,7 +130,7 @@ class WalMachine(RuleBasedStateMachine):
         super().__init__()
         self.directory = Path(tempfile.mkdtemp(prefix="wal-properties-"))
         self.wal = Wal.open(self.directory, self.options)
-        self.model: list[WalEntry] = []
+        self.model: list[LogEntry] = []
         # Offset the next append must have; None while the log is brand new (anything goes).
         self.next_offset: int | None = None
         self.last_term = -1
@@ -164,9 +164,9 @@ class WalMachine(RuleBasedStateMachine):
         base = int(segment_file.stem)
         return sum(HEADER_SIZE_BYTES + len(e.payload) for e in self.model if e.offset >= base)
 
-    def _make(self, offset: int, term_bump: int, payload: bytes) -> WalEntry:
+    def _make(self, offset: int, term_bump: int, payload: bytes) -> LogEntry:
         term = max(self.last_term, 0) + term_bump
-        return WalEntry(term=term, offset=offset, timestamp_ms=offset * 10, payload=payload)
+        return LogEntry(term=term, offset=offset, timestamp_ms=offset * 10, payload=payload)
 
     def _adopt_recovered(self) -> None:
         self.next_offset = self.wal.last_offset + 1

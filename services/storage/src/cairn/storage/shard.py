@@ -39,10 +39,8 @@ import itertools
 import logging
 import secrets
 import time
-from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -83,12 +81,10 @@ from cairn.storage.core.entries import (
     FOLDED_WRITES,
     TERM_START,
     Folded,
-    decode_entry,
     encode_entry,
     encode_folded_writes,
 )
 from cairn.storage.core.entry_apply import ShardRules, apply_entry
-from cairn.storage.core.fastpath import folds_only_plain_puts, has_plain_puts
 from cairn.storage.core.folding import keys_of, may_fold, starts_fold
 from cairn.storage.core.meta import (
     COMMIT_OFFSET_KEY,
@@ -101,6 +97,7 @@ from cairn.storage.core.meta import (
     encode_i64,
     encode_u64,
 )
+from cairn.storage.core.pending import PendingEntry, ReadLog, decoded
 from cairn.storage.core.read_cache import ReadCache
 from cairn.storage.core.recovery import LogExtent, plan_recovery, recovered_term
 from cairn.storage.core.replication.applied_changes import (
@@ -126,7 +123,7 @@ from cairn.storage.core.sessions import (
     session_key,
     stored_sessions,
 )
-from cairn.storage.core.shard_core import PipelineLimits, ShardCore, operation_count
+from cairn.storage.core.shard_core import PipelineLimits, ShardCore
 from cairn.storage.core.state_digest import DigestBuilder, StateDigest
 from cairn.storage.folding import WriteFold
 from cairn.storage.kv import Column, KvStore
@@ -134,7 +131,7 @@ from cairn.storage.kv.encoded_changes import EncodedChangesError, encode_changes
 from cairn.storage.replication.wire import entry_id_message, node_message, spec_message
 from cairn.storage.shard_files import ShardFiles
 from cairn.storage.snapshot import SnapshotInstaller
-from cairn.storage.wal import Wal, WalEntry, WalError, WalOptions
+from cairn.storage.wal import LogEntry, Wal, WalError, WalOptions
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -161,40 +158,8 @@ def new_incarnation() -> int:
     return secrets.randbits(63) or 1
 
 
-@dataclass(slots=True)
-class _Pending:
-    """A logged entry not yet applied. `future` is set for entries this replica
-    logged as leader in its current term (someone waits for the result)."""
-
-    entry: WalEntry
-    kind: int
-    body: Message | Folded
-    plain_puts: bool
-    future: asyncio.Future[Any] | None
-    # With tracing on: the contexts of the sampled writes it carries, for the
-    # followers' spans (sender.py).
-    traces: tuple[Context, ...] = ()
-
-    @property
-    def offset(self) -> int:
-        return self.entry.offset
-
-    @property
-    def size_bytes(self) -> int:
-        return len(self.entry.payload)
-
-
-def _operation_counts(entries: Iterable[_Pending]) -> Iterator[int]:
-    return (operation_count(entry.kind, entry.body) for entry in entries)
-
-
-def _decoded(entry: WalEntry, future: asyncio.Future[Any] | None = None) -> _Pending:
-    kind, body = decode_entry(entry.payload)
-    if kind == CLIENT_WRITE:
-        plain = has_plain_puts(entry.payload[1:])
-    else:
-        plain = kind == FOLDED_WRITES and folds_only_plain_puts(entry.payload[1:])
-    return _Pending(entry, kind, body, plain, future)
+# An entry logged and not applied yet, and the future of its writer, if any.
+_Pending = PendingEntry["asyncio.Future[Any]"]
 
 
 class _ChangesOutcome(enum.Enum):
@@ -286,8 +251,6 @@ class ShardReplica:
         # Set while core.taken_over: a leader has applied its term's first entry.
         self._serving = asyncio.Event()
         self._takeover_timer: asyncio.TimerHandle | None = None
-        self._pending: deque[_Pending] = deque()
-        self._pending_bytes = 0
         # Client writes collected for the next entry (leader; see folding.py).
         self._fold: WriteFold | None = None
         # What the apply step wrote, for followers to write rather than apply
@@ -386,7 +349,7 @@ class ShardReplica:
         )
         stored_term = decode_i64(kv.get(Column.META, TERM_KEY), NO_TERM)
         term = recovered_term(stored_term, history.last_term)
-        self.core = ShardCore(
+        self.core: ShardCore[asyncio.Future[Any]] = ShardCore(
             self.shard_id,
             term,
             history,
@@ -634,10 +597,10 @@ class ShardReplica:
         error = WriteOutcomeUnknown(
             f"shard {self.shard_id}: leadership changed; the write may or may not commit"
         )
-        for pending in self._pending:
-            if pending.future is not None and not pending.future.done():
-                pending.future.set_exception(error)
-            pending.future = None
+        for pending in self.core.pending:
+            if pending.waiter is not None and not pending.waiter.done():
+                pending.waiter.set_exception(error)
+            pending.waiter = None
         if leader is not None:
             await leader.stop()
         self._space_freed.set()
@@ -696,10 +659,7 @@ class ShardReplica:
                     )
                 finally:
                     self._log_busy = False
-                self.core.log.truncate_after(keep)
-                while self._pending and self._pending[-1].offset > keep:
-                    dropped = self._pending.pop()
-                    self._pending_bytes -= dropped.size_bytes
+                self.core.on_log_cut(keep)
                 self._space_freed.set()
             else:
                 # The leader counts our head as acknowledged: make it durable first.
@@ -719,7 +679,7 @@ class ShardReplica:
             await self._step_down()
 
     async def append_replicated(
-        self, term: int, entries: Sequence[WalEntry], leader_commit_offset: int
+        self, term: int, entries: Sequence[LogEntry], leader_commit_offset: int
     ) -> None:
         """Entries from our leader (checked to continue our log), and its commit offset."""
         self._check_writable()
@@ -736,11 +696,11 @@ class ShardReplica:
             except (OSError, WalError) as error:
                 raise Unavailable(f"shard {self.shard_id} cannot write its log: {error}") from error
             self.wal_append_latency.record_since(started_ns)
+            core = self.core
             for entry in entries:
-                self.core.log.append(entry.term, entry.offset)
-                if self._keeps_in_memory(entry):
-                    self._pending.append(_decoded(entry))
-                    self._pending_bytes += len(entry.payload)
+                core.log.append(entry.term, entry.offset)
+                if core.keeps_in_memory(entry.offset, len(entry.payload)):
+                    core.pending.append(decoded(entry))
             self.core.on_replicated_timestamp(entries[-1].timestamp_ms)
             self._wake_syncer.set()
         else:
@@ -749,13 +709,6 @@ class ShardReplica:
             leader_commit_offset, self.durable_offset
         ):
             self._wake_applier.set()
-
-    def _keeps_in_memory(self, entry: WalEntry) -> bool:
-        pending = self._pending
-        last_held = pending[-1].offset if pending else self.applied_offset
-        return self.core.keeps_in_memory(
-            entry.offset, len(entry.payload), last_held, len(pending), self._pending_bytes
-        )
 
     async def wait_progress_after(
         self, durable_offset: int, applied_offset: int
@@ -852,13 +805,11 @@ class ShardReplica:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        for pending in self._pending:
-            if pending.future is not None and not pending.future.done():
-                pending.future.set_exception(
+        for pending in self.core.pending.drop_all():
+            if pending.waiter is not None and not pending.waiter.done():
+                pending.waiter.set_exception(
                     WriteOutcomeUnknown("replaced by a snapshot; the write may or may not commit")
                 )
-        self._pending.clear()
-        self._pending_bytes = 0
         self._header_cache.clear()
         self.read_cache.clear()
         self._leader_changes.clear()
@@ -881,12 +832,9 @@ class ShardReplica:
         if self._closing:
             raise Unavailable(f"shard {self.shard_id} is shutting down")
 
-    def _has_room(self, size: int) -> bool:
-        return self.core.has_room(len(self._pending), self._pending_bytes, size)
-
     async def _wait_for_space(self, size: int) -> None:
         self.core.check_fits(size)
-        while not self._has_room(size):
+        while not self.core.has_room(size):
             # Backpressure: wait for the pipeline to drain rather than grow without bound.
             self._space_freed.clear()
             await self._space_freed.wait()
@@ -911,7 +859,7 @@ class ShardReplica:
         return self._log(kind, encode_entry(kind, raw_body), body, plain_puts)
 
     async def _make_room(self, size: int) -> None:
-        if not self._has_room(size):
+        if not self.core.has_room(size):
             await self._wait_for_space(size)
             self.core.check_leader()
 
@@ -932,7 +880,7 @@ class ShardReplica:
         self.core.check_leader()
         leader = self._leader
         assert leader is not None
-        entry = WalEntry(
+        entry = LogEntry(
             self.core.term,
             self.core.log.last_offset + 1,
             self.core.next_timestamp_ms(self._clock_ms()),
@@ -957,8 +905,7 @@ class ShardReplica:
                 caller = tracing.current_context()
                 traces = () if caller is None else (caller,)
             pending.traces = traces
-        self._pending.append(pending)
-        self._pending_bytes += len(payload)
+        self.core.hold(pending)
         self._wake_syncer.set()
         leader.entries_appended()
         return future
@@ -1074,35 +1021,26 @@ class ShardReplica:
         last_offset, of those still pending (a follower catching up on entries
         applied meanwhile gets none: their writes were answered long ago)."""
         found: list[Context] = []
-        pending = self._pending
-        if not pending or pending[-1].offset < first_offset:
-            return found
-        index = max(first_offset - pending[0].offset, 0)
-        while index < len(pending) and pending[index].offset <= last_offset:
-            found.extend(pending[index].traces[: limit - len(found)])
+        for pending in self.core.pending.held_from(first_offset, last_offset):
+            found.extend(pending.traces[: limit - len(found)])
             if len(found) >= limit:
                 break
-            index += 1
         return found
 
-    def entries(self, first_offset: int, last_offset: int, max_bytes: int) -> list[WalEntry]:
+    def entries(self, first_offset: int, last_offset: int, max_bytes: int) -> list[LogEntry]:
         """Logged entries first_offset..last_offset (at least one if any, then up to
         `max_bytes` of payload), from memory while still pending, else from the WAL.
         Raises ValueError if the WAL no longer holds first_offset."""
-        found: list[WalEntry] = []
+        found: list[LogEntry] = []
         size = 0
-        pending = self._pending
-        if pending and pending[0].offset <= first_offset:
-            index = first_offset - pending[0].offset
-            while index < len(pending) and pending[index].offset <= last_offset:
-                entry = pending[index].entry
-                if found and size + len(entry.payload) > max_bytes:
-                    return found
-                found.append(entry)
-                size += len(entry.payload)
-                index += 1
-            return found
-        for entry in self.wal.read(first_offset, last_offset):
+        pending = self.core.pending
+        held_first = pending.first_offset
+        held: Iterable[LogEntry]
+        if held_first is not None and held_first <= first_offset:
+            held = (each.entry for each in pending.held_from(first_offset, last_offset))
+        else:
+            held = self.wal.read(first_offset, last_offset)
+        for entry in held:
             if found and size + len(entry.payload) > max_bytes:
                 break
             found.append(entry)
@@ -1381,7 +1319,7 @@ class ShardReplica:
                     if outcome is _ChangesOutcome.WRITTEN:
                         await asyncio.sleep(0)
                         continue
-                group = self._take_apply_group(self._apply_limit())
+                group = self._next_apply_group()
                 try:
                     state, results = self._apply_group(group)
                     changes = state.column_changes()
@@ -1411,8 +1349,8 @@ class ShardReplica:
                     advanced, self._sequence_advanced = self._sequence_advanced, asyncio.Event()
                     advanced.set()
                 for pending, result in zip(group, results, strict=True):
-                    if pending.future is not None and not pending.future.done():
-                        pending.future.set_result(result)
+                    if pending.waiter is not None and not pending.waiter.done():
+                        pending.waiter.set_result(result)
                 if self._leader is not None and not self._serving.is_set():
                     self._finish_takeover(self.core.term)
                 # Let the loop take in more requests between groups.
@@ -1462,9 +1400,8 @@ class ShardReplica:
         except Exception as error:
             self._fail(error)
             return _ChangesOutcome.FAILED
-        pending = self._pending
-        while pending and pending[0].offset <= last:
-            self._release(pending.popleft())
+        self.core.pending.take_through(last)
+        self._space_freed.set()
         # Written behind the header cache's back: it no longer describes the KV.
         if self._header_cache:
             self._header_cache.clear()
@@ -1483,28 +1420,18 @@ class ShardReplica:
         advanced.set()
         self._publish_progress()
 
-    def _take_apply_group(self, limit: int) -> list[_Pending]:
-        """The next entries to apply together (all <= `limit`): at least one, then as
-        many as fit the entry and operation bounds. Entries no longer in memory
-        (logged before a restart or a role change) are read from the WAL."""
-        first = self.applied_offset + 1
-        pending = self._pending
-        while pending and pending[0].offset < first:
-            # Applied already (a snapshot or a replay moved past it).
-            self._release(pending.popleft())
-        if not pending or pending[0].offset > first:
-            last = min(limit, pending[0].offset - 1) if pending else limit
-            last = min(last, first + self.limits.max_entries_per_apply_batch - 1)
-            read = [_decoded(entry) for entry in self.wal.read(first, last)]
-            return read[: self.core.apply_group_size(_operation_counts(read))]
-        appliable = itertools.takewhile(lambda held: held.offset <= limit, pending)
-        size = self.core.apply_group_size(_operation_counts(appliable))
-        group = [pending.popleft() for _ in range(size)]
-        for taken in group:
-            self._release(taken)
-        return group
+    def _next_apply_group(self) -> Sequence[_Pending]:
+        """The next entries to apply together (ShardCore.next_apply_group), read
+        from the WAL if the write buffer does not hold them."""
+        taken = self.core.next_apply_group(self._apply_limit())
+        self._space_freed.set()
+        if isinstance(taken, ReadLog):
+            return self.core.group_of(
+                [decoded(entry) for entry in self.wal.read(taken.first, taken.last)]
+            )
+        return taken
 
-    def _apply_group(self, group: list[_Pending]) -> tuple[PendingChanges, list[Any]]:
+    def _apply_group(self, group: Sequence[_Pending]) -> tuple[PendingChanges, list[Any]]:
         state = PendingChanges(self.kv, self._header_cache, self.read_cache)
         results = [
             apply_entry(
@@ -1515,16 +1442,12 @@ class ShardReplica:
                 p.offset,
                 p.entry.timestamp_ms,
                 p.plain_puts,
-                p.future is not None,
+                p.waiter is not None,
             )
             for p in group
         ]
         state.set_commit_offset(group[-1].offset)
         return state, results
-
-    def _release(self, pending: _Pending) -> None:
-        self._pending_bytes -= pending.size_bytes
-        self._space_freed.set()
 
     def _fail(self, error: BaseException, applying: Sequence[_Pending] = ()) -> None:
         """Refuse further writes; the writers waiting, those of the group being
@@ -1537,11 +1460,9 @@ class ShardReplica:
         self.read_cache.disable()
         self._drop_fold(Unavailable(f"shard {self.shard_id} failed: {error}"))
         failure = WriteOutcomeUnknown(f"shard {self.shard_id} failed: {error}")
-        for pending in itertools.chain(applying, self._pending):
-            if pending.future is not None and not pending.future.done():
-                pending.future.set_exception(failure)
-        self._pending.clear()
-        self._pending_bytes = 0
+        for pending in itertools.chain(applying, self.core.pending.drop_all()):
+            if pending.waiter is not None and not pending.waiter.done():
+                pending.waiter.set_exception(failure)
         self._space_freed.set()
         self._publish_progress()
 
@@ -1569,9 +1490,9 @@ class ShardReplica:
                 task.cancel()
         if self._leader is not None:
             await self._step_down()
-        for pending in self._pending:
-            if pending.future is not None and not pending.future.done():
-                pending.future.set_exception(
+        for pending in self.core.pending:
+            if pending.waiter is not None and not pending.waiter.done():
+                pending.waiter.set_exception(
                     WriteOutcomeUnknown(f"shard {self.shard_id} closed before the write committed")
                 )
         self._sync_executor.shutdown(wait=True)

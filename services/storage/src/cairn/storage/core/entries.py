@@ -33,6 +33,16 @@ _BODIES: dict[int, type[Message]] = {
 
 
 @dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One entry of a replica's log (the WAL's record; u64 fields)."""
+
+    term: int
+    offset: int  # consecutive within the log
+    timestamp_ms: int
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class Folded:
     """The body of a FOLDED_WRITES entry: client write requests, applied in order."""
 

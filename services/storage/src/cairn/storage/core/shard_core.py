@@ -30,8 +30,9 @@ its followers' streams with it and tells the counted commit offset through
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Generic
 
 from google.protobuf.message import Message
 
@@ -39,6 +40,7 @@ from cairn.common.errors import Overloaded
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.storage.core.apply import MAX_RECORDS_PER_CLOSE_ENTRY
 from cairn.storage.core.entries import CLIENT_WRITE, CLOSE_SESSION, FOLDED_WRITES, Folded
+from cairn.storage.core.pending import PendingEntry, PendingQueue, ReadLog, W
 from cairn.storage.core.replication.leader import LeaderCore
 from cairn.storage.core.replication.replica import ReplicaCore, Role
 from cairn.storage.core.replication.terms import NO_OFFSET, EntryId
@@ -69,8 +71,11 @@ def operation_count(kind: int, body: Message | Folded) -> int:
 
 
 @dataclass(slots=True, kw_only=True)
-class ShardCore(ReplicaCore):
+class ShardCore(ReplicaCore, Generic[W]):
     limits: PipelineLimits
+    # Logged, not applied yet (what backpressure bounds); `W` is what a writer
+    # waits on (pending.py).
+    pending: PendingQueue[W] = field(default_factory=PendingQueue)
     # Every entry up to here is in the KV: what readers see.
     applied_offset: int = NO_OFFSET
     # The leader's commit offset as last told (follower).
@@ -111,6 +116,26 @@ class ShardCore(ReplicaCore):
             size += 1
         return size
 
+    def next_apply_group(self, limit: int) -> list[PendingEntry[W]] | ReadLog:
+        """The next entries to apply together (all up to `limit`, past the applied
+        offset): taken from the write buffer while it holds them, else a range to
+        read from the log (entries logged before a restart or a role change, or a
+        follower's that did not fit), which `group_of` cuts to a group."""
+        first = self.applied_offset + 1
+        pending = self.pending
+        # Applied already (a snapshot, or the leader's applied changes, moved past them).
+        pending.take_through(first - 1)
+        held_first = pending.first_offset
+        if held_first is None or held_first > first:
+            last = limit if held_first is None else min(limit, held_first - 1)
+            return ReadLog(first, min(last, first + self.limits.max_entries_per_apply - 1))
+        appliable = pending.held_from(first, limit)
+        return pending.take(self.apply_group_size(_operation_counts(appliable)))
+
+    def group_of(self, read: Sequence[PendingEntry[W]]) -> Sequence[PendingEntry[W]]:
+        """The group to apply of entries read from the log (`ReadLog`)."""
+        return read[: self.apply_group_size(_operation_counts(read))]
+
     def on_applied(self, offset: int) -> None:
         assert offset >= self.applied_offset, (offset, self.applied_offset)
         self.applied_offset = offset
@@ -119,6 +144,7 @@ class ShardCore(ReplicaCore):
         """The KV and log were replaced by a snapshot up to `base`: all of it is
         committed (the leader sent it from its applied state) and applied."""
         self.log.reset(base)
+        self.pending.drop_all()
         self.commit_offset = base.offset
         self.applied_offset = base.offset
         self.leader_commit_offset = max(self.leader_commit_offset, base.offset)
@@ -211,22 +237,45 @@ class ShardCore(ReplicaCore):
         if size > self.limits.max_pending_bytes:
             raise Overloaded(f"a single request of {size} bytes exceeds the shard's write buffer")
 
-    def has_room(self, pending_entries: int, pending_bytes: int, size: int) -> bool:
+    def has_room(self, size: int) -> bool:
         """Whether an entry of `size` bytes may be logged beside those pending."""
         limits = self.limits
+        pending = self.pending
         return (
-            pending_entries < limits.max_pending_entries
-            and pending_bytes + size <= limits.max_pending_bytes
+            len(pending) < limits.max_pending_entries
+            and pending.size_bytes + size <= limits.max_pending_bytes
         )
 
-    def keeps_in_memory(
-        self, offset: int, size: int, last_held: int, pending_entries: int, pending_bytes: int
-    ) -> bool:
+    def keeps_in_memory(self, offset: int, size: int) -> bool:
         """Whether a follower keeps a logged entry in memory for its apply step:
-        while it continues the run held (`last_held`: the last entry held, or what
-        is applied) within the write buffer's bounds. Past them it is read back from
-        the WAL when applied: a follower can lag its leader's commit offset by any
-        number of entries (a new term commits only once its first entry reaches a
-        majority), so what it holds unapplied is bounded here, not by holding back
-        the leader's stream."""
-        return offset == last_held + 1 and self.has_room(pending_entries, pending_bytes, size)
+        while it continues the run held (or what is applied) within the write
+        buffer's bounds. Past them it is read back from the log when applied: a
+        follower can lag its leader's commit offset by any number of entries (a
+        new term commits only once its first entry reaches a majority), so what
+        it holds unapplied is bounded here, not by holding back the leader's
+        stream."""
+        last_held = self.pending.last_offset
+        if last_held is None:
+            last_held = self.applied_offset
+        return offset == last_held + 1 and self.has_room(size)
+
+    def hold(self, pending: PendingEntry[W]) -> None:
+        """Hold an entry this leader logged. What it holds of the entries it
+        inherited as a follower may stop short of it (a follower holds a run
+        only while it fits the buffer): those are let go, to be read back from
+        the log when applied, so that what is held stays one run from the oldest
+        entry held to the newest."""
+        last_held = self.pending.last_offset
+        if last_held is not None and last_held != pending.offset - 1:
+            self.pending.drop_all()
+        self.pending.append(pending)
+
+    def on_log_cut(self, keep: int) -> list[PendingEntry[W]]:
+        """The log was cut after `keep` (a follower's entries that disagree with
+        its leader's): returns what the write buffer held of them."""
+        self.log.truncate_after(keep)
+        return self.pending.drop_after(keep)
+
+
+def _operation_counts(entries: Iterable[PendingEntry[W]]) -> Iterable[int]:
+    return (operation_count(entry.kind, entry.body) for entry in entries)

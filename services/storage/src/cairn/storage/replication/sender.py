@@ -41,7 +41,7 @@ from cairn.storage.replication.wire import (
     log_entry_message,
     node_message,
 )
-from cairn.storage.wal import WalEntry
+from cairn.storage.wal import LogEntry
 
 if TYPE_CHECKING:
     from cairn.storage.replication.leader import ReplicatingLeader
@@ -277,7 +277,7 @@ class FollowerSender:
         span = core.to_send(self.address, shard.log.last_offset)
         room_bytes = settings.max_in_flight_bytes - self._unacked_bytes
         commit = commit_for_followers(core.commit_offset, shard.applied_offset)
-        entries: list[WalEntry] = []
+        entries: list[LogEntry] = []
         entries_bytes = 0
         if span is not None and room_bytes > 0:
             entries = shard.entries(

@@ -10,7 +10,7 @@ from cairn.proto import replication_pb2 as rpb
 from cairn.storage.config import ShardSpec
 from cairn.storage.core.replication.replica import Member
 from cairn.storage.core.replication.terms import EntryId, TermHistory, TermStart
-from cairn.storage.wal import WalEntry
+from cairn.storage.wal import LogEntry
 
 _SORTING_OF_ORDER = {
     KeyOrder.HIERARCHICAL: pb.KEY_SORTING_HIERARCHICAL,
@@ -72,11 +72,11 @@ def history_of_message(starts: Iterable[rpb.TermStart], head: rpb.EntryId) -> Te
     return TermHistory(term_starts, head.offset)
 
 
-def log_entry_message(entry: WalEntry) -> rpb.LogEntry:
+def log_entry_message(entry: LogEntry) -> rpb.LogEntry:
     return rpb.LogEntry(
         term=entry.term, offset=entry.offset, timestamp_ms=entry.timestamp_ms, payload=entry.payload
     )
 
 
-def wal_entry_of(message: rpb.LogEntry) -> WalEntry:
-    return WalEntry(message.term, message.offset, message.timestamp_ms, message.payload)
+def log_entry_of(message: rpb.LogEntry) -> LogEntry:
+    return LogEntry(message.term, message.offset, message.timestamp_ms, message.payload)

@@ -19,8 +19,8 @@ from cairn.storage.replication.follower_spans import FollowerSpans
 from cairn.storage.replication.wire import (
     entry_id_message,
     history_of_message,
+    log_entry_of,
     member_of,
-    wal_entry_of,
 )
 from cairn.storage.rpc.status import abort
 from cairn.storage.snapshot import SnapshotError
@@ -79,7 +79,7 @@ class ReplicationService:
                 with spans.appending(request) if spans is not None else contextlib.nullcontext():
                     await replica.append_replicated(
                         request.term,
-                        [wal_entry_of(entry) for entry in request.entries],
+                        [log_entry_of(entry) for entry in request.entries],
                         request.commit_offset,
                     )
                 # Echoed with our next answer: the leader's lease (lease.py).

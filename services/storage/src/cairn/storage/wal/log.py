@@ -12,11 +12,11 @@ from pathlib import Path
 from types import TracebackType
 
 from cairn.common.files import fsync_directory
+from cairn.storage.core.entries import LogEntry
 from cairn.storage.wal.record import (
     U32_MAX,
     U64_MAX,
     WalCorruptionError,
-    WalEntry,
     WalError,
     check_entry,
     encode_into,
@@ -72,7 +72,7 @@ _DEFAULT_OPTIONS = WalOptions()
 
 
 class Wal:
-    """An append-only log of WalEntry with consecutive offsets and non-decreasing terms.
+    """An append-only log of LogEntry with consecutive offsets and non-decreasing terms.
 
     Durability contract: an appended record survives power loss or an OS crash once
     ``sync`` has returned (equivalently once ``synced_offset >= offset``). Until then a
@@ -230,7 +230,7 @@ class Wal:
         """Highest offset known to be durable (fdatasync'd); -1 if none."""
         return self._synced_offset
 
-    def last_entry(self) -> WalEntry | None:
+    def last_entry(self) -> LogEntry | None:
         return None if self.first_offset < 0 else self.get(self.last_offset)
 
     def total_size_bytes(self) -> int:
@@ -241,11 +241,11 @@ class Wal:
 
     # -- writes ----------------------------------------------------------------------------
 
-    def append(self, entry: WalEntry) -> None:
+    def append(self, entry: LogEntry) -> None:
         """Append one entry; its offset must be last_offset + 1 (anything for a new log)."""
         self.append_many((entry,))
 
-    def append_many(self, entries: Sequence[WalEntry]) -> None:
+    def append_many(self, entries: Sequence[LogEntry]) -> None:
         """Append a group of entries with a single os.write (all or nothing on error)."""
         self._check_writable()
         if not entries:
@@ -575,7 +575,7 @@ class Wal:
 
     # -- reads -----------------------------------------------------------------------------
 
-    def read(self, from_offset: int, to_offset: int | None = None) -> Iterator[WalEntry]:
+    def read(self, from_offset: int, to_offset: int | None = None) -> Iterator[LogEntry]:
         """Entries from_offset..to_offset inclusive (to the current end if None).
 
         Raises ValueError (now, not on iteration) if from_offset was trimmed/reset away.
@@ -610,11 +610,11 @@ class Wal:
             )
         return self._read_plan(plan)
 
-    def _read_plan(self, plan: list[tuple[Segment, int, int]]) -> Iterator[WalEntry]:
+    def _read_plan(self, plan: list[tuple[Segment, int, int]]) -> Iterator[LogEntry]:
         for segment, first_offset, last_offset in plan:
             yield from segment.read(first_offset, last_offset, self._options.max_record_bytes)
 
-    def get(self, offset: int) -> WalEntry:
+    def get(self, offset: int) -> LogEntry:
         """The entry at ``offset``; KeyError if there is none."""
         self._check_open()
         if self.first_offset < 0 or not self.first_offset <= offset <= self.last_offset:

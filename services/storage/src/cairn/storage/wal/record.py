@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import struct
 import zlib
-from dataclasses import dataclass
+
+from cairn.storage.core.entries import LogEntry
 
 U64_MAX = (1 << 64) - 1
 U32_MAX = (1 << 32) - 1
@@ -41,33 +42,25 @@ class BadRecordError(Exception):
     """The bytes are there but are not a valid record (bad CRC or impossible length)."""
 
 
-@dataclass(frozen=True, slots=True)
-class WalEntry:
-    term: int  # u64
-    offset: int  # u64, consecutive within the log
-    timestamp_ms: int  # u64
-    payload: bytes
-
-
-def check_entry(entry: WalEntry, max_record_bytes: int) -> None:
+def check_entry(entry: LogEntry, max_record_bytes: int) -> None:
     """Raise ValueError if ``entry`` cannot be encoded (field out of range, payload too big)."""
     for name in ("term", "offset", "timestamp_ms"):
         value = getattr(entry, name)
         if not isinstance(value, int) or not 0 <= value <= U64_MAX:
-            raise ValueError(f"WalEntry.{name} must be a u64, got {value!r}")
+            raise ValueError(f"LogEntry.{name} must be a u64, got {value!r}")
     if not isinstance(entry.payload, bytes):
-        raise ValueError(f"WalEntry.payload must be bytes, got {type(entry.payload).__name__}")
+        raise ValueError(f"LogEntry.payload must be bytes, got {type(entry.payload).__name__}")
     if len(entry.payload) > max_record_bytes:
         raise ValueError(
             f"payload of {len(entry.payload)} bytes exceeds max_record_bytes={max_record_bytes}"
         )
 
 
-def encoded_size_bytes(entry: WalEntry) -> int:
+def encoded_size_bytes(entry: LogEntry) -> int:
     return HEADER_SIZE_BYTES + len(entry.payload)
 
 
-def encode_into(out: bytearray, entry: WalEntry) -> int:
+def encode_into(out: bytearray, entry: LogEntry) -> int:
     """Append the record for ``entry`` to ``out``; return its size in bytes.
 
     The caller must have validated the entry (see ``check_entry``).
@@ -82,13 +75,13 @@ def encode_into(out: bytearray, entry: WalEntry) -> int:
     return len(out) - start
 
 
-def encode(entry: WalEntry) -> bytes:
+def encode(entry: LogEntry) -> bytes:
     out = bytearray()
     encode_into(out, entry)
     return bytes(out)
 
 
-def decode(buffer: bytes | bytearray, position: int, max_record_bytes: int) -> tuple[WalEntry, int]:
+def decode(buffer: bytes | bytearray, position: int, max_record_bytes: int) -> tuple[LogEntry, int]:
     """Decode the record starting at ``position``; return it and the position just past it.
 
     Raises TornRecordError if the buffer ends before the record does, BadRecordError if the
@@ -112,4 +105,4 @@ def decode(buffer: bytes | bytearray, position: int, max_record_bytes: int) -> t
         if actual != crc:
             raise BadRecordError(f"CRC mismatch (stored {crc:#010x}, computed {actual:#010x})")
         payload = bytes(view[position + HEADER_SIZE_BYTES : end])
-    return WalEntry(term, offset, timestamp_ms, payload), end
+    return LogEntry(term, offset, timestamp_ms, payload), end

@@ -35,11 +35,11 @@ from array import array
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from cairn.storage.core.entries import LogEntry
 from cairn.storage.wal.record import (
     BadRecordError,
     TornRecordError,
     WalCorruptionError,
-    WalEntry,
     WalError,
     decode,
 )
@@ -314,7 +314,7 @@ class Segment:
 
     def read(
         self, first_offset: int, last_offset: int, max_record_bytes: int
-    ) -> Iterator[WalEntry]:
+    ) -> Iterator[LogEntry]:
         """Entries first_offset..last_offset (inclusive; both must be in this segment)."""
         first_index = first_offset - self.base_offset
         last_index = last_offset - self.base_offset
