@@ -166,9 +166,10 @@ CAUGHT_WITHIN: dict[str, tuple[int, int, str, str]] = {
     # not within 15 seeds of reading, 12 of churn or lagging since).
     # Issue 38's holes, reverted in the real code:
     # seed 1, (b): B's replica re-created empty after its wipe, counted as
-    # holding what it held (profiles.py, "wipe-while-lagging"). The broad profiles reach its history too rarely:
-    # wipes x 3 did not catch it in seeds 0-7, lagging-and-wiping configs
-    # without the targeted world (RF changes on) not in 0-7 either.
+    # holding what it held (profiles.py, "wipe-while-lagging"). The broad
+    # profiles reach its history too rarely: wipes x 3 did not catch it in
+    # seeds 0-7, lagging-and-wiping configs without the targeted world (RF
+    # changes on) not in 0-7 either.
     "hole 1: a wiped member keeps its vote": (3, 3, "wipe-while-lagging", "real"),
     # seed 88, (b): a member the leader did not count as holding every
     # committed entry takes the term by a leader move, lacking an acknowledged
