@@ -197,9 +197,16 @@ def check_core_mirrors_storage(world: World) -> None:
 def check_reads_are_fresh(world: World) -> None:
     """(f) Reads are linearizable: a read returns a state no older than the last
     write acknowledged before it began (it was answered from a state applied at
-    least up to that write's offset)."""
+    least up to that write's offset), and what it returns is that state's (the
+    read cache answers as the KV holds the record)."""
     observer, state = world.observer, world.checks
     for read in observer.reads[state.reads_checked :]:
+        if read.answer != read.stored:
+            raise Violation(
+                f"(f) a read answered by {read.replica} (term {read.term}) at step "
+                f"{read.answered_step} got {read.answer!r} from the read cache, but the KV "
+                f"held {read.stored!r}"
+            )
         needed = observer.highest_acked_before(read.sent_step)
         if read.applied_offset < needed:
             raise Violation(

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import pytest
 
+from simulation import summary
+
 # The CI set: seeds x steps for each of (3, 5 replicas) x world.PROFILES (steady,
 # lagging, reading, churn, wipes), each under the real controller. 15 seeds (150
 # runs), not 25: every seed costs seconds on CI's two cores, and the mutants of
@@ -39,3 +41,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def sim_steps(request: pytest.FixtureRequest) -> int:
     steps: int = request.config.getoption("--sim-steps")
     return steps
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    lines = summary.lines()
+    if lines:
+        terminalreporter.section("simulation")
+        for line in lines:
+            terminalreporter.write_line(line)

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cairn.common.errors import InvalidTerm
+from cairn.common.keyorder import KeyOrder
 from cairn.proto import storage_internal_pb2 as internal_pb
+from cairn.storage.core import reads
 from cairn.storage.core.apply import CloseOutcome
 from cairn.storage.core.entries import (
     CLOSE_SESSION,
@@ -27,6 +29,7 @@ from cairn.storage.core.entries import (
     encode_entry,
 )
 from cairn.storage.core.pending import decoded
+from cairn.storage.core.replication.applied_changes import commit_for_followers
 from cairn.storage.core.replication.leader import FollowerPhase, NotAFollower
 from cairn.storage.core.replication.lease import LeaderLease, takeover_wait_ms
 from cairn.storage.core.replication.replica import Member
@@ -41,6 +44,10 @@ if TYPE_CHECKING:
     from simulation.replica import SimReplica
 
 
+# Bytes of applied changes in one Replicate message, at most (one group goes alone).
+MAX_CHANGES_BYTES = 1 << 16
+
+
 @dataclass(slots=True)
 class Session:
     session: int
@@ -48,6 +55,8 @@ class Session:
     last_heard_step: int
     last_sent_step: int = -1
     commit_sent: int = NO_OFFSET
+    # The last offset of the applied changes this session sent.
+    changes_sent_through: int = NO_OFFSET
 
 
 @dataclass(slots=True)
@@ -239,6 +248,14 @@ class LeaderRuntime:
             env.count("reads refused (taking over or no lease)")
             return
         env.count("reads answered")
+        # An exact-key get, as the storage pod answers it: through the read cache.
+        cache = replica.live_apply_step().read_cache
+        key = KeyOrder.HIERARCHICAL.encode(read.key)
+        hits = cache.lookups - cache.misses
+        [answer] = cache.answers(replica.kv, [key])
+        if cache.lookups - cache.misses > hits:
+            env.count("reads answered from the read cache")
+        [stored] = reads.read_answers(replica.kv, [key])
         env.observer.answered(
             AnsweredRead(
                 read.read_id,
@@ -248,6 +265,8 @@ class LeaderRuntime:
                 replica.name,
                 self.term,
                 replica.kv.applied_offset,
+                answer,
+                stored,
             )
         )
 
@@ -263,7 +282,8 @@ class LeaderRuntime:
         entry = LogEntry(self.term, offset, timestamp_ms, payload)
         replica.log.append(entry)
         core.log.append(self.term, offset)
-        core.hold(decoded(entry))
+        # Its writer waits (the leader answers it once applied).
+        core.hold(decoded(entry, waiter=offset))
         return offset
 
     # -- ensemble ----------------------------------------------------------------------
@@ -466,13 +486,28 @@ class LeaderRuntime:
                 return
             entries = tuple(log.slice(first, last))
             self.core.on_sent(name, last)
-        commit = self.core.commit_offset
+        # As the storage pod's sender does: the commit offset as far as applied,
+        # with the changes the apply step wrote for entries the follower holds.
+        commit = commit_for_followers(self.core.commit_offset, replica.kv.applied_offset)
+        holds_through = self.core.progress(name).next_offset - 1
+        kept = replica.live_apply_step().changes_for_followers
+        changes = tuple(
+            kept.between(
+                session.changes_sent_through, min(commit, holds_through), MAX_CHANGES_BYTES
+            )
+        )
         due = env.now - session.last_sent_step >= env.rules.heartbeat_steps
-        if entries or commit > session.commit_sent or due:
+        if entries or changes or commit > session.commit_sent or due:
             env.send(
                 replica.name,
                 name,
-                m.Replicate(session.session, self.term, entries, commit, env.now_ms),
+                m.Replicate(session.session, self.term, entries, commit, env.now_ms, changes),
             )
             session.commit_sent = commit
             session.last_sent_step = env.now
+            if changes:
+                session.changes_sent_through = changes[-1].last_offset
+                # Kept only until every follower's stream carried them.
+                kept.drop_through(
+                    min(other.changes_sent_through for other in self.sessions.values())
+                )

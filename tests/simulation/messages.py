@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cairn.common.heartbeat import ReplicaReport
+from cairn.proto import replication_pb2 as rpb
 from cairn.storage.core.entries import LogEntry
 from cairn.storage.core.replication.replica import Member
 from cairn.storage.core.replication.terms import EntryId, TermStart
@@ -190,6 +191,9 @@ class Replicate:
     commit_offset: int
     # When the leader sent it (its clock): echoed back, it renews the lease.
     leader_time_ms: int
+    # What the leader's apply step wrote for committed entries the follower
+    # holds (applied_changes.py).
+    applied_changes: tuple[rpb.AppliedChanges, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +266,8 @@ class ClientRead:
     read_id: int
     reader: str
     sent_step: int
+    # The record it gets (an exact-key get: the leader's read cache answers it).
+    key: str = "/k/0"
 
 
 Body = (

@@ -44,6 +44,10 @@ class AnsweredRead:
     replica: str
     term: int
     applied_offset: int
+    # The record's answer (reads.answer_fields; None: absent) as the leader's read
+    # cache gave it, and as its KV held it then.
+    answer: bytes | None = None
+    stored: bytes | None = None
 
 
 @dataclass

@@ -37,16 +37,18 @@ from dataclasses import dataclass
 
 from cairn.common.errors import InvalidTerm, StaleControllerEpoch
 from cairn.common.heartbeat import FollowerReport, ReplicaReport
+from cairn.storage.apply_step import ApplyStep, WaitForCommit, WroteLeaderChanges
+from cairn.storage.config import Limits, ReplicationSettings
 from cairn.storage.core.controller_epoch import admit
-from cairn.storage.core.pending import ReadLog, decoded
+from cairn.storage.core.pending import decoded
 from cairn.storage.core.replication.replica import Member, Role
 from cairn.storage.core.replication.terms import TermHistory
-from cairn.storage.core.shard_core import PipelineLimits, ShardCore
+from cairn.storage.core.shard_core import ShardCore
 from simulation import messages as m
 from simulation.context import Env
 from simulation.leading import LeaderRuntime
 from simulation.network import Envelope
-from simulation.storage import DigestKv, SimLog, apply_entries
+from simulation.storage import DigestKv, SimLog
 
 # Calls that change a pod: they carry the controller's epoch.
 CHANGING = (m.NewTerm, m.BecomeLeader, m.AddFollower, m.RemoveFollower, m.DeleteShard)
@@ -55,6 +57,10 @@ ROLE_NAMES = {Role.FENCED: "fenced", Role.FOLLOWER: "follower", Role.LEADER: "le
 
 # The write buffer's bound in bytes (the entry bound is RuntimeRules.max_pending_entries).
 MAX_PENDING_BYTES = 1 << 20
+# The caches over the KV, small: the simulation's few keys come and go from them.
+MAX_READ_CACHE_ENTRIES = 4
+MAX_READ_CACHE_BYTES = 256
+MAX_CACHED_HEADERS = 3
 
 
 def member_of(name: str) -> Member:
@@ -94,7 +100,8 @@ class SimReplica:
         self.highest_epoch = 0
         # Volatile state (gone on a crash).
         self.incarnation = 0
-        self.core: ShardCore | None = None
+        self.core: ShardCore[int] | None = None
+        self.apply_step: ApplyStep[int] | None = None
         self.leading: LeaderRuntime | None = None
         self.stream: FollowedStream | None = None
         # Set to crash once the message being handled is done (the reply is out):
@@ -116,23 +123,33 @@ class SimReplica:
         self.crash_requested = False
         self.env.net.up(self.name, self.incarnation)
 
-    def _new_core(self) -> ShardCore:
+    def _new_core(self) -> ShardCore[int]:
         """The core of a replica (re)started over what its disk holds: recovered
-        at the persisted term, everything applied committed."""
-        limits = PipelineLimits(
-            max_pending_entries=self.env.rules.max_pending_entries,
-            max_pending_bytes=MAX_PENDING_BYTES,
-            max_entries_per_apply=self.env.rules.max_apply_group,
-            max_operations_per_apply=self.env.rules.max_apply_group,
+        at the persisted term, everything applied committed; and its apply step
+        over its KV. Its apply groups' bounds are drawn at each start (up to
+        RuntimeRules.max_apply_group): groups of every size meet every history."""
+        rules = self.env.rules
+        limits = Limits(
+            max_pending_entries_per_shard=rules.max_pending_entries,
+            max_pending_bytes_per_shard=MAX_PENDING_BYTES,
+            max_entries_per_apply_batch=self.env.rng.randint(1, rules.max_apply_group),
+            max_operations_per_apply_batch=self.env.rng.randint(1, rules.max_apply_group),
+            max_read_cache_entries_per_shard=MAX_READ_CACHE_ENTRIES,
+            max_read_cache_bytes_per_shard=MAX_READ_CACHE_BYTES,
+            max_cached_headers_per_shard=MAX_CACHED_HEADERS,
         )
-        return ShardCore(
+        core: ShardCore[int] = ShardCore(
             shard_id=0,
             term=self.persisted_term,
             log=self.log.history(),
             commit_offset=self.kv.applied_offset,
             applied_offset=self.kv.applied_offset,
-            limits=limits,
+            limits=limits.pipeline(),
         )
+        self.apply_step = ApplyStep(
+            core, self.kv, self.env.shard_rules, limits, ReplicationSettings()
+        )
+        return core
 
     def crash(self) -> None:
         if self.log.synced_offset < self.log.last_offset:
@@ -235,32 +252,33 @@ class SimReplica:
         if self.leading is not None:
             self.leading.pump()
             core.on_commit(self.leading.core.commit_offset)
-        self._apply(core.apply_limit(self.log.synced_offset))
+        self._apply()
 
-    def _apply(self, target: int) -> None:
-        rng = self.env.rng
-        core = self.live_core()
-        while self.kv.applied_offset < target:
+    def _apply(self) -> None:
+        """The storage pod's apply step (apply_step.py) over the simulated KV."""
+        step, env = self.live_apply_step(), self.env
+        leading = self.leading
+        while step.has_more(self.log.synced_offset):
             first = self.kv.applied_offset + 1
-            # Groups cut at a random offset (within the core's bounds) explore more
-            # interleavings than the core's own choice, which fills each group.
-            limit = min(target, first + rng.randint(1, self.env.rules.max_apply_group) - 1)
-            taken = core.next_apply_group(limit)
-            if isinstance(taken, ReadLog):
-                self.env.count("apply groups read from the log")
-                group = core.group_of(
-                    [decoded(entry) for entry in self.log.slice(taken.first, taken.last)]
-                )
-            else:
-                self.env.count("apply groups held in memory")
-                group = taken
-            assert group and group[0].offset == first and group[-1].offset <= limit
-            results = apply_entries(self.kv, group, self.env.shard_rules)
-            core.on_applied(group[-1].offset)
-            for pending, result in zip(group, results, strict=True):
-                self.env.observer.saw_committed(pending.entry, self.name)
-                if self.leading is not None:
-                    self.leading.applied(pending.entry, result)
+            outcome = step.next(
+                self.log.synced_offset,
+                self.log.slice,
+                leading is not None,
+                leading is not None and bool(leading.core.followers),
+            )
+            if isinstance(outcome, WaitForCommit):
+                env.count("leader changes waiting for their commit")
+                break
+            if isinstance(outcome, WroteLeaderChanges):
+                env.count("apply groups written from the leader's changes")
+                for entry in self.log.slice(first, outcome.last_offset):
+                    env.observer.saw_committed(entry, self.name)
+                continue
+            env.count("apply groups")
+            for pending, result in zip(outcome.group, outcome.results, strict=True):
+                env.observer.saw_committed(pending.entry, self.name)
+                if leading is not None:
+                    leading.applied(pending.entry, result)
 
     # -- messages ----------------------------------------------------------------------
 
@@ -365,6 +383,7 @@ class SimReplica:
             refusal = m.Refused(request.term, "BecomeLeader", str(error), request.call)
             self.env.send(self.name, src, refusal)
             return
+        self.live_apply_step().on_leading()
         self.leading = LeaderRuntime(
             self, request.term, request.followers, term_start, dict(request.incarnations)
         )
@@ -377,6 +396,7 @@ class SimReplica:
             self.env.log(f"{self.name} stops leading term {self.leading.term}: {why}")
             self.leading = None
             self.live_core().on_stepped_down()
+            self.live_apply_step().on_stepped_down()
 
     # -- follower side -----------------------------------------------------------------
 
@@ -404,6 +424,7 @@ class SimReplica:
         else:
             leader_log = TermHistory(base=request.leader_head)
         keep = core.truncation_point(leader_log)
+        self.live_apply_step().on_new_stream()
         if keep < self.log.last_offset:
             self.env.log(
                 f"{self.name} truncates after {keep} (log ends {self.log.last_offset})",
@@ -453,6 +474,9 @@ class SimReplica:
             stream.broken = True
             self.env.send(self.name, src, m.StreamBroken(request.session, str(error)))
             return
+        if self.leading is None and request.term == core.term and request.applied_changes:
+            # The changes first, as the storage pod takes them (rpc/replication.py).
+            self.live_apply_step().take_leader_changes(request.applied_changes)
         for entry in request.entries:
             self.log.append(entry)
             core.log.append(entry.term, entry.offset)
@@ -500,7 +524,10 @@ class SimReplica:
         base = request.last_included
         # The leader sends one only when our log ends before its first entry.
         assert base.offset > self.log.last_offset, (base, self.log.last_offset)
+        step = self.live_apply_step()
+        step.on_storage_replaced()
         self.kv = DigestKv.from_dump(request.records)
+        step.on_reopened(self.kv)
         assert self.kv.applied_offset == base.offset, (self.kv.applied_offset, base)
         self.log.reset(base)
         core.on_snapshot_installed(base)
@@ -508,6 +535,10 @@ class SimReplica:
         self.env.log(f"{self.name} installed a snapshot at {base}", "snapshots installed")
         self.env.send(self.name, src, m.SnapshotResponse(request.session, base))
 
-    def live_core(self) -> ShardCore:
+    def live_core(self) -> ShardCore[int]:
         assert self.core is not None, f"{self.name} is down"
         return self.core
+
+    def live_apply_step(self) -> ApplyStep[int]:
+        assert self.core is not None and self.apply_step is not None, f"{self.name} is down"
+        return self.apply_step

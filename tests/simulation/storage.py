@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import Any
 
 from cairn.common.keyorder import KeyOrder
-from cairn.storage.core.apply import PendingChanges
 from cairn.storage.core.entries import LogEntry
-from cairn.storage.core.entry_apply import ShardRules, apply_entry
+from cairn.storage.core.entry_apply import ShardRules
 from cairn.storage.core.meta import COMMIT_OFFSET_KEY, decode_i64
-from cairn.storage.core.pending import PendingEntry
 from cairn.storage.core.replication.terms import (
     NO_ENTRY,
     NO_OFFSET,
@@ -189,24 +186,3 @@ class DigestKv(MemoryKv):
         kv = cls()
         kv.write(list(records))
         return kv
-
-
-def apply_entries(kv: DigestKv, group: Sequence[PendingEntry[Any]], rules: ShardRules) -> list[Any]:
-    """Apply a group of committed entries as the runtime does: into one
-    PendingChanges overlay, written with the new commit offset in one batch."""
-    state = PendingChanges(kv)
-    results = [
-        apply_entry(
-            rules,
-            state,
-            pending.kind,
-            pending.body,
-            pending.offset,
-            pending.entry.timestamp_ms,
-            pending.plain_puts,
-        )
-        for pending in group
-    ]
-    state.set_commit_offset(group[-1].offset)
-    kv.write(state.changes())
-    return results

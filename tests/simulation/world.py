@@ -31,7 +31,7 @@ from simulation.checkers import (
     check_step,
     converged,
 )
-from simulation.clients import LOCK_KEY, AckedWrite, Clients
+from simulation.clients import KEYS, LOCK_KEY, AckedWrite, Clients
 from simulation.context import STEP_MS, Env, RuntimeRules
 from simulation.controller import ControlFaults, Controllers, ControllerSettings
 from simulation.coordinator import NAME as CONTROLLER
@@ -564,7 +564,8 @@ class World:
         target = self._client_target(0.9)
         reader = self.env.rng.choice(READERS)
         self.reads_sent += 1
-        self.env.send(reader, target, m.ClientRead(self.reads_sent, reader, self.env.now))
+        key = self.env.rng.choice(KEYS)
+        self.env.send(reader, target, m.ClientRead(self.reads_sent, reader, self.env.now, key))
 
     # -- lockers -----------------------------------------------------------------------
 
@@ -665,7 +666,7 @@ def _brief(body: m.Body) -> str:
     if isinstance(body, m.ClientWrite):
         return f"ClientWrite({body.request_id})"
     if isinstance(body, m.ClientRead):
-        return f"ClientRead({body.read_id} from {body.reader})"
+        return f"ClientRead({body.read_id} from {body.reader}, {body.key})"
     return repr(body)
 
 

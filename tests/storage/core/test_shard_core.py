@@ -29,6 +29,9 @@ LIMITS = PipelineLimits(
     max_pending_bytes=100,
     max_entries_per_apply=3,
     max_operations_per_apply=10,
+    fold_after_uncommitted_entries=2,
+    max_operations_per_fold=3,
+    max_bytes_per_fold=1000,
 )
 
 
@@ -251,3 +254,38 @@ def test_only_a_leader_with_followers_and_enough_uncommitted_entries_folds() -> 
     assert starts_fold(uncommitted_entries=2, threshold=2, has_followers=True)
     assert not starts_fold(uncommitted_entries=1, threshold=2, has_followers=True)
     assert not starts_fold(uncommitted_entries=9, threshold=2, has_followers=False)
+
+
+def _write(*keys: str) -> tuple[bytes, pb.WriteRequest]:
+    request = pb.WriteRequest(puts=[pb.PutRequest(key=key, value=b"v") for key in keys])
+    return request.SerializeToString(), request
+
+
+def test_a_leader_folds_plain_writes_while_entries_wait_for_their_commit() -> None:
+    core = _core(last_offset=9, applied=5)  # folds from 2 uncommitted entries
+    core.commit_offset = 8
+    request = _write("/a")[1]
+    assert not core.folds(request, plain_puts=True, has_followers=True)  # 1 uncommitted
+    core.commit_offset = 7
+    assert core.folds(request, plain_puts=True, has_followers=True)
+    assert not core.folds(request, plain_puts=True, has_followers=False)
+    assert not core.folds(request, plain_puts=False, has_followers=True)
+    ranged = pb.WriteRequest(delete_ranges=[pb.DeleteRangeRequest(start_inclusive="/a")])
+    assert not core.folds(ranged, plain_puts=True, has_followers=True)
+
+
+def test_a_write_that_does_not_fit_the_fold_seals_it_first() -> None:
+    core = _core()  # a fold holds at most 3 operations
+    assert core.fold_in(*_write("/a"), waiter=None) is None
+    assert core.fold_in(*_write("/b", "/c"), waiter=None) is None
+    # Still collecting: every write joins it, whatever the uncommitted count.
+    assert core.folds(_write("/z")[1], plain_puts=True, has_followers=True)
+    sealed = core.fold_in(*_write("/d"), waiter=None)  # a fourth operation
+    assert sealed is not None and [len(r.puts) for r in sealed.requests] == [1, 2]
+    kind, _, body = sealed.entry()
+    assert kind == FOLDED_WRITES and isinstance(body, Folded) and len(body.requests) == 2
+    # The same key again cannot share the fold's version id: the next fold.
+    assert core.fold_in(*_write("/d"), waiter=None) is not None
+    single = core.seal_fold()
+    assert single is not None and single.entry()[0] == CLIENT_WRITE
+    assert core.seal_fold() is None

@@ -44,6 +44,9 @@ LIMITS = PipelineLimits(
     max_pending_bytes=1 << 20,
     max_entries_per_apply=100,
     max_operations_per_apply=1000,
+    fold_after_uncommitted_entries=1,
+    max_operations_per_fold=1000,
+    max_bytes_per_fold=1 << 20,
 )
 MAX_IN_FLIGHT_ENTRIES = 4
 REWRITE = os.environ.get("CAIRN_REWRITE_RULES") == "1"

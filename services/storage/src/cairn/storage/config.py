@@ -11,6 +11,7 @@ from cairn.common.hashing import MAX_SHARDS_PER_NAMESPACE
 from cairn.common.identity import DEFAULT_TRUST_DOMAIN
 from cairn.common.keyorder import KeyOrder
 from cairn.storage.core.retention import WalRetention
+from cairn.storage.core.shard_core import PipelineLimits
 
 MiB = 1024 * 1024
 DEFAULT_WAL_SEGMENT_BYTES = 64 * MiB
@@ -107,6 +108,18 @@ class Limits:
             raise ValueError("folding bounds must be at least 1")
         if min(self.max_read_cache_entries_per_shard, self.max_read_cache_bytes_per_shard) < 0:
             raise ValueError("read cache bounds must be >= 0")
+
+    def pipeline(self) -> PipelineLimits:
+        """The per-shard bounds the shard core keeps to."""
+        return PipelineLimits(
+            max_pending_entries=self.max_pending_entries_per_shard,
+            max_pending_bytes=self.max_pending_bytes_per_shard,
+            max_entries_per_apply=self.max_entries_per_apply_batch,
+            max_operations_per_apply=self.max_operations_per_apply_batch,
+            fold_after_uncommitted_entries=self.fold_writes_after_uncommitted_entries,
+            max_operations_per_fold=self.max_operations_per_fold,
+            max_bytes_per_fold=self.max_bytes_per_fold,
+        )
 
 
 @dataclass(frozen=True, slots=True)

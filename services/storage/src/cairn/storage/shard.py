@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
+import functools
 import itertools
 import logging
 import secrets
@@ -61,6 +61,8 @@ from cairn.common.telemetry import LatencyCounter
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import replication_pb2 as rpb
 from cairn.proto import storage_internal_pb2 as internal_pb
+from cairn.storage import folding
+from cairn.storage.apply_step import ApplyFailed, ApplyStep, WaitForCommit, WroteLeaderChanges
 from cairn.storage.clock import monotonic_ms, wall_clock_ms
 from cairn.storage.config import (
     DEFAULT_WAL_SPARE_SEGMENTS,
@@ -71,21 +73,17 @@ from cairn.storage.config import (
 )
 from cairn.storage.core.apply import (
     CloseOutcome,
-    HeaderCache,
-    PendingChanges,
 )
 from cairn.storage.core.entries import (
     CLIENT_WRITE,
     CLOSE_SESSION,
     CREATE_SESSION,
-    FOLDED_WRITES,
     TERM_START,
     Folded,
     encode_entry,
-    encode_folded_writes,
 )
-from cairn.storage.core.entry_apply import ShardRules, apply_entry
-from cairn.storage.core.folding import keys_of, may_fold, starts_fold
+from cairn.storage.core.entry_apply import ShardRules
+from cairn.storage.core.folding import WriteFold
 from cairn.storage.core.meta import (
     COMMIT_OFFSET_KEY,
     INCARNATION_KEY,
@@ -97,14 +95,11 @@ from cairn.storage.core.meta import (
     encode_i64,
     encode_u64,
 )
-from cairn.storage.core.pending import PendingEntry, ReadLog, decoded
+from cairn.storage.core.pending import PendingEntry, decoded
 from cairn.storage.core.read_cache import ReadCache
 from cairn.storage.core.recovery import LogExtent, plan_recovery, recovered_term
 from cairn.storage.core.replication.applied_changes import (
-    ChangesStash,
-    ChangesUse,
     KeptChanges,
-    use_of,
 )
 from cairn.storage.core.replication.leader import LeaderCore
 from cairn.storage.core.replication.replica import Member, Role
@@ -123,11 +118,9 @@ from cairn.storage.core.sessions import (
     session_key,
     stored_sessions,
 )
-from cairn.storage.core.shard_core import PipelineLimits, ShardCore
+from cairn.storage.core.shard_core import ShardCore
 from cairn.storage.core.state_digest import DigestBuilder, StateDigest
-from cairn.storage.folding import WriteFold
 from cairn.storage.kv import Column, KvStore
-from cairn.storage.kv.encoded_changes import EncodedChangesError, encode_changes
 from cairn.storage.replication.wire import entry_id_message, node_message, spec_message
 from cairn.storage.shard_files import ShardFiles
 from cairn.storage.snapshot import SnapshotInstaller
@@ -160,15 +153,6 @@ def new_incarnation() -> int:
 
 # An entry logged and not applied yet, and the future of its writer, if any.
 _Pending = PendingEntry["asyncio.Future[Any]"]
-
-
-class _ChangesOutcome(enum.Enum):
-    """What `_write_leader_changes` did."""
-
-    WRITTEN = enum.auto()  # the next entries are applied
-    NONE = enum.auto()  # no usable changes: apply the entries
-    WAIT = enum.auto()  # changes for entries not yet appliable: wait
-    FAILED = enum.auto()  # the KV write failed: the shard has failed
 
 
 class LeaderRole(Protocol):
@@ -240,29 +224,14 @@ class ShardReplica:
         # (and the old one set) at each, for GetSequenceUpdates subscribers.
         self.sequence_generation = 0
         self._sequence_advanced = asyncio.Event()
-        self._header_cache = HeaderCache(limits.max_cached_headers_per_shard)
-        # Held only while leading (the one role that serves reads); see read_cache.py.
-        self.read_cache = ReadCache(
-            limits.max_read_cache_entries_per_shard, limits.max_read_cache_bytes_per_shard
-        )
         self._load_state(incarnation_source)
+        self._apply_step = ApplyStep(self.core, kv, self._rules, limits, self.replication)
         self.sessions = SessionTracker()
         self._leader: LeaderRole | None = None
         # Set while core.taken_over: a leader has applied its term's first entry.
         self._serving = asyncio.Event()
         self._takeover_timer: asyncio.TimerHandle | None = None
         # Client writes collected for the next entry (leader; see folding.py).
-        self._fold: WriteFold | None = None
-        # What the apply step wrote, for followers to write rather than apply
-        # (leader), and what the leader sent of it (follower): applied_changes.py.
-        settings = self.replication
-        self.changes_for_followers = KeptChanges(
-            settings.max_applied_changes_groups, settings.max_applied_changes_bytes
-        )
-        self._leader_changes = ChangesStash(
-            settings.max_applied_changes_groups, settings.max_applied_changes_bytes
-        )
-        self.entries_applied_from_leader_changes = 0
         self._space_freed = asyncio.Event()
         self._wake_syncer = asyncio.Event()
         self._wake_applier = asyncio.Event()
@@ -358,12 +327,7 @@ class ShardReplica:
             last_timestamp_ms=(
                 wal.get(wal.last_offset).timestamp_ms if wal.first_offset != NO_OFFSET else 0
             ),
-            limits=PipelineLimits(
-                self.limits.max_pending_entries_per_shard,
-                self.limits.max_pending_bytes_per_shard,
-                self.limits.max_entries_per_apply_batch,
-                self.limits.max_operations_per_apply_batch,
-            ),
+            limits=self.limits.pipeline(),
         )
 
     def _start_tasks(self) -> None:
@@ -421,6 +385,20 @@ class ShardReplica:
     @property
     def notifications_enabled(self) -> bool:
         return self.spec.notifications_enabled
+
+    @property
+    def read_cache(self) -> ReadCache:
+        """A leader's answers to exact-key gets (read_cache.py)."""
+        return self._apply_step.read_cache
+
+    @property
+    def changes_for_followers(self) -> KeptChanges:
+        """What a leader's apply step wrote, for its followers (applied_changes.py)."""
+        return self._apply_step.changes_for_followers
+
+    @property
+    def entries_applied_from_leader_changes(self) -> int:
+        return self._apply_step.entries_applied_from_leader_changes
 
     @property
     def applied_offset(self) -> int:
@@ -506,9 +484,7 @@ class ShardReplica:
             )
             self.core.on_leading(term_start, leading)
             self._serving.clear()
-            self.read_cache.enable(self.kv)
-            self._leader_changes.clear()
-            self.changes_for_followers.clear()
+            self._apply_step.on_leading()
             self._leader = make_leader(self, leading)
             body = internal_pb.TermStartEntry(leader=me.internal_address)
             # Never waits for room: what fills the pipeline may be inherited entries
@@ -586,21 +562,19 @@ class ShardReplica:
         """Stop leading: the replication side stops, waiting writers are told to go
         elsewhere. Their entries stay in the log: a later leader decides them."""
         leader, self._leader = self._leader, None
-        self.core.on_stepped_down()
+        waiting = self.core.on_stepped_down()
         self._serving.clear()
         if self._takeover_timer is not None:
             self._takeover_timer.cancel()
             self._takeover_timer = None
-        self.read_cache.disable()
-        self.changes_for_followers.clear()
+        self._apply_step.on_stepped_down()
         self._drop_fold(Unavailable(f"shard {self.shard_id}: leadership changed"))
         error = WriteOutcomeUnknown(
             f"shard {self.shard_id}: leadership changed; the write may or may not commit"
         )
-        for pending in self.core.pending:
-            if pending.waiter is not None and not pending.waiter.done():
-                pending.waiter.set_exception(error)
-            pending.waiter = None
+        for future in waiting:
+            if not future.done():
+                future.set_exception(error)
         if leader is not None:
             await leader.stop()
         self._space_freed.set()
@@ -640,9 +614,7 @@ class ShardReplica:
         async with self._storage_lock:
             self._check_writable()
             await self._follow(term, leader)
-            # A new session: what an earlier one sent is not needed (and if the log
-            # is cut below, may describe entries we no longer hold).
-            self._leader_changes.clear()
+            self._apply_step.on_new_stream()
             keep = self.core.truncation_point(leader_log)
             if keep < self.core.log.last_offset:
                 log.info(
@@ -810,17 +782,14 @@ class ShardReplica:
                 pending.waiter.set_exception(
                     WriteOutcomeUnknown("replaced by a snapshot; the write may or may not commit")
                 )
-        self._header_cache.clear()
-        self.read_cache.clear()
-        self._leader_changes.clear()
+        self._apply_step.on_storage_replaced()
 
     def _reopen_storage(self) -> None:
         """Open the KV and WAL again (finishing an install a failure interrupted)
         and restart the pipeline."""
         assert self.files is not None
-        # Off until the next term (a replica reopens its storage as a follower).
-        self.read_cache.disable()
         self.kv, self.wal = self.files.open()
+        self._apply_step.on_reopened(self.kv)
         self._tasks[0] = self._loop.create_task(self._sync_loop(), name=f"syncer-{self.shard_id}")
         self._tasks[1] = self._loop.create_task(self._apply_loop(), name=f"applier-{self.shard_id}")
 
@@ -871,11 +840,21 @@ class ShardReplica:
         plain_puts: bool,
         traces: tuple[Context, ...] | None = None,
     ) -> asyncio.Future[Any]:
-        """Append an entry to the WAL as leader (after any fold collected so far, so
-        that entries keep the order their requests came in). `traces`: the contexts
-        of the writes it carries (a fold's); by default, the caller's, if sampled."""
-        if self._fold is not None:
-            self._seal_fold()
+        """Append an entry to the WAL as leader, after any fold collected so far, so
+        that entries keep the order their requests came in."""
+        self._seal_fold()
+        return self._append_entry(kind, payload, body, plain_puts, traces)
+
+    def _append_entry(
+        self,
+        kind: int,
+        payload: bytes,
+        body: Message | Folded,
+        plain_puts: bool,
+        traces: tuple[Context, ...] | None = None,
+    ) -> asyncio.Future[Any]:
+        """Append an entry to the WAL as leader. `traces`: the contexts of the
+        writes it carries (a fold's); by default, the caller's, if sampled."""
         self._check_writable()
         self.core.check_leader()
         leader = self._leader
@@ -924,7 +903,9 @@ class ShardReplica:
             await self.wait_taken_over()
         await self._make_room(len(raw_request) + 1)
         future: asyncio.Future[bytes]
-        if may_fold(request, plain_puts) and (self._fold is not None or self._fold_now()):
+        leader = self._leader
+        has_followers = leader is not None and leader.has_followers
+        if self.core.folds(request, plain_puts, has_followers):
             future = self._fold_in(raw_request, request)
         else:
             future = self._log(
@@ -938,71 +919,39 @@ class ShardReplica:
         )
         return future
 
-    def _fold_now(self) -> bool:
-        leader = self._leader
-        return leader is not None and starts_fold(
-            self.core.log.last_offset - self.core.commit_offset,
-            self.limits.fold_writes_after_uncommitted_entries,
-            leader.has_followers,
-        )
-
     def _fold_in(self, raw_request: bytes, request: pb.WriteRequest) -> asyncio.Future[bytes]:
-        keys = keys_of(request)
-        operations = len(request.puts) + len(request.deletes)
-        limits = self.limits
-        fold = self._fold
-        if fold is not None and not fold.fits(
-            keys,
-            operations,
-            len(raw_request),
-            limits.max_operations_per_fold,
-            limits.max_bytes_per_fold,
-        ):
-            self._seal_fold()
-            fold = None
-        if fold is None:
-            fold = self._fold = WriteFold()
         future: asyncio.Future[bytes] = self._loop.create_future()
-        fold.add(raw_request, request, keys, operations, future)
+        sealed = self.core.fold_in(raw_request, request, future)
+        if sealed is not None:
+            self._log_fold(sealed)
         if tracing.ENABLED and (caller := tracing.current_context()) is not None:
+            fold = self.core.fold
+            assert fold is not None
             fold.traces.append(caller)
         return future
 
     def _seal_fold(self) -> None:
-        """Log the collected requests: as a plain client write if there is just one."""
-        fold, self._fold = self._fold, None
-        if fold is None:
-            return
+        fold = self.core.seal_fold()
+        if fold is not None:
+            self._log_fold(fold)
+
+    def _log_fold(self, fold: WriteFold[asyncio.Future[bytes]]) -> None:
+        """Log the collected requests (as a plain client write if there is just one)."""
+        kind, payload, body = fold.entry()
         try:
-            if len(fold.requests) == 1:
-                raw = fold.raw_requests[0]
-                logged = self._log(
-                    CLIENT_WRITE,
-                    encode_entry(CLIENT_WRITE, raw),
-                    fold.requests[0],
-                    True,
-                    tuple(fold.traces),
-                )
-            else:
-                logged = self._log(
-                    FOLDED_WRITES,
-                    encode_folded_writes(fold.raw_requests),
-                    Folded(fold.requests),
-                    True,
-                    tuple(fold.traces),
-                )
+            logged = self._append_entry(kind, payload, body, True, tuple(fold.traces))
         except Exception as error:  # not logged: nothing was accepted
-            fold.fail(error)
+            folding.fail(fold.waiters, error)
             return
         self.folds, self.folded_requests = self.folds + 1, self.folded_requests + len(fold.requests)
         self.folded_operations += fold.operations
-        logged.add_done_callback(fold.settle)
+        logged.add_done_callback(functools.partial(folding.settle, fold.waiters))
 
     def _drop_fold(self, error: BaseException) -> None:
         """Requests collected but never logged: not accepted, safe to send again."""
-        fold, self._fold = self._fold, None
+        fold = self.core.seal_fold()
         if fold is not None:
-            fold.fail(error)
+            folding.fail(fold.waiters, error)
 
     def count_read(self, gets: int) -> None:
         """A client read request with `gets` gets is being served."""
@@ -1224,8 +1173,7 @@ class ShardReplica:
         self._wake_applier.set()
         leader = self._leader
         if leader is not None:
-            if self._fold is not None:
-                self._seal_fold()
+            self._seal_fold()
             leader.entries_appended()
 
     async def _sync_loop(self) -> None:
@@ -1257,14 +1205,8 @@ class ShardReplica:
             self._commit_moved()
         # A leader's followers may have committed entries before its own fsync
         # covered them: those become appliable now, with no commit change to say so.
-        if self._apply_limit() > self.applied_offset:
+        if self._apply_step.has_more(self.durable_offset):
             self._wake_applier.set()
-
-    def _apply_limit(self) -> int:
-        return self.core.apply_limit(self.durable_offset)
-
-    def _appliable_offset(self) -> int:
-        return self.core.appliable_offset(self.durable_offset)
 
     async def state_digest_at(self, offset: int, timeout_s: float) -> StateDigest:
         """The digest of the records as they were right after applying `offset`.
@@ -1306,53 +1248,40 @@ class ShardReplica:
         return builder.digest()
 
     async def _apply_loop(self) -> None:
+        step = self._apply_step
         while True:
             await self._wake_applier.wait()
             self._wake_applier.clear()
-            while self.applied_offset < self._apply_limit():
-                if self._leader is None and self._leader_changes:
-                    outcome = self._write_leader_changes()
-                    if outcome is _ChangesOutcome.FAILED:
-                        return
-                    if outcome is _ChangesOutcome.WAIT:
-                        break
-                    if outcome is _ChangesOutcome.WRITTEN:
-                        await asyncio.sleep(0)
-                        continue
-                group = self._next_apply_group()
+            while step.has_more(self.durable_offset):
+                leader = self._leader
+                keep_for_followers = leader is not None and leader.has_followers
                 try:
-                    state, results = self._apply_group(group)
-                    changes = state.column_changes()
-                    # Inline on purpose: rocksdict holds the GIL while RocksDB writes,
-                    # so a worker thread would only add hand-off cost. Unlogged: a
-                    # crash loses the batch, and the WAL (kept until `persist`) redoes it.
-                    self.kv.write_unlogged(changes)
-                    state.written()
-                    leader = self._leader
-                    if leader is not None and leader.has_followers:
-                        self.changes_for_followers.record(
-                            group[0].offset,
-                            group[-1].offset,
-                            group[-1].entry.term,
-                            encode_changes(changes),
-                        )
+                    outcome = step.next(
+                        self.durable_offset, self.wal.read, leader is not None, keep_for_followers
+                    )
+                except ApplyFailed as failed:
+                    self._fail(failed.__cause__ or failed, applying=failed.group)
+                    return
+                self._space_freed.set()
+                if isinstance(outcome, WaitForCommit):
+                    break
+                self._publish_applied()
+                if isinstance(outcome, WroteLeaderChanges):
+                    # The changes do not say whether they hold sequence keys (the
+                    # leader's apply step knew): readers of sequence updates look again.
+                    self._publish_sequence_update()
+                else:
+                    if leader is not None and keep_for_followers:
                         # Followers learn the commit offset only as far as we applied
                         # (sender.py): what we just applied is theirs to learn now.
                         leader.entries_appended()
-                except Exception as error:
-                    self._fail(error, applying=group)
-                    return
-                self.core.on_applied(group[-1].offset)
-                self._publish_applied()
-                if state.sequence_keys_generated:
-                    self.sequence_generation += 1
-                    advanced, self._sequence_advanced = self._sequence_advanced, asyncio.Event()
-                    advanced.set()
-                for pending, result in zip(group, results, strict=True):
-                    if pending.waiter is not None and not pending.waiter.done():
-                        pending.waiter.set_result(result)
-                if self._leader is not None and not self._serving.is_set():
-                    self._finish_takeover(self.core.term)
+                    if outcome.sequence_keys_generated:
+                        self._publish_sequence_update()
+                    for pending, result in zip(outcome.group, outcome.results, strict=True):
+                        if pending.waiter is not None and not pending.waiter.done():
+                            pending.waiter.set_result(result)
+                    if leader is not None and not self._serving.is_set():
+                        self._finish_takeover(self.core.term)
                 # Let the loop take in more requests between groups.
                 await asyncio.sleep(0)
             if self._closing and self._tasks[0].done():
@@ -1361,93 +1290,17 @@ class ShardReplica:
     def take_leader_changes(self, term: int, groups: Sequence[rpb.AppliedChanges]) -> None:
         """Applied changes from our leader of `term`, sent with its entries."""
         if self._leader is None and term == self.core.term and groups:
-            self._leader_changes.add(groups, self.applied_offset)
+            self._apply_step.take_leader_changes(groups)
 
-    def _write_leader_changes(self) -> _ChangesOutcome:
-        """Apply the next entries by writing the changes the leader's apply step
-        wrote for them, if we hold them (applied_changes.py)."""
-        first = self.applied_offset + 1
-        stash = self._leader_changes
-        group = stash.get(first)
-        if group is None:
-            stash.drop_before(first)
-            return _ChangesOutcome.NONE
-        last = group.last_offset
-        history = self.core.log
-        use = use_of(
-            group,
-            self.applied_offset,
-            self._apply_limit(),
-            history.last_offset,
-            history.term_at(last),
-        )
-        if use is ChangesUse.WAIT:
-            if last <= self._appliable_offset():
-                # Held back only by a state digest's stop inside the group: apply
-                # these entries ourselves, which can stop there.
-                stash.take(first)
-                return _ChangesOutcome.NONE
-            return _ChangesOutcome.WAIT  # kept for when it is appliable
-        stash.take(first)
-        if use is ChangesUse.APPLY:
-            return _ChangesOutcome.NONE
-        try:
-            self.kv.write_encoded_unlogged(group.changes)
-        except EncodedChangesError as error:
-            # Nothing was written: apply the entries ourselves.
-            log.warning("shard %d: leader changes unusable (%s)", self.shard_id, error)
-            return _ChangesOutcome.NONE
-        except Exception as error:
-            self._fail(error)
-            return _ChangesOutcome.FAILED
-        self.core.pending.take_through(last)
-        self._space_freed.set()
-        # Written behind the header cache's back: it no longer describes the KV.
-        if self._header_cache:
-            self._header_cache.clear()
-        self.core.on_applied(last)
-        self.entries_applied_from_leader_changes += last - first + 1
-        self._publish_applied()
-        # The changes do not say whether they hold sequence keys (the leader's apply
-        # step knew): let any reader of sequence updates look again.
+    def _publish_sequence_update(self) -> None:
         self.sequence_generation += 1
         advanced, self._sequence_advanced = self._sequence_advanced, asyncio.Event()
         advanced.set()
-        return _ChangesOutcome.WRITTEN
 
     def _publish_applied(self) -> None:
         advanced, self._commit_advanced = self._commit_advanced, asyncio.Event()
         advanced.set()
         self._publish_progress()
-
-    def _next_apply_group(self) -> Sequence[_Pending]:
-        """The next entries to apply together (ShardCore.next_apply_group), read
-        from the WAL if the write buffer does not hold them."""
-        taken = self.core.next_apply_group(self._apply_limit())
-        self._space_freed.set()
-        if isinstance(taken, ReadLog):
-            return self.core.group_of(
-                [decoded(entry) for entry in self.wal.read(taken.first, taken.last)]
-            )
-        return taken
-
-    def _apply_group(self, group: Sequence[_Pending]) -> tuple[PendingChanges, list[Any]]:
-        state = PendingChanges(self.kv, self._header_cache, self.read_cache)
-        results = [
-            apply_entry(
-                self._rules,
-                state,
-                p.kind,
-                p.body,
-                p.offset,
-                p.entry.timestamp_ms,
-                p.plain_puts,
-                p.waiter is not None,
-            )
-            for p in group
-        ]
-        state.set_commit_offset(group[-1].offset)
-        return state, results
 
     def _fail(self, error: BaseException, applying: Sequence[_Pending] = ()) -> None:
         """Refuse further writes; the writers waiting, those of the group being
@@ -1455,9 +1308,7 @@ class ShardReplica:
         the outcome of theirs is unknown."""
         log.error("shard %d failed, refusing further writes: %r", self.shard_id, error)
         self._failure = error
-        # The failed step may have changed the KV without telling the cache (a batch
-        # written, then an error): from now on reads go to the KV.
-        self.read_cache.disable()
+        self._apply_step.on_failed()
         self._drop_fold(Unavailable(f"shard {self.shard_id} failed: {error}"))
         failure = WriteOutcomeUnknown(f"shard {self.shard_id} failed: {error}")
         for pending in itertools.chain(applying, self.core.pending.drop_all()):

@@ -24,12 +24,85 @@ that does not fit seals the fold and starts the next one; a request that cannot
 fold at all seals the fold before it is logged, so a client's pipelined requests
 are logged in the order they came.
 
-Pure: the driver collects the requests and their futures (storage/folding.py).
+Pure: the fold holds what each writer waits on (`W`, the driver's: an asyncio
+future in the storage pod), and the driver answers them from the entry's result.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Any, Generic
+
+from google.protobuf.message import Message
+
 from cairn.proto import oxia_client_pb2 as pb
+from cairn.storage.core.entries import (
+    CLIENT_WRITE,
+    FOLDED_WRITES,
+    Folded,
+    encode_entry,
+    encode_folded_writes,
+)
+from cairn.storage.core.pending import W
+
+
+@dataclass(slots=True)
+class WriteFold(Generic[W]):
+    """Client write requests collected for one entry, and what each one's writer
+    waits on, in the order they came."""
+
+    raw_requests: list[bytes] = field(default_factory=list)
+    requests: list[pb.WriteRequest] = field(default_factory=list)
+    waiters: list[W] = field(default_factory=list)
+    # With tracing on: the contexts of the sampled requests (at most one each).
+    traces: list[Any] = field(default_factory=list)
+    keys: set[str] = field(default_factory=set)
+    operations: int = 0
+    size_bytes: int = 0
+
+    def fits(
+        self, keys: set[str], operations: int, size_bytes: int, max_operations: int, max_bytes: int
+    ) -> bool:
+        """Whether a request can join: disjoint keys and within both bounds (an empty
+        fold takes any request)."""
+        return not self.requests or fits_fold(
+            self.keys,
+            self.operations,
+            self.size_bytes,
+            keys,
+            operations,
+            size_bytes,
+            max_operations,
+            max_bytes,
+        )
+
+    def add(
+        self,
+        raw_request: bytes,
+        request: pb.WriteRequest,
+        keys: set[str],
+        operations: int,
+        waiter: W,
+    ) -> None:
+        self.raw_requests.append(raw_request)
+        self.requests.append(request)
+        self.waiters.append(waiter)
+        self.keys |= keys
+        self.operations += operations
+        self.size_bytes += len(raw_request)
+
+    def entry(self) -> tuple[int, bytes, Message | Folded]:
+        """The entry it is logged as (kind, payload, body): a plain client write
+        if it holds one request. Its result is one response per request, in
+        order (`responses`)."""
+        if len(self.requests) == 1:
+            return CLIENT_WRITE, encode_entry(CLIENT_WRITE, self.raw_requests[0]), self.requests[0]
+        return FOLDED_WRITES, encode_folded_writes(self.raw_requests), Folded(self.requests)
+
+
+def responses(result: bytes | list[bytes]) -> list[bytes]:
+    """The responses of a fold's requests, in order, from its entry's result."""
+    return [result] if isinstance(result, bytes) else result
 
 
 def starts_fold(uncommitted_entries: int, threshold: int, has_followers: bool) -> bool:

@@ -15,6 +15,8 @@ plus the rules of the pipeline that moves entries from the log to the KV.
                                       log's last one
     backpressure                      entries logged but not applied are bounded in
                                       number and bytes
+    folding                           a leader collects client writes into one entry
+                                      while entries wait for their commit
     apply groups                      entries are applied a group at a time, one KV
                                       batch each, bounded in entries and operations
 
@@ -40,6 +42,7 @@ from cairn.common.errors import Overloaded
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.storage.core.apply import MAX_RECORDS_PER_CLOSE_ENTRY
 from cairn.storage.core.entries import CLIENT_WRITE, CLOSE_SESSION, FOLDED_WRITES, Folded
+from cairn.storage.core.folding import WriteFold, keys_of, may_fold, starts_fold
 from cairn.storage.core.pending import PendingEntry, PendingQueue, ReadLog, W
 from cairn.storage.core.replication.leader import LeaderCore
 from cairn.storage.core.replication.replica import ReplicaCore, Role
@@ -55,6 +58,11 @@ class PipelineLimits:
     max_pending_bytes: int
     max_entries_per_apply: int
     max_operations_per_apply: int
+    # Folding (folding.py): from how many uncommitted entries a leader folds, and
+    # what one fold may hold.
+    fold_after_uncommitted_entries: int
+    max_operations_per_fold: int
+    max_bytes_per_fold: int
 
 
 def operation_count(kind: int, body: Message | Folded) -> int:
@@ -90,6 +98,8 @@ class ShardCore(ReplicaCore, Generic[W]):
     # Offsets at which state digests wait to take their view: applying stops at the
     # lowest until that view is taken.
     digest_stops: list[int] = field(default_factory=list)
+    # Client writes a leader collects for its next entry (folding.py).
+    fold: WriteFold[W] | None = None
 
     # -- applying ----------------------------------------------------------------------
 
@@ -200,9 +210,18 @@ class ShardCore(ReplicaCore, Generic[W]):
         self.taken_over = False
         self.leading = leading
 
-    def on_stepped_down(self) -> None:
+    def on_stepped_down(self) -> list[W]:
+        """This replica no longer leads: returns the writers still waiting for
+        entries it logged. Their entries stay in the log, for a later leader to
+        decide: whether those writes commit is unknown here."""
         self.taken_over = False
         self.leading = None
+        waiting = []
+        for pending in self.pending:
+            if pending.waiter is not None:
+                waiting.append(pending.waiter)
+                pending.waiter = None
+        return waiting
 
     def takeover_wait_ms(self, now_ms: int, serves_from_ms: int) -> int | None:
         """After an apply, or when the takeover timer fires: None if there is
@@ -229,6 +248,51 @@ class ShardCore(ReplicaCore, Generic[W]):
     def on_replicated_timestamp(self, timestamp_ms: int) -> None:
         """A follower logged its leader's entries up to one of this time."""
         self.last_timestamp_ms = max(self.last_timestamp_ms, timestamp_ms)
+
+    # -- folding -----------------------------------------------------------------------
+
+    def folds(self, request: pb.WriteRequest, plain_puts: bool, has_followers: bool) -> bool:
+        """Whether a leader folds a client write: it may fold, and a fold is being
+        collected or starts now (enough entries wait for their commit, and the
+        commit waits on followers)."""
+        return may_fold(request, plain_puts) and (
+            self.fold is not None
+            or starts_fold(
+                self.log.last_offset - self.commit_offset,
+                self.limits.fold_after_uncommitted_entries,
+                has_followers,
+            )
+        )
+
+    def fold_in(
+        self, raw_request: bytes, request: pb.WriteRequest, waiter: W
+    ) -> WriteFold[W] | None:
+        """Add a client write to the fold. Returns the fold it sealed first, when
+        the write does not fit it: the driver logs that one now, before anything
+        else, so that requests are logged in the order they came."""
+        keys = keys_of(request)
+        operations = len(request.puts) + len(request.deletes)
+        limits = self.limits
+        sealed = None
+        fold = self.fold
+        if fold is not None and not fold.fits(
+            keys,
+            operations,
+            len(raw_request),
+            limits.max_operations_per_fold,
+            limits.max_bytes_per_fold,
+        ):
+            sealed, fold = fold, None
+        if fold is None:
+            fold = self.fold = WriteFold()
+        fold.add(raw_request, request, keys, operations, waiter)
+        return sealed
+
+    def seal_fold(self) -> WriteFold[W] | None:
+        """The fold to log now (the commit offset moved, another entry is about
+        to be logged, or the leader stops collecting), if any."""
+        fold, self.fold = self.fold, None
+        return fold
 
     # -- backpressure ------------------------------------------------------------------
 
