@@ -268,7 +268,8 @@ def check_liveness(world: World) -> None:
             raise Violation(f"(liveness) {name}'s state differs from the leader's")
     oracle, answers = _replay(world, leader.kv.applied_offset)
     for write in world.observer.acked:
-        expected = answers.get(write.offset)
+        statuses = answers.get(write.offset)
+        expected = None if statuses is None else statuses[write.index]
         response = pb.WriteResponse.FromString(write.response)
         actual = (
             [put.status for put in response.puts],
@@ -292,9 +293,9 @@ def check_liveness(world: World) -> None:
             raise Violation(f"(liveness) {key}: read {got}, the oracle says {record}")
 
 
-def _replay(world: World, upto: int) -> tuple[Oracle, dict[int, tuple[list[int], list[int]]]]:
+def _replay(world: World, upto: int) -> tuple[Oracle, dict[int, list[tuple[list[int], list[int]]]]]:
     oracle = Oracle()
-    answers: dict[int, tuple[list[int], list[int]]] = {}
+    answers: dict[int, list[tuple[list[int], list[int]]]] = {}
     committed = world.observer.committed
     for offset in range(upto + 1):
         known = committed.get(offset)

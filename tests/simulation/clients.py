@@ -17,7 +17,14 @@ from dataclasses import dataclass, field
 
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import storage_internal_pb2 as internal_pb
-from cairn.storage.core.entries import CLIENT_WRITE, CLOSE_SESSION, CREATE_SESSION, decode_entry
+from cairn.storage.core.entries import (
+    CLIENT_WRITE,
+    CLOSE_SESSION,
+    CREATE_SESSION,
+    FOLDED_WRITES,
+    Folded,
+    decode_entry,
+)
 
 KEYS = ("/k/0", "/k/1", "/k/2", "/k/3", "/a", "/a/b", "/a/b/c")
 # The lock the lockers take: an ephemeral record of their session.
@@ -33,6 +40,24 @@ class AckedWrite:
     request_id: int
     leader: str
     step: int
+    # Which of the entry's requests (a folded entry holds several).
+    index: int = 0
+
+    def request(self) -> pb.WriteRequest:
+        return requests_of(self.payload)[self.index]
+
+
+def requests_of(payload: bytes) -> list[pb.WriteRequest]:
+    """The client write requests of a log entry, in order (none if it is not a
+    client write)."""
+    kind, body = decode_entry(payload)
+    if kind == CLIENT_WRITE:
+        assert isinstance(body, pb.WriteRequest)
+        return [body]
+    if kind == FOLDED_WRITES:
+        assert isinstance(body, Folded)
+        return list(body.requests)
+    return []
 
 
 @dataclass
@@ -62,7 +87,7 @@ class Clients:
         return self.next_request_id, request
 
     def acknowledged(self, write: AckedWrite) -> None:
-        request = pb.WriteRequest.FromString(write.payload[1:])
+        request = write.request()
         response = pb.WriteResponse.FromString(write.response)
         for put, answer in zip(request.puts, response.puts, strict=True):
             if answer.status == pb.OK:
@@ -93,9 +118,10 @@ class Oracle:
     sessions: set[int] = field(default_factory=set)
     owners: dict[str, int] = field(default_factory=dict)
 
-    def apply(self, offset: int, payload: bytes) -> tuple[list[int], list[int]] | None:
-        """Apply the entry at `offset`; returns the statuses of its puts and of its
-        deletes (None for entries that are not client writes)."""
+    def apply(self, offset: int, payload: bytes) -> list[tuple[list[int], list[int]]] | None:
+        """Apply the entry at `offset`; returns the statuses of the puts and of the
+        deletes of each of its requests (None for entries that are not client
+        writes). A folded entry's requests apply in order, all at its offset."""
         assert offset == self.applied_offset + 1, (offset, self.applied_offset)
         self.applied_offset = offset
         kind, body = decode_entry(payload)
@@ -109,13 +135,16 @@ class Oracle:
                 del self.owners[key]
                 del self.records[key]
             return None
-        if kind != CLIENT_WRITE:
+        requests = requests_of(payload)
+        if not requests:
             return None
-        assert isinstance(body, pb.WriteRequest)
-        put_statuses = [self._put(put, offset) for put in body.puts]
-        delete_statuses = [self._delete(delete) for delete in body.deletes]
-        assert not body.delete_ranges
-        return put_statuses, delete_statuses
+        statuses = []
+        for request in requests:
+            put_statuses = [self._put(put, offset) for put in request.puts]
+            delete_statuses = [self._delete(delete) for delete in request.deletes]
+            assert not request.delete_ranges
+            statuses.append((put_statuses, delete_statuses))
+        return statuses
 
     def _put(self, put: pb.PutRequest, offset: int) -> int:
         existing = self.records.get(put.key)

@@ -101,8 +101,8 @@ class Env:
         if count is not None:
             self.counts[count] += 1
 
-    def count(self, what: str) -> None:
-        self.counts[what] += 1
+    def count(self, what: str, times: int = 1) -> None:
+        self.counts[what] += times
 
     def buggify(self, what: str, probability: float) -> bool:
         """A fault at a chosen point of the code (as in FoundationDB): true with

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from cairn.common.errors import InvalidTerm
 from cairn.common.keyorder import KeyOrder
+from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import storage_internal_pb2 as internal_pb
 from cairn.storage.core import reads
 from cairn.storage.core.apply import CloseOutcome
@@ -28,6 +29,8 @@ from cairn.storage.core.entries import (
     encode_client_write,
     encode_entry,
 )
+from cairn.storage.core.fastpath import has_plain_puts
+from cairn.storage.core.folding import WriteFold, responses
 from cairn.storage.core.pending import decoded
 from cairn.storage.core.replication.applied_changes import commit_for_followers
 from cairn.storage.core.replication.leader import FollowerPhase, NotAFollower
@@ -59,11 +62,6 @@ class Session:
     changes_sent_through: int = NO_OFFSET
 
 
-@dataclass(slots=True)
-class PendingWrite:
-    request_id: int
-
-
 class LeaderRuntime:
     def __init__(
         self,
@@ -79,8 +77,11 @@ class LeaderRuntime:
         # Every session this leadership opened: acks of an earlier stream of this
         # term still count (durable entries of this term are never lost).
         self.own_sessions: set[int] = set()
-        # offset -> the client write waiting for its answer
-        self.pending: dict[int, PendingWrite] = {}
+        # offset -> the client writes waiting for their answers (several when
+        # the entry is a fold), in the entry's order
+        self.pending: dict[int, list[int]] = {}
+        # The commit offset when the fold was last sealed: a commit step logs it.
+        self.commit_seen = NO_OFFSET
         # Sessions (the storage pod's rules, shard.py): the leader's tracker,
         # re-armed with a full timeout for every stored session once it has taken
         # over; keep-alives only while serving (taken over, under the lease);
@@ -146,8 +147,38 @@ class LeaderRuntime:
         if not self._has_room(len(payload)):
             env.count("writes refused (backpressure)")
             return
+        # As the storage pod's leader: plain writes fold while entries wait for
+        # their commit (ShardCore.folds), the rest are logged at once, after the
+        # fold collected so far.
+        core = self.replica.live_core()
+        parsed = pb.WriteRequest.FromString(request)
+        if core.folds(parsed, has_plain_puts(request), bool(self.core.followers)):
+            sealed = core.fold_in(request, parsed, request_id)
+            if sealed is not None:
+                self._log_fold(sealed)
+            return
         offset = self._append(payload)
-        self.pending[offset] = PendingWrite(request_id)
+        self.pending[offset] = [request_id]
+
+    def commit_step(self) -> None:
+        """The commit offset moved: the writes folded meanwhile are logged now."""
+        commit = self.replica.live_core().commit_offset
+        if commit > self.commit_seen:
+            self.commit_seen = commit
+            self._seal_fold()
+
+    def _seal_fold(self) -> None:
+        fold = self.replica.live_core().seal_fold()
+        if fold is not None:
+            self._log_fold(fold)
+
+    def _log_fold(self, fold: WriteFold[int]) -> None:
+        _, payload, _ = fold.entry()
+        offset = self._append_entry(payload)
+        self.pending[offset] = list(fold.waiters)
+        if len(fold.waiters) > 1:
+            self.replica.env.count("folds logged")
+            self.replica.env.count("writes folded", len(fold.waiters))
 
     def applied(self, entry: LogEntry, result: Any) -> None:
         created = self.pending_sessions.pop(entry.offset, None)
@@ -170,17 +201,21 @@ class LeaderRuntime:
             return
         assert entry.term == self.term
         env = self.replica.env
-        write = AckedWrite(
-            self.term,
-            entry.offset,
-            entry.payload,
-            result,
-            waiting.request_id,
-            self.replica.name,
-            env.now,
-        )
-        self.replica.env.observer.acknowledged(write)
-        self.replica.env.count("writes acknowledged")
+        for index, (request_id, response) in enumerate(
+            zip(waiting, responses(result), strict=True)
+        ):
+            write = AckedWrite(
+                self.term,
+                entry.offset,
+                entry.payload,
+                response,
+                request_id,
+                self.replica.name,
+                env.now,
+                index,
+            )
+            env.observer.acknowledged(write)
+            env.count("writes acknowledged")
 
     # -- sessions ----------------------------------------------------------------------
 
@@ -275,6 +310,11 @@ class LeaderRuntime:
         return self.replica.live_core().has_room(size)
 
     def _append(self, payload: bytes) -> int:
+        """Log an entry after the fold collected so far (arrival order)."""
+        self._seal_fold()
+        return self._append_entry(payload)
+
+    def _append_entry(self, payload: bytes) -> int:
         replica = self.replica
         core = replica.live_core()
         offset = replica.log.last_offset + 1

@@ -61,6 +61,10 @@ MAX_PENDING_BYTES = 1 << 20
 MAX_READ_CACHE_ENTRIES = 4
 MAX_READ_CACHE_BYTES = 256
 MAX_CACHED_HEADERS = 3
+# Folding (ShardCore.folds): from 1 to this many uncommitted entries, and up to
+# this many operations a fold.
+FOLD_AFTER_AT_MOST = 3
+MAX_FOLD_OPERATIONS = 6
 
 
 def member_of(name: str) -> Member:
@@ -126,10 +130,13 @@ class SimReplica:
     def _new_core(self) -> ShardCore[int]:
         """The core of a replica (re)started over what its disk holds: recovered
         at the persisted term, everything applied committed; and its apply step
-        over its KV. Its apply groups' bounds are drawn at each start (up to
-        RuntimeRules.max_apply_group): groups of every size meet every history."""
-        rules = self.env.rules
+        over its KV. Its apply groups' and folds' bounds are drawn at each start
+        (up to RuntimeRules.max_apply_group and MAX_FOLD_OPERATIONS): groups and
+        folds of every size meet every history."""
+        rules, rng = self.env.rules, self.env.rng
         limits = Limits(
+            fold_writes_after_uncommitted_entries=rng.randint(1, FOLD_AFTER_AT_MOST),
+            max_operations_per_fold=rng.randint(1, MAX_FOLD_OPERATIONS),
             max_pending_entries_per_shard=rules.max_pending_entries,
             max_pending_bytes_per_shard=MAX_PENDING_BYTES,
             max_entries_per_apply_batch=self.env.rng.randint(1, rules.max_apply_group),
@@ -252,6 +259,7 @@ class SimReplica:
         if self.leading is not None:
             self.leading.pump()
             core.on_commit(self.leading.core.commit_offset)
+            self.leading.commit_step()
         self._apply()
 
     def _apply(self) -> None:
@@ -395,7 +403,11 @@ class SimReplica:
         if self.leading is not None:
             self.env.log(f"{self.name} stops leading term {self.leading.term}: {why}")
             self.leading = None
-            self.live_core().on_stepped_down()
+            core = self.live_core()
+            core.on_stepped_down()
+            if core.seal_fold() is not None:
+                # Never logged: not accepted, safe for their clients to send again.
+                self.env.count("folds dropped (leadership changed)")
             self.live_apply_step().on_stepped_down()
 
     # -- follower side -----------------------------------------------------------------

@@ -6,9 +6,9 @@
 
 Builds `requests` write requests of `batch` puts on random keys out of `keys`
 (plain puts, or each with a partition key, one secondary index, or owned by a
-session that each replica opens first), then applies them the way a shard's
-applier does (a RocksDB batch per `group` entries, each entry holding `fold`
-requests) into a RocksDB in a temporary directory: as a leader (responses
+session that each replica opens first), then applies them with the shard's own
+apply step (apply_step.py: a RocksDB batch per `group` entries, each entry
+holding `fold` requests) into a RocksDB in a temporary directory: as a leader (responses
 built) and as a follower (none), alternating, `rounds` times each after one
 warm-up round. Prints microseconds per put, the median and the lowest of the
 rounds. Single-threaded and CPU-bound, so on a shared machine it moves less
@@ -28,14 +28,25 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from google.protobuf.message import Message
+
 from cairn.common.keyorder import KeyOrder
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import storage_internal_pb2 as internal_pb
-from cairn.storage.config import Limits
-from cairn.storage.core.apply import HeaderCache, PendingChanges
-from cairn.storage.core.entries import CLIENT_WRITE, CREATE_SESSION, FOLDED_WRITES, Folded
-from cairn.storage.core.entry_apply import ShardRules, apply_entry
-from cairn.storage.core.read_cache import ReadCache
+from cairn.storage.apply_step import Applied, ApplyStep
+from cairn.storage.config import Limits, ReplicationSettings
+from cairn.storage.core.entries import (
+    CLIENT_WRITE,
+    CREATE_SESSION,
+    FOLDED_WRITES,
+    Folded,
+    LogEntry,
+)
+from cairn.storage.core.entry_apply import ShardRules
+from cairn.storage.core.pending import PendingEntry
+from cairn.storage.core.replication.replica import Member
+from cairn.storage.core.replication.terms import TermHistory
+from cairn.storage.core.shard_core import ShardCore
 from cairn.storage.kv import RocksKv
 
 TIMESTAMP_MS = 1_700_000_000_000
@@ -45,6 +56,7 @@ TIMESTAMP_MS = 1_700_000_000_000
 SHAPES = ("plain", "partition-key", "index", "ephemeral")
 SESSION_ID = 0
 PARTITIONS = 100
+ME = Member("bench:6648", "bench:6649")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,44 +98,65 @@ def _requests(spec: ApplySpec) -> list[pb.WriteRequest]:
 
 
 class _Applier:
-    """One replica's state: a RocksDB, its header cache, its record cache (held by a
-    leader only, as on the server), the next offset."""
+    """One replica: the shard's apply step (apply_step.py) over a RocksDB, its
+    caches (the read cache enabled on a leader only, as on the server), and a
+    shard core whose write buffer holds the entries to apply."""
 
-    def __init__(self, path: Path, leading: bool) -> None:
+    def __init__(self, path: Path, spec: ApplySpec, leading: bool) -> None:
         self.kv = RocksKv(path)
-        limits = Limits()
-        self.cache = HeaderCache(limits.max_cached_headers_per_shard)
-        self.records = ReadCache(
-            limits.max_read_cache_entries_per_shard, limits.max_read_cache_bytes_per_shard
+        self.leading = leading
+        limits = Limits(
+            max_entries_per_apply_batch=spec.group,
+            max_operations_per_apply_batch=1_000_000,
+            max_pending_entries_per_shard=1_000_000,
+            max_pending_bytes_per_shard=1 << 40,
         )
-        if leading:
-            self.records.enable(self.kv)
         self.rules = ShardRules(0, KeyOrder.HIERARCHICAL, True, 3_600_000, 1000)
-        opening = PendingChanges(self.kv, self.cache)
+        self.core: ShardCore[bool] = ShardCore(0, 0, TermHistory(), limits=limits.pipeline())
+        self.step = ApplyStep(self.core, self.kv, self.rules, limits, ReplicationSettings())
+        if leading:
+            self.core.fence(1)
+            self.core.become_leader(1, ME)
+            self.step.on_leading()
         session = internal_pb.CreateSessionEntry(timeout_ms=3_600_000)
-        apply_entry(self.rules, opening, CREATE_SESSION, session, 0, TIMESTAMP_MS, False, False)
-        self.kv.write(opening.changes())
-        opening.written()
-        self.offset = 1
+        self._apply_all([self._pending(0, CREATE_SESSION, session, b"", False)])
 
-    def run(self, requests: Sequence[pb.WriteRequest], spec: ApplySpec, answer: bool) -> float:
+    def _pending(
+        self, offset: int, kind: int, body: Message | Folded, payload: bytes, plain: bool
+    ) -> PendingEntry[bool]:
+        # A leader's own entries have a writer waiting: their responses are built.
+        waiter = True if self.leading else None
+        return PendingEntry(LogEntry(1, offset, TIMESTAMP_MS, payload), kind, body, plain, waiter)
+
+    def _apply_all(self, entries: Sequence[PendingEntry[bool]]) -> None:
+        for entry in entries:
+            self.core.pending.append(entry)
+            self.core.log.append(1, entry.offset)
+        self.core.commit_offset = entries[-1].offset
+        durable = entries[-1].offset
+        while self.step.has_more(durable):
+            applied = self.step.next(durable, _read_nothing, self.leading, False)
+            assert isinstance(applied, Applied)
+
+    def run(self, requests: Sequence[pb.WriteRequest], spec: ApplySpec) -> float:
         """Apply every request once; seconds of CPU time taken."""
-        entries = [requests[i : i + spec.fold] for i in range(0, len(requests), spec.fold)]
         plain = spec.shape == "plain"
+        offset = self.core.applied_offset
+        entries = []
+        for first in range(0, len(requests), spec.fold):
+            folded = requests[first : first + spec.fold]
+            kind, body = (
+                (CLIENT_WRITE, folded[0]) if len(folded) == 1 else (FOLDED_WRITES, Folded(folded))
+            )
+            offset += 1
+            entries.append(self._pending(offset, kind, body, b"", plain))
         started = time.thread_time()
-        for first in range(0, len(entries), spec.group):
-            state = PendingChanges(self.kv, self.cache, self.records)
-            for entry in entries[first : first + spec.group]:
-                kind, body = (
-                    (CLIENT_WRITE, entry[0]) if len(entry) == 1 else (FOLDED_WRITES, Folded(entry))
-                )
-                apply_entry(self.rules, state, kind, body, self.offset, TIMESTAMP_MS, plain, answer)
-                self.offset += 1
-            state.set_commit_offset(self.offset - 1)
-            # Unlogged, as the shard's applier writes (the WAL redoes a lost batch).
-            self.kv.write_unlogged(state.column_changes())
-            state.written()
+        self._apply_all(entries)
         return time.thread_time() - started
+
+
+def _read_nothing(first: int, last: int) -> list[LogEntry]:
+    raise AssertionError(f"entries {first}..{last} are all held in memory")
 
 
 def measure(spec: ApplySpec, directory: Path) -> dict[str, list[float]]:
@@ -131,16 +164,16 @@ def measure(spec: ApplySpec, directory: Path) -> dict[str, list[float]]:
     requests = _requests(spec)
     puts = spec.requests * spec.batch
     appliers = {
-        "leader": _Applier(directory / "leader", leading=True),
-        "follower": _Applier(directory / "follower", leading=False),
+        "leader": _Applier(directory / "leader", spec, leading=True),
+        "follower": _Applier(directory / "follower", spec, leading=False),
     }
     try:
-        for applier_name, applier in appliers.items():
-            applier.run(requests, spec, answer=applier_name == "leader")  # warm-up
+        for applier in appliers.values():
+            applier.run(requests, spec)  # warm-up
         rounds: dict[str, list[float]] = {name: [] for name in appliers}
         for _ in range(spec.rounds):
             for applier_name, applier in appliers.items():
-                took_s = applier.run(requests, spec, answer=applier_name == "leader")
+                took_s = applier.run(requests, spec)
                 rounds[applier_name].append(took_s / puts * 1e6)
         return rounds
     finally:
