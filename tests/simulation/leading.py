@@ -317,14 +317,11 @@ class LeaderRuntime:
     def _append_entry(self, payload: bytes) -> int:
         replica = self.replica
         core = replica.live_core()
-        offset = replica.log.last_offset + 1
-        timestamp_ms = core.next_timestamp_ms(replica.env.now_ms)
-        entry = LogEntry(self.term, offset, timestamp_ms, payload)
+        entry = core.next_entry(payload, replica.env.now_ms)
         replica.log.append(entry)
-        core.log.append(self.term, offset)
         # Its writer waits (the leader answers it once applied).
-        core.hold(decoded(entry, waiter=offset))
-        return offset
+        core.on_logged(decoded(entry, waiter=entry.offset))
+        return entry.offset
 
     # -- ensemble ----------------------------------------------------------------------
 

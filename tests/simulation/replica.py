@@ -40,7 +40,6 @@ from cairn.common.heartbeat import FollowerReport, ReplicaReport
 from cairn.storage.apply_step import ApplyStep, WaitForCommit, WroteLeaderChanges
 from cairn.storage.config import Limits, ReplicationSettings
 from cairn.storage.core.controller_epoch import admit
-from cairn.storage.core.pending import decoded
 from cairn.storage.core.replication.replica import Member, Role
 from cairn.storage.core.replication.terms import TermHistory
 from cairn.storage.core.shard_core import ShardCore
@@ -491,13 +490,8 @@ class SimReplica:
             self.live_apply_step().take_leader_changes(request.applied_changes)
         for entry in request.entries:
             self.log.append(entry)
-            core.log.append(entry.term, entry.offset)
-            if core.keeps_in_memory(entry.offset, len(entry.payload)):
-                core.pending.append(decoded(entry))
-        if request.entries:
-            core.on_replicated_timestamp(request.entries[-1].timestamp_ms)
+        core.on_replicated(request.entries, request.commit_offset, self._durable())
         stream.leader_time_ms = max(stream.leader_time_ms, request.leader_time_ms)
-        core.on_leader_commit(request.commit_offset, self._durable())
         self._ack(stream)
 
     def _ack(self, stream: FollowedStream) -> None:

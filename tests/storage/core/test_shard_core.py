@@ -14,6 +14,7 @@ from cairn.storage.core.entries import (
     TERM_START,
     Folded,
     LogEntry,
+    encode_entry,
 )
 from cairn.storage.core.folding import fits_fold, starts_fold
 from cairn.storage.core.pending import PendingEntry, ReadLog
@@ -289,3 +290,28 @@ def test_a_write_that_does_not_fit_the_fold_seals_it_first() -> None:
     single = core.seal_fold()
     assert single is not None and single.entry()[0] == CLIENT_WRITE
     assert core.seal_fold() is None
+
+
+def test_a_leader_logs_at_the_next_offset_of_its_term_and_holds_the_entry() -> None:
+    core = _core(last_offset=9, applied=5)
+    assert _lead(core, 2) == EntryId(2, 10)
+    core.on_replicated_timestamp(500)
+    entry = core.next_entry(b"\x01", now_ms=400)
+    assert (entry.term, entry.offset, entry.timestamp_ms) == (2, 11, 500)
+    assert core.log.last_offset == 10  # not logged until the WAL holds it
+    core.on_logged(PendingEntry(entry, CLIENT_WRITE, pb.WriteRequest(), True, "writer"))
+    assert core.head == EntryId(2, 11)
+    assert [(p.offset, p.waiter) for p in core.pending] == [(11, "writer")]
+
+
+def test_a_follower_holds_what_fits_and_learns_its_leaders_commit() -> None:
+    core = _core(last_offset=5, applied=5)  # holds at most 4 entries, 100 bytes
+    core.follow(2, OTHER)
+    request = pb.WriteRequest(puts=[pb.PutRequest(key="/k", value=b"v")])
+    payload = encode_entry(CLIENT_WRITE, request.SerializeToString())
+    entries = [LogEntry(2, offset, 700 + offset, payload) for offset in range(6, 12)]
+    assert not core.on_replicated(entries, leader_commit_offset=8, durable_offset=5)
+    assert core.head == EntryId(2, 11) and core.last_timestamp_ms == 711
+    assert [pending.offset for pending in core.pending] == [6, 7, 8, 9]
+    assert core.leader_commit_offset == 8 and core.commit_offset == 5  # nothing durable yet
+    assert core.on_follower_durable(11) and core.commit_offset == 8

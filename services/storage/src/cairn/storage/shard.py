@@ -95,7 +95,7 @@ from cairn.storage.core.meta import (
     encode_i64,
     encode_u64,
 )
-from cairn.storage.core.pending import PendingEntry, decoded
+from cairn.storage.core.pending import PendingEntry
 from cairn.storage.core.read_cache import ReadCache
 from cairn.storage.core.recovery import LogExtent, plan_recovery, recovered_term
 from cairn.storage.core.replication.applied_changes import (
@@ -668,18 +668,10 @@ class ShardReplica:
             except (OSError, WalError) as error:
                 raise Unavailable(f"shard {self.shard_id} cannot write its log: {error}") from error
             self.wal_append_latency.record_since(started_ns)
-            core = self.core
-            for entry in entries:
-                core.log.append(entry.term, entry.offset)
-                if core.keeps_in_memory(entry.offset, len(entry.payload)):
-                    core.pending.append(decoded(entry))
-            self.core.on_replicated_timestamp(entries[-1].timestamp_ms)
             self._wake_syncer.set()
         else:
             self.core.check_entries(term, self.core.log.last_offset + 1)
-        if leader_commit_offset > self.core.leader_commit_offset and self.core.on_leader_commit(
-            leader_commit_offset, self.durable_offset
-        ):
+        if self.core.on_replicated(entries, leader_commit_offset, self.durable_offset):
             self._wake_applier.set()
 
     async def wait_progress_after(
@@ -856,15 +848,9 @@ class ShardReplica:
         """Append an entry to the WAL as leader. `traces`: the contexts of the
         writes it carries (a fold's); by default, the caller's, if sampled."""
         self._check_writable()
-        self.core.check_leader()
+        entry = self.core.next_entry(payload, self._clock_ms())
         leader = self._leader
         assert leader is not None
-        entry = LogEntry(
-            self.core.term,
-            self.core.log.last_offset + 1,
-            self.core.next_timestamp_ms(self._clock_ms()),
-            payload,
-        )
         started_ns = time.perf_counter_ns()
         try:
             self.wal.append(entry)
@@ -874,7 +860,6 @@ class ShardReplica:
             # a partial write refuses appends until reopened: WalError).
             raise Unavailable(f"shard {self.shard_id} cannot write its log: {error}") from error
         self.wal_append_latency.record_since(started_ns)
-        self.core.log.append(entry.term, entry.offset)
         # A caller that goes away may cancel this future; the entry still commits and
         # the pipeline skips answering it (it checks done()).
         future: asyncio.Future[Any] = self._loop.create_future()
@@ -884,7 +869,7 @@ class ShardReplica:
                 caller = tracing.current_context()
                 traces = () if caller is None else (caller,)
             pending.traces = traces
-        self.core.hold(pending)
+        self.core.on_logged(pending)
         self._wake_syncer.set()
         leader.entries_appended()
         return future

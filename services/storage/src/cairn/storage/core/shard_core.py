@@ -41,9 +41,15 @@ from google.protobuf.message import Message
 from cairn.common.errors import Overloaded
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.storage.core.apply import MAX_RECORDS_PER_CLOSE_ENTRY
-from cairn.storage.core.entries import CLIENT_WRITE, CLOSE_SESSION, FOLDED_WRITES, Folded
+from cairn.storage.core.entries import (
+    CLIENT_WRITE,
+    CLOSE_SESSION,
+    FOLDED_WRITES,
+    Folded,
+    LogEntry,
+)
 from cairn.storage.core.folding import WriteFold, keys_of, may_fold, starts_fold
-from cairn.storage.core.pending import PendingEntry, PendingQueue, ReadLog, W
+from cairn.storage.core.pending import PendingEntry, PendingQueue, ReadLog, W, decoded
 from cairn.storage.core.replication.leader import LeaderCore
 from cairn.storage.core.replication.replica import ReplicaCore, Role
 from cairn.storage.core.replication.terms import NO_OFFSET, EntryId
@@ -164,6 +170,40 @@ class ShardCore(ReplicaCore, Generic[W]):
 
     def resume_applying_at(self, offset: int) -> None:
         self.digest_stops.remove(offset)
+
+    # -- logging -----------------------------------------------------------------------
+
+    def next_entry(self, payload: bytes, now_ms: int) -> LogEntry:
+        """The entry a leader logs next: its term, the next offset, a time never
+        earlier than the log's last one. Once the WAL holds it, `on_logged`."""
+        self.check_leader()
+        return LogEntry(
+            self.term, self.log.last_offset + 1, self.next_timestamp_ms(now_ms), payload
+        )
+
+    def on_logged(self, pending: PendingEntry[W]) -> None:
+        """A leader's WAL holds the entry `next_entry` made: it is in the log, and
+        held until applied."""
+        entry = pending.entry
+        self.log.append(entry.term, entry.offset)
+        self.hold(pending)
+
+    def on_replicated(
+        self, entries: Sequence[LogEntry], leader_commit_offset: int, durable_offset: int
+    ) -> bool:
+        """A follower's WAL holds `entries` from its leader (`check_entries` said
+        they continue its log), and its leader said what is committed. It holds
+        in memory what fits its write buffer (`keeps_in_memory`). Returns whether
+        its commit offset moved (there is more to apply)."""
+        for entry in entries:
+            self.log.append(entry.term, entry.offset)
+            if self.keeps_in_memory(entry.offset, len(entry.payload)):
+                self.pending.append(decoded(entry))
+        if entries:
+            self.on_replicated_timestamp(entries[-1].timestamp_ms)
+        return leader_commit_offset > self.leader_commit_offset and self.on_leader_commit(
+            leader_commit_offset, durable_offset
+        )
 
     # -- commit ------------------------------------------------------------------------
 
