@@ -24,8 +24,9 @@ import pytest
 
 from cairn.common.heartbeat import ReplicaReport
 from cairn.controller import planner, steps
-from cairn.controller.election import CountedVoters
+from cairn.controller.election import CountedVoters, enough_answers
 from cairn.controller.model import ClusterStatus, LastLeader, ShardRecord
+from cairn.controller.observed import Observed
 from cairn.storage.core.replication.quorum import QuorumTracker
 from support.election_model import (
     Bounds,
@@ -146,7 +147,10 @@ def test_a_restarted_controller_does_not_count_a_learner_from_the_record() -> No
     state = model.replay([*GROWN_TO_FOUR, *HALF_ANSWER])
     assert state.report is None
     assert state.record.last_leader == LastLeader(1, "m0", ("m3",))
-    assert counted(state) == CountedVoters(1, frozenset({"m0", "m1", "m2"}), leader="m0")
+    # m1 and m2 report their commit offset at term 1's entry: it committed.
+    assert counted(state) == CountedVoters(
+        1, frozenset({"m0", "m1", "m2"}), committed_in_term=True, leader="m0"
+    )
     # m0 and m3 answering: only m0 of them is known to count, one of three.
     [election] = outcomes(model, state, HALF_ELECTION)
     assert election.endswith(": no leader")
@@ -180,13 +184,28 @@ def test_a_restarted_controller_elects_from_half_without_the_leader_once_its_ter
     assert election.endswith(": m1 leads")
 
 
-def test_without_a_recorded_commit_half_does_not_elect_without_the_leader() -> None:
+def test_half_elects_without_the_leader_once_a_member_reports_its_terms_commit() -> None:
+    # Found by a 5000-step campaign (tests/simulation, wipes 2014 and 2028):
+    # the last leader lost its disk before any controller saw it commit in
+    # its term, and half of an even ensemble was left intact. A member whose
+    # commit offset is at an entry of that term shows that it committed
+    # (planner.commit_seen_in_term): m1 and m2, handed to m0 as followers, are
+    # then two of the three it counted, and hold every committed entry.
     model = Model(BOUNDS)
     state = model.replay([*GROWN_TO_FOUR, "controller restarts", "m0 crashes"])
     assert state.record.last_leader == LastLeader(1, "m0", ("m3",))
-    # m1 and m2 were handed to m0 as followers, but two of three is needed.
-    [election] = outcomes(model, state, "election of term 2: NewTerm to ['m1', 'm2']")
-    assert election.endswith(": no leader")
+    assert planner.commit_seen_in_term(state.record, observed(state), 1)
+    [elected] = outcomes(model, state, "election of term 2: NewTerm to ['m1', 'm2']")
+    assert elected.endswith(": m1 leads")
+    # Without such a report (not polled, say), two of three is needed: it waits.
+    unpolled = observed(state)
+    unpolled = replace(
+        unpolled,
+        nodes={name: replace(view, replicas=None) for name, view in unpolled.nodes.items()},
+    )
+    assert not planner.commit_seen_in_term(state.record, unpolled, 1)
+    without = planner.counted_voters(state.record, unpolled, status_of(state))
+    assert not enough_answers(["m1", "m2"], state.record.voters, without)
 
 
 def test_voting_is_recorded_only_from_a_fresh_report_of_the_leader() -> None:
@@ -287,6 +306,46 @@ def test_recording_a_commit_no_report_showed_loses_an_entry(
     state = model.replay(
         [*TERM_2_UNCOMMITTED, "controller records its term committed", "m1 crashes"]
     )
+    with pytest.raises(Unsafe) as found:
+        outcomes(model, state, "election of term 3: NewTerm to ['m2', 'm3']")
+    assert str(found.value).endswith("m2 takes office with (1,), lacking committed (1, 1)")
+
+
+# m1 leads term 2 and dies before its term commits; m2's commit offset is at
+# term 1's entry.
+TERM_2_LOST = [
+    "client write at m0 (offset 1)",
+    "m0 syncs its log to 1",
+    "m0 -> m1: its log up to 1, acknowledged",
+    "controller adds m3",
+    "m0 crashes",
+    "election of term 2: NewTerm to ['m1', 'm2']",
+    "m1 crashes",
+]
+
+
+def commit_seen_in_any_term(record: ShardRecord, seen: Observed, term: int) -> bool:
+    """The mutant: a member's commit offset taken as the last leader's term
+    committed whatever the term of the entry it is at."""
+    for name in record.ensemble:
+        view = seen.nodes.get(name)
+        report = None if view is None or view.replicas is None else view.replicas.get(record.shard)
+        if report is not None and report.commit_term is not None:
+            return True
+    return False
+
+
+def test_a_members_commit_shows_the_term_committed_only_at_an_entry_of_that_term(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Found by a search of every history of up to 8 steps: taken as term 2
+    # committed, m2's commit offset lets m2 and m3 (half of four) elect m2,
+    # which lacks the entry term 1 committed.
+    state = Model(BOUNDS).replay(TERM_2_LOST)
+    assert not planner.commit_seen_in_term(state.record, observed(state), 2)
+    monkeypatch.setattr(planner, "commit_seen_in_term", commit_seen_in_any_term)
+    model = Model(BOUNDS)
+    state = model.replay(TERM_2_LOST)
     with pytest.raises(Unsafe) as found:
         outcomes(model, state, "election of term 3: NewTerm to ['m2', 'm3']")
     assert str(found.value).endswith("m2 takes office with (1,), lacking committed (1, 1)")

@@ -144,8 +144,9 @@ def test_rf2_a_restarted_controller_elects_without_the_leader_once_its_commit_is
     # RF 2, A led and committed in its term with B voting, then A died. The
     # controller that saw A's report knows B counted and A's term committed:
     # B alone elects. One restarted since knows it from the record (A was
-    # handed B; RecordVoting recorded the commit). Without the commit
-    # recorded, A's own answer would be needed too.
+    # handed B; RecordVoting recorded the commit), or from B, whose commit
+    # offset is at an entry of A's term (planner.commit_seen_in_term). With
+    # neither, A's own answer would be needed too.
     spec = ClusterSpec((NamespaceSpec("default", 1, 2),), storage_pods=2)
     model = ModelCluster(spec, NODES[:2], instant_catch_up=False, incarnations=True)
     model.run_until_quiet(SETTINGS)
@@ -162,7 +163,13 @@ def test_rf2_a_restarted_controller_elects_without_the_leader_once_its_commit_is
     assert last is not None and last.committed
     assert election_blocked(model.record(0), model.observe(), model.status) is None
     unrecorded = replace(model.record(0), last_leader=replace(last, committed=False))
-    reason = election_blocked(unrecorded, model.observe(), model.status)
+    assert election_blocked(unrecorded, model.observe(), model.status) is None
+    observed = model.observe()
+    unpolled = replace(
+        observed,
+        nodes={name: replace(view, replicas=None) for name, view in observed.nodes.items()},
+    )
+    reason = election_blocked(unrecorded, unpolled, model.status)
     assert reason is not None and f"{a} unreachable" in reason
     [elect] = of_type(model.plan(SETTINGS), Elect)
     assert model.apply(elect)  # the model checks that nothing committed is lost

@@ -256,7 +256,14 @@ def test_a_success_makes_the_pod_live_again() -> None:
 
 
 def test_heartbeat_of_a_reachable_pod() -> None:
-    replicas = (replica("leader", followers=(follower(FOLLOWER_A, 9),)),)
+    replicas = (
+        replica(
+            "leader",
+            followers=(follower(FOLLOWER_A, 9),),
+            term_start_offset=7,
+            commit_term=2,
+        ),
+    )
     heartbeat = build_heartbeat("storage-0", {"zone": "a"}, succeeded(*replicas), 1234)
     assert heartbeat.node == "storage-0"
     assert (heartbeat.public_address, heartbeat.internal_address) == (

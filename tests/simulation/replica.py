@@ -220,6 +220,7 @@ class SimReplica:
             followers=followers,
             incarnation=self.data_incarnation,
             term_start_offset=leading.core.quorum.term_start_offset if leading else None,
+            commit_term=core.log.term_at(self.commit_offset),
         )
         return (report,)
 
@@ -485,9 +486,8 @@ class SimReplica:
             stream.broken = True
             self.env.send(self.name, src, m.StreamBroken(request.session, str(error)))
             return
-        if self.leading is None and request.term == core.term and request.applied_changes:
-            # The changes first, as the storage pod takes them (rpc/replication.py).
-            self.live_apply_step().take_leader_changes(request.applied_changes)
+        # The changes first, as the storage pod takes them (rpc/replication.py).
+        self.live_apply_step().take_leader_changes(request.term, request.applied_changes)
         for entry in request.entries:
             self.log.append(entry)
         core.on_replicated(request.entries, request.commit_offset, self._durable())

@@ -299,14 +299,44 @@ def leader_report(state: State, name: str) -> ReplicaReport | None:
     )
 
 
+def member_report(state: State, name: str, replica: Replica) -> ReplicaReport | None:
+    """A member's report, with only what `commit_seen_in_term` reads, when it
+    holds the data it is recorded to hold and its commit offset is at an entry."""
+    recorded = state.record.incarnation_of(name)
+    if recorded is not None and replica.incarnation != recorded:
+        return None
+    if not 0 <= replica.commit < len(replica.log):
+        return None
+    return ReplicaReport(
+        shard=SHARD,
+        namespace=NAMESPACE,
+        role=replica.role,
+        term=replica.term,
+        head_term=replica.head[0],
+        head_offset=replica.head[1],
+        commit_offset=replica.commit,
+        durable_offset=NO_OFFSET,
+        applied_offset=NO_OFFSET,
+        incarnation=replica.incarnation,
+        commit_term=replica.log[replica.commit],
+    )
+
+
 def observed(state: State) -> Observed:
-    """What the controller sees: who is up, and its last report of a leader."""
+    """What the controller sees: who is up, its last report of a leader, and
+    where the other members that hold the data they are recorded to hold
+    commit (what `planner.commit_seen_in_term` reads; a member not holding it
+    is left unpolled, so that it is judged as before: by NewTerm)."""
     nodes = {}
     for name, node in state.nodes:
         replicas = None
         report = state.report
         if node.up and report is not None and report.leader_internal_address == name:
             replicas = {SHARD: report}
+        elif node.up and node.replica is not None:
+            member = member_report(state, name, node.replica)
+            if member is not None:
+                replicas = {SHARD: member}
         nodes[name] = NodeView(name, name, name, alive=node.up, replicas=replicas)
     leader_reports = {SHARD: state.report} if state.report is not None else {}
     return Observed(now_ms=0, nodes=nodes, leader_reports=leader_reports)

@@ -182,6 +182,9 @@ class Replica:
             ),
             incarnation=self.incarnation,
             term_start_offset=self.term_start_offset if self.role == LEADER else None,
+            commit_term=(
+                self.log[self.commit_offset] if 0 <= self.commit_offset < len(self.log) else None
+            ),
         )
 
 

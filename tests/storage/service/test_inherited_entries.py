@@ -54,6 +54,10 @@ async def _elected_with_a_gap(tmp_path: Path) -> None:
         assert replica.applied_offset == INHERITED
         keys = {KeyOrder.HIERARCHICAL.encode(f"/k/{offset}") for offset in range(INHERITED)}
         assert keys <= records(replica.kv).keys()
+        # Its commit offset is at its own term's first entry (what the controller
+        # reads to know the term committed: ShardStatus.commit_term).
+        status = replica.status()
+        assert (status.term, status.commit_offset, status.commit_term) == (2, INHERITED, 2)
     finally:
         await replica.close()
 

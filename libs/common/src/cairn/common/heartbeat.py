@@ -55,6 +55,9 @@ class ReplicaReport:
     # A leader's: the offset of its term's first entry (None: not a leader, or
     # a pod that does not report it). See ShardStatus.term_start_offset.
     term_start_offset: int | None = None
+    # The term of the entry at commit_offset (None: unknown). See
+    # ShardStatus.commit_term.
+    commit_term: int | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,7 @@ def replica_report_of(status: rpb.ShardStatus) -> ReplicaReport:
         term_start_offset=(
             status.term_start_offset if status.HasField("term_start_offset") else None
         ),
+        commit_term=status.commit_term if status.HasField("commit_term") else None,
     )
 
 
@@ -139,6 +143,7 @@ def heartbeat_document(heartbeat: Heartbeat) -> dict[str, Any]:
                 ],
                 "incarnation": r.incarnation,
                 "termStartOffset": r.term_start_offset,
+                "commitTerm": r.commit_term,
             }
             for r in heartbeat.replicas
         ],
@@ -185,6 +190,7 @@ def parse_heartbeat(document: Mapping[str, Any]) -> Heartbeat:
                     ),
                     incarnation=int(r.get("incarnation", 0)),
                     term_start_offset=_optional_int(r.get("termStartOffset")),
+                    commit_term=_optional_int(r.get("commitTerm")),
                 )
                 for r in replicas
             ),

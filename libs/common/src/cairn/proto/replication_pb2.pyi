@@ -183,7 +183,7 @@ class FollowerStatus(_message.Message):
     def __init__(self, node: _Optional[_Union[Node, _Mapping]] = ..., acked_offset: _Optional[int] = ..., voting: _Optional[bool] = ..., state: _Optional[str] = ..., applied_offset: _Optional[int] = ..., incarnation: _Optional[int] = ...) -> None: ...
 
 class ShardStatus(_message.Message):
-    __slots__ = ("shard", "spec", "role", "term", "head", "commit_offset", "first_offset", "leader", "followers", "durable_offset", "applied_offset", "write_requests", "write_operations", "read_requests", "read_gets", "entries_applied_from_leader_changes", "incarnation", "term_start_offset")
+    __slots__ = ("shard", "spec", "role", "term", "head", "commit_offset", "first_offset", "leader", "followers", "durable_offset", "applied_offset", "write_requests", "write_operations", "read_requests", "read_gets", "entries_applied_from_leader_changes", "incarnation", "term_start_offset", "commit_term")
     SHARD_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -202,6 +202,7 @@ class ShardStatus(_message.Message):
     ENTRIES_APPLIED_FROM_LEADER_CHANGES_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     TERM_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_TERM_FIELD_NUMBER: _ClassVar[int]
     shard: int
     spec: ShardSpec
     role: ReplicaRole
@@ -220,7 +221,8 @@ class ShardStatus(_message.Message):
     entries_applied_from_leader_changes: int
     incarnation: int
     term_start_offset: int
-    def __init__(self, shard: _Optional[int] = ..., spec: _Optional[_Union[ShardSpec, _Mapping]] = ..., role: _Optional[_Union[ReplicaRole, str]] = ..., term: _Optional[int] = ..., head: _Optional[_Union[EntryId, _Mapping]] = ..., commit_offset: _Optional[int] = ..., first_offset: _Optional[int] = ..., leader: _Optional[_Union[Node, _Mapping]] = ..., followers: _Optional[_Iterable[_Union[FollowerStatus, _Mapping]]] = ..., durable_offset: _Optional[int] = ..., applied_offset: _Optional[int] = ..., write_requests: _Optional[int] = ..., write_operations: _Optional[int] = ..., read_requests: _Optional[int] = ..., read_gets: _Optional[int] = ..., entries_applied_from_leader_changes: _Optional[int] = ..., incarnation: _Optional[int] = ..., term_start_offset: _Optional[int] = ...) -> None: ...
+    commit_term: int
+    def __init__(self, shard: _Optional[int] = ..., spec: _Optional[_Union[ShardSpec, _Mapping]] = ..., role: _Optional[_Union[ReplicaRole, str]] = ..., term: _Optional[int] = ..., head: _Optional[_Union[EntryId, _Mapping]] = ..., commit_offset: _Optional[int] = ..., first_offset: _Optional[int] = ..., leader: _Optional[_Union[Node, _Mapping]] = ..., followers: _Optional[_Iterable[_Union[FollowerStatus, _Mapping]]] = ..., durable_offset: _Optional[int] = ..., applied_offset: _Optional[int] = ..., write_requests: _Optional[int] = ..., write_operations: _Optional[int] = ..., read_requests: _Optional[int] = ..., read_gets: _Optional[int] = ..., entries_applied_from_leader_changes: _Optional[int] = ..., incarnation: _Optional[int] = ..., term_start_offset: _Optional[int] = ..., commit_term: _Optional[int] = ...) -> None: ...
 
 class GetStatusResponse(_message.Message):
     __slots__ = ("shards", "node")

@@ -216,6 +216,10 @@ def counted_voters(record: ShardRecord, observed: Observed, status: ClusterStatu
     its term. Members being removed are left out (the leader may have
     dropped them already).
 
+    Whether it committed in its term is known from that report, from the
+    record (`LastLeader.committed`), or from any member whose commit offset is
+    at an entry of its term (`commit_seen_in_term`).
+
     Without such a report (it was not polled while leading, or this
     controller restarted since), from the record: the leader, and every
     member but those leaving and its recorded learners. Each of those was
@@ -261,15 +265,38 @@ def counted_voters(record: ShardRecord, observed: Observed, status: ClusterStatu
         else:
             handed = () if record.state is ShardState.STEADY else record.ensemble
         known = {leader, *(name for name in handed if name not in record.leaving)}
-        return CountedVoters(term, frozenset(known), recorded_commit, leader)
+        committed = recorded_commit or commit_seen_in_term(record, observed, term)
+        return CountedVoters(term, frozenset(known), committed, leader)
     voting = {follower.internal_address for follower in report.followers if follower.voting}
     members = {
         name
         for name in record.ensemble
         if name not in record.leaving and address_of(name, observed, status) in voting
     }
-    committed = recorded_commit or term_committed(report)
+    committed = (
+        recorded_commit or term_committed(report) or commit_seen_in_term(record, observed, term)
+    )
     return CountedVoters(term, frozenset({leader, *members}), committed, leader)
+
+
+def commit_seen_in_term(record: ShardRecord, observed: Observed, term: int) -> bool:
+    """Does a member, holding the data it is recorded to hold, report its
+    commit offset at an entry of `term` (the last leader's)? Then that leader
+    committed in its term: a replica learns its commit offset from its leader
+    only, entries of `term` are that leader's, and a later leader would be
+    the last one. The fact never changes once true, so a stale report shows
+    it as well as a fresh one; and it needs no report of the leader itself,
+    which may have lost its disk before any controller saw it commit."""
+    for name in record.ensemble:
+        view = observed.nodes.get(name)
+        report = None if view is None or view.replicas is None else view.replicas.get(record.shard)
+        if (
+            report is not None
+            and report.commit_term == term
+            and record.intact(name, report.incarnation)
+        ):
+            return True
+    return False
 
 
 def _of_last_leader(

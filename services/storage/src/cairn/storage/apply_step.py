@@ -39,6 +39,7 @@ from cairn.storage.core.replication.applied_changes import (
     KeptChanges,
     use_of,
 )
+from cairn.storage.core.replication.replica import Role
 from cairn.storage.core.shard_core import ShardCore
 from cairn.storage.kv import KvStore
 from cairn.storage.kv.encoded_changes import EncodedChangesError, encode_changes
@@ -173,9 +174,12 @@ class ApplyStep(Generic[W]):
             return self.core.group_of(read)
         return taken
 
-    def take_leader_changes(self, groups: Sequence[rpb.AppliedChanges]) -> None:
-        """Applied changes a follower's leader sent with its entries."""
-        self.leader_changes.add(groups, self.core.applied_offset)
+    def take_leader_changes(self, term: int, groups: Sequence[rpb.AppliedChanges]) -> None:
+        """Applied changes a follower's leader of `term` sent with its entries:
+        kept if this replica follows that term (a stale stream's are not)."""
+        core = self.core
+        if groups and core.role is Role.FOLLOWER and term == core.term:
+            self.leader_changes.add(groups, core.applied_offset)
 
     def _write_leader_changes(
         self, limit: int, appliable: int

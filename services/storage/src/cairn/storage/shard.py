@@ -598,6 +598,9 @@ class ShardReplica:
             entries_applied_from_leader_changes=self.entries_applied_from_leader_changes,
             incarnation=self.incarnation,
         )
+        commit_term = core.log.term_at(core.commit_offset)
+        if commit_term is not None:
+            status.commit_term = commit_term
         if core.leader is not None:
             status.leader.CopyFrom(node_message(core.leader))
         leader = self._leader
@@ -1274,8 +1277,7 @@ class ShardReplica:
 
     def take_leader_changes(self, term: int, groups: Sequence[rpb.AppliedChanges]) -> None:
         """Applied changes from our leader of `term`, sent with its entries."""
-        if self._leader is None and term == self.core.term and groups:
-            self._apply_step.take_leader_changes(groups)
+        self._apply_step.take_leader_changes(term, groups)
 
     def _publish_sequence_update(self) -> None:
         self.sequence_generation += 1
