@@ -53,6 +53,11 @@ def _nothing(*args: Any, **kwargs: Any) -> None:
     return None
 
 
+def _no_learners(*args: Any, **kwargs: Any) -> list[str]:
+    """The planner's learner gate off: members are added while one catches up."""
+    return []
+
+
 def _any_follower_may_take_over(self: Any, record: ShardRecord, report: Any, name: str) -> bool:
     """Hole 2: a leader move or a handover targets any member, caught up or not."""
     return name != record.leader and name in record.ensemble
@@ -165,6 +170,7 @@ MUTANTS: dict[str, Mutant] = {
     "ensemble changes without waiting": Mutant(
         patches=(
             (planner._Planner, "_in_step", _always),
+            (planner._Planner, "_learners", _no_learners),
             (planner._Planner, "_holding", _all_hold_the_commit_offset),
             (QuorumTracker, "_held_without", _always),
         )
@@ -204,6 +210,7 @@ MUTANTS: dict[str, Mutant] = {
             (executor, "counted_voters", _nothing),
             (planner._Planner, "_may_take_over", _any_follower_may_take_over),
             (planner._Planner, "_in_step", _in_step_with_learners),
+            (planner._Planner, "_learners", _no_learners),
         )
     ),
     # The leader drops any member it is told to, even one whose acknowledgement

@@ -17,18 +17,8 @@ from simulation.profiles import TARGETED, Targeted, run_targeted
 from simulation.world import PROFILES, SimConfig, SimulationFailure, run_seed
 
 # (profile, replicas, seed, steps) of liveness failures found and diagnosed
-# but not yet fixed: xfailed by name, so they stay visible. Keep it empty.
-KNOWN_LIVENESS_FAILURES: set[tuple[str, int, int, int]] = {
-    # Found by a 5000-step campaign (seeds 2000-2199): RF 4, the last leader
-    # (r-0, term 51) and one learner (r-3) lost their replicas; the two left
-    # intact are half of four, one of them a learner the record does not
-    # know the leader counted (r-1). They do hold everything committed (the
-    # leader counted only r-0 and r-2), but the controller cannot rule out
-    # that the leader counted r-3 too, and commits on r-0 and r-3 alone: it
-    # waits for an operator. The world's wipes count only the voters it
-    # knows of as the minority it may lose (world._wipe).
-    ("wipes", 3, 2083, 5000),
-}
+# but not yet fixed: xfailed by name, so they stay visible. Empty: keep it so.
+KNOWN_LIVENESS_FAILURES: set[tuple[str, int, int, int]] = set()
 
 
 @pytest.mark.parametrize("profile", sorted(PROFILES))
@@ -123,6 +113,20 @@ def test_half_of_an_even_ensemble_elects_when_a_member_saw_its_leaders_commit(se
     (planner.commit_seen_in_term), so that half holds every committed entry
     and elects."""
     config = dataclasses.replace(PROFILES["wipes"], replicas=3, steps=5000)
+    run_seed(seed, config)
+
+
+@pytest.mark.parametrize(
+    ("profile", "replicas", "seed"), [("lagging", 5, 2233), ("wipes", 3, 2083)]
+)
+def test_one_member_catches_up_at_a_time(profile: str, replicas: int, seed: int) -> None:
+    """Found by 5000-step campaigns: an ensemble growing while a learner was
+    cut off gained a second learner. Lagging 2233 then lost an acknowledged
+    write (an election handed both learners to a leader as voters, and the
+    next was won by them and a voter lacking the last commits); wipes 2083
+    stalled (half of four, one a learner). The planner adds nothing while a
+    learner is a member (tests/controller/test_one_learner_at_a_time.py)."""
+    config = dataclasses.replace(PROFILES[profile], replicas=replicas, steps=5000)
     run_seed(seed, config)
 
 

@@ -21,7 +21,8 @@ Per shard, in order of urgency:
    long-dead follower is removed when a spare exists, members on nodes being
    drained or released are replaced (a leader there hands over first, or is
    replaced like a follower when no member can take over), the ensemble grows
-   or shrinks one member at a time to the replication factor, a requested
+   or shrinks one member at a time to the replication factor (nothing is
+   added while a member is still a learner, alive or not), a requested
    leader move is made (once its target has caught up);
    if none of those is due, members added since the leader took office that
    its report shows voting are recorded as its voters, and the first commit
@@ -658,6 +659,16 @@ class _Planner:
                 return False
         return True
 
+    def _learners(self, record: ShardRecord, report: ReplicaReport) -> list[str]:
+        """Members the leader (`report`) has as followers not voting yet."""
+        by_address = {follower.internal_address: follower for follower in report.followers}
+        return [
+            name
+            for name in record.ensemble
+            if (follower := by_address.get(self._address(name) or "")) is not None
+            and not follower.voting
+        ]
+
     def _settled(self, record: ShardRecord, report: ReplicaReport) -> bool:
         """May the ensemble change again (once in step): a majority holding
         every committed entry durably in this term (so the term has committed
@@ -723,6 +734,14 @@ class _Planner:
         # unwanted one last (its replacement catches up while it still counts).
         if dead and (spares or size > rf):
             return self._remove(record, f"replace unreachable {dead[0]}", dead, report)
+        # One member catching up at a time: nothing is added while a learner
+        # (a follower not voting, alive or dead) is a member. With two, a
+        # majority of the members could be the two learners and a voter, and
+        # miss every entry the others committed (an election hands every
+        # member to the new leader as a voter); with one, any majority of the
+        # members meets every majority of the voters.
+        if self._learners(record, report):
+            return None
         if size < rf and spares:
             return self._add(record, spares, f"grow to replication factor {rf}", unwanted)
         if unwanted and size <= rf and spares:
