@@ -19,14 +19,16 @@ from simulation.world import PROFILES, SimConfig, SimulationFailure, run_seed
 # (profile, replicas, seed, steps) of liveness failures found and diagnosed
 # but not yet fixed: xfailed by name, so they stay visible. Keep it empty.
 KNOWN_LIVENESS_FAILURES: set[tuple[str, int, int, int]] = {
-    # Found by a 5000-step campaign (seeds 2300-2399), not yet traced: the
-    # controller waits for an operator, rightly from what it knows (2378: RF
-    # 2, the last leader's disk lost before its term was seen to commit;
-    # 2388: RF 3, the last leader and a learner without their replicas, one
-    # member intact). What is not known yet is how the world's wipes
-    # (world._wipe, judged when each disk is lost) came to leave fewer than
-    # it promises: a wipe guard that misses a later change, or a controller
-    # step that should have waited.
+    # Found by a 5000-step campaign (seeds 2300-2399): the controller waits
+    # for an operator, rightly from what it knows (2378: RF 2, the last
+    # leader's disk lost before its term was seen to commit; 2388: RF 3, the
+    # last leader and a learner without their replicas, one member intact).
+    # In both a member was being removed when the leader's disk was lost:
+    # the world's wipe guard counted it (it still held its data), the removal
+    # finished, and the controller then deleted its replica, one of the last
+    # copies of what was committed. Not fixed yet: stale replicas deleted
+    # only while the shard's ensemble is intact, and a guard that does not
+    # count a member whose removal may still finish.
     ("wipes", 3, 2378, 5000),
     ("wipes", 3, 2388, 5000),
 }
