@@ -176,3 +176,18 @@ def test_a_conventional_port_still_busy_keeps_the_saved_one(
     cluster.ports = loaded
     cluster._reclaim_conventional_ports()
     assert cluster.ports.controller == 40001
+
+
+def test_a_port_already_handed_to_one_process_is_never_handed_to_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A port found free stays free until its process binds it: found again
+    # for the next process, two of the cluster's processes would share it and
+    # the second would never start (a health sidecar restarting on a port
+    # another process of its cluster held, seen in a suite run).
+    found = iter([20001, 20001, 20001, 20002])
+    monkeypatch.setattr(launcher, "free_port", lambda host, preferred=0: next(found))
+    cluster = small_cluster(tmp_path / "cluster")
+    first = cluster.metrics_port("storage-0", 9090)
+    second = cluster.metrics_port("storage-0-health", 9093)
+    assert (first, second) == (20001, 20002)

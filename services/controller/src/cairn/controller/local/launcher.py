@@ -84,6 +84,8 @@ CONTROLLER_PORT = 6650
 GATEWAY_PORT = 8080
 POD_PORTS = (6648, 6649, 8081)
 POD_PORT_STRIDE = 100
+# Picks of a port another of the cluster's processes has, before giving up.
+PORT_PICK_ATTEMPTS = 50
 # Each process's /metrics: the components' defaults (storage 9090, controller 9091,
 # gateway 9092, sidecar 9093), a pod's and its sidecar's shifted by 100 per pod.
 POD_METRICS_PORTS = (METRICS_PORT_STORAGE, METRICS_PORT_HEALTH)
@@ -120,6 +122,16 @@ class Ports:
     # Each process's metrics port, by process name (controller, gateway, storage-N,
     # storage-N-health); picked when the process first starts.
     metrics: dict[str, int] = field(default_factory=dict)
+
+    def assigned(self) -> set[int]:
+        """Every port of the cluster's processes."""
+        ports = {self.controller, *self.metrics.values()}
+        if self.gateway is not None:
+            ports.add(self.gateway)
+        for pod in self.pods.values():
+            ports.update((pod.public, pod.internal, pod.health))
+        ports.discard(0)
+        return ports
 
     @classmethod
     def load(cls, path: Path) -> Ports | None:
@@ -265,6 +277,9 @@ class LocalCluster:
         self.tls = tls
         self.public_plaintext = public_plaintext
         self.preferred_ports = preferred_ports
+        # Every port this launcher handed out: a port found free is not held
+        # until its process binds it, so the next pick could find it free again.
+        self._picked: set[int] = set()
         self.directory = directory.resolve()
         self.initial_pods = pods
         self.shards = shards
@@ -431,10 +446,8 @@ class LocalCluster:
         return ["--auth-config", str(self.auth.config)]
 
     def _pick_port(self, conventional: int) -> int:
-        if not self.preferred_ports:
-            return free_port(self.host)
-        port = free_port(self.host, conventional)
-        if port != conventional:
+        port = self._new_port(conventional if self.preferred_ports else 0)
+        if self.preferred_ports and port != conventional:
             log.warning(
                 "port %d is in use by another process: using %d instead "
                 "(kept in ports.json until %d is free again)",
@@ -443,6 +456,17 @@ class LocalCluster:
                 conventional,
             )
         return port
+
+    def _new_port(self, preferred: int) -> int:
+        """A port free now that no process of this cluster has (from ports.json)
+        or was handed (picked, perhaps not bound yet)."""
+        taken = self._picked | self.ports.assigned()
+        for _ in range(PORT_PICK_ATTEMPTS):
+            port = free_port(self.host, preferred if preferred not in taken else 0)
+            if port not in taken:
+                self._picked.add(port)
+                return port
+        raise RuntimeError(f"no free port found in {PORT_PICK_ATTEMPTS} attempts")
 
     def _reclaim_conventional_ports(self) -> None:
         """Ports picked on an earlier run because the conventional one was busy
