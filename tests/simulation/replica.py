@@ -120,13 +120,13 @@ class SimReplica:
 
     def start(self) -> None:
         self.incarnation += 1
-        self.core = self._new_core()
+        self.core, self.apply_step = self._recovered()
         self.leading = None
         self.stream = None
         self.crash_requested = False
         self.env.net.up(self.name, self.incarnation)
 
-    def _new_core(self) -> ShardCore[int]:
+    def _recovered(self) -> tuple[ShardCore[int], ApplyStep[int]]:
         """The core of a replica (re)started over what its disk holds: recovered
         at the persisted term, everything applied committed; and its apply step
         over its KV. Its apply groups' and folds' bounds are drawn at each start
@@ -152,10 +152,7 @@ class SimReplica:
             applied_offset=self.kv.applied_offset,
             limits=limits.pipeline(),
         )
-        self.apply_step = ApplyStep(
-            core, self.kv, self.env.shard_rules, limits, ReplicationSettings()
-        )
-        return core
+        return core, ApplyStep(core, self.kv, self.env.shard_rules, limits, ReplicationSettings())
 
     def crash(self) -> None:
         if self.log.synced_offset < self.log.last_offset:
@@ -184,7 +181,7 @@ class SimReplica:
         self.kv = DigestKv()
         self.data_incarnation = self.env.new_data_incarnation()
         self.absent = True
-        self.core = self._new_core()
+        self.core, self.apply_step = self._recovered()
         self.leading = None
         self.stream = None
 

@@ -39,7 +39,6 @@ from cairn.storage.core.replication.applied_changes import (
     KeptChanges,
     use_of,
 )
-from cairn.storage.core.replication.replica import Role
 from cairn.storage.core.shard_core import ShardCore
 from cairn.storage.kv import KvStore
 from cairn.storage.kv.encoded_changes import EncodedChangesError, encode_changes
@@ -177,9 +176,8 @@ class ApplyStep(Generic[W]):
     def take_leader_changes(self, term: int, groups: Sequence[rpb.AppliedChanges]) -> None:
         """Applied changes a follower's leader of `term` sent with its entries:
         kept if this replica follows that term (a stale stream's are not)."""
-        core = self.core
-        if groups and core.role is Role.FOLLOWER and term == core.term:
-            self.leader_changes.add(groups, core.applied_offset)
+        if groups and self.core.follows(term):
+            self.leader_changes.add(groups, self.core.applied_offset)
 
     def _write_leader_changes(
         self, limit: int, appliable: int

@@ -909,13 +909,10 @@ class ShardReplica:
 
     def _fold_in(self, raw_request: bytes, request: pb.WriteRequest) -> asyncio.Future[bytes]:
         future: asyncio.Future[bytes] = self._loop.create_future()
-        sealed = self.core.fold_in(raw_request, request, future)
+        trace = tracing.current_context() if tracing.ENABLED else None
+        sealed = self.core.fold_in(raw_request, request, future, trace)
         if sealed is not None:
             self._log_fold(sealed)
-        if tracing.ENABLED and (caller := tracing.current_context()) is not None:
-            fold = self.core.fold
-            assert fold is not None
-            fold.traces.append(caller)
         return future
 
     def _seal_fold(self) -> None:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Generic
+from typing import Any, Generic
 
 from google.protobuf.message import Message
 
@@ -305,11 +305,12 @@ class ShardCore(ReplicaCore, Generic[W]):
         )
 
     def fold_in(
-        self, raw_request: bytes, request: pb.WriteRequest, waiter: W
+        self, raw_request: bytes, request: pb.WriteRequest, waiter: W, trace: Any = None
     ) -> WriteFold[W] | None:
-        """Add a client write to the fold. Returns the fold it sealed first, when
-        the write does not fit it: the driver logs that one now, before anything
-        else, so that requests are logged in the order they came."""
+        """Add a client write to the fold (`trace`: its sampled trace context, if
+        any). Returns the fold it sealed first, when the write does not fit it:
+        the driver logs that one now, before anything else, so that requests
+        are logged in the order they came."""
         keys = keys_of(request)
         operations = len(request.puts) + len(request.deletes)
         limits = self.limits
@@ -326,6 +327,8 @@ class ShardCore(ReplicaCore, Generic[W]):
         if fold is None:
             fold = self.fold = WriteFold()
         fold.add(raw_request, request, keys, operations, waiter)
+        if trace is not None:
+            fold.traces.append(trace)
         return sealed
 
     def seal_fold(self) -> WriteFold[W] | None:

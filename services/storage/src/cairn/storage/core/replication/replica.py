@@ -101,12 +101,16 @@ class ReplicaCore:
                 f"not leader of term {term}"
             )
 
+    def follows(self, term: int) -> bool:
+        """Whether this replica follows the leader of `term`."""
+        return self.role is Role.FOLLOWER and term == self.term
+
     def check_following(self, term: int) -> None:
         """A follower reports its log's progress to the leader of its own term
         only: once fenced, or leading a newer term, its log at those offsets may
         hold another leader's entries, which that stream's leader would count as
         acknowledgements of its own."""
-        if self.role is not Role.FOLLOWER or term != self.term:
+        if not self.follows(term):
             raise InvalidTerm(
                 f"shard {self.shard_id} is {self.role.name.lower()} in term {self.term}; "
                 f"the stream of term {term} ends"
