@@ -262,6 +262,18 @@ def apply_round(
     return results
 
 
+def ensemble_intact(model: ModelCluster, record: ShardRecord) -> bool:
+    """Every voter alive and holding the data it is recorded to hold (only
+    then may a replica outside the ensemble be deleted)."""
+    for name in record.voters:
+        replica = model.replica(name, record.shard)
+        if name not in believed_alive(model) or replica is None:
+            return False
+        if not record.intact(name, replica.incarnation):
+            return False
+    return True
+
+
 def check_fixpoint(model: ModelCluster, live_majority: set[int], zones_ok: bool) -> None:
     """The shape of the cluster once planning yields nothing."""
     alive = believed_alive(model)
@@ -290,7 +302,9 @@ def check_fixpoint(model: ModelCluster, live_majority: set[int], zones_ok: bool)
     for name in sorted(alive):
         for shard in model.nodes[name].replicas:
             held = model.status.shard(shard)
-            if held is not None and held.state is ShardState.STEADY:
+            if held is None or held.state is not ShardState.STEADY:
+                continue
+            if ensemble_intact(model, held):
                 assert name in held.voters, f"{name} keeps a stale replica of {held}"
 
 
@@ -1049,6 +1063,22 @@ def test_a_stale_replica_is_deleted_once_the_leader_dropped_it() -> None:
     model.step(SETTINGS)
     assert 0 not in model.nodes[follower].replicas
     assert model.plan(SETTINGS) == []
+
+
+def test_a_stale_replica_is_kept_while_a_member_lost_its_disk() -> None:
+    # Regression (simulation seeds wipes-3-2378/2388): the removed member may
+    # hold one of the last copies of what was committed; deleting it while a
+    # member cannot answer for its data left nothing to recover from.
+    model = settled(rf=2, nodes=3)
+    record = model.record(0)
+    follower = next(name for name in record.ensemble if name != record.leader)
+    model.set_replication_factor("ns", 1)
+    model.step(SETTINGS)  # removes the follower
+    assert follower not in model.record(0).voters
+    model.wipe(model.record(0).leader)
+    model.poll()
+    assert of_type(model.plan(SETTINGS), DeleteReplica) == []
+    assert 0 in model.nodes[follower].replicas
 
 
 def test_a_stale_replica_is_not_deleted_while_its_node_is_added_back() -> None:

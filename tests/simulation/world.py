@@ -470,7 +470,9 @@ class World:
         of its data; true), if the shard is promised to survive that: losing the
         disks of a minority of its voters, as the controller counts them. A
         voter (a member, or one still leaving) may lose its disk only if,
-        without it:
+        without it, both among the voters now and among the members alone (a
+        removal under way may finish after the wipe, and the leaving member's
+        data then no longer counts):
 
         1. the voters that can answer an election for the data they are
            recorded to hold are a majority of the voters. A voter cannot when
@@ -493,26 +495,30 @@ class World:
         already removed) may lose their disks at any time.
 
         The judgement is the correct controller's (a mutant's may differ)."""
-        voters = self._voters()
-        others = [name for name in voters if name != victim.name]
-        answering = [name for name in others if self._answers_for_its_data(name)]
-        if victim.name in voters and (
-            len(answering) * 2 <= len(voters)
-            or not any(self._holds_everything_acknowledged(n) for n in answering)
-        ):
+        if not all(self._survives_wipe(voters, victim.name) for voters in self._voter_sets()):
             self.env.count("wipes skipped (beyond the loss of a minority of the voters)")
             return False
         self.env.log(f"{victim.name} loses its disk", "wipes")
         victim.wipe()
         return True
 
-    def _voters(self) -> list[str]:
-        """Who an election must hear from a majority of: with the real
-        controller, the recorded members and those still leaving."""
+    def _survives_wipe(self, voters: list[str], victim: str) -> bool:
+        if victim not in voters:
+            return True
+        answering = [n for n in voters if n != victim and self._answers_for_its_data(n)]
+        return len(answering) * 2 > len(voters) and any(
+            self._holds_everything_acknowledged(name) for name in answering
+        )
+
+    def _voter_sets(self) -> list[list[str]]:
+        """Whom an election may have to hear from a majority of, now or later:
+        with the real controller, the recorded members and those still
+        leaving, and the members alone (a removal under way may finish after
+        the wipe, and then the leaving member's data no longer counts)."""
         coordinator = self.coordinator
         if isinstance(coordinator, Controllers):
-            return coordinator.voters
-        return list(coordinator.ensemble)
+            return [coordinator.voters, coordinator.ensemble]
+        return [list(coordinator.ensemble)]
 
     def _answers_for_its_data(self, name: str) -> bool:
         """Can `name` answer an election for the data the controller recorded

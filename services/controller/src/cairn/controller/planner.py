@@ -579,6 +579,17 @@ class _Planner:
             and shard not in view.replicas
         )
 
+    def _ensemble_intact(self, record: ShardRecord) -> bool:
+        """Is every voter up and reporting the data it is recorded to hold?
+        Only then does a majority of them surely hold everything committed,
+        and a replica outside the ensemble is no longer needed by anyone (an
+        operator recovering a shard whose members lost their disks may be)."""
+        for name in record.voters:
+            report = self.observed.report(name, record.shard)
+            if report is None or not record.intact(name, report.incarnation):
+                return False
+        return True
+
     def _follower_addresses(self, report: ReplicaReport) -> set[str]:
         return {follower.internal_address for follower in report.followers}
 
@@ -1047,6 +1058,8 @@ class _Planner:
                     continue  # not ours to judge (another cluster's, or not yet recorded)
                 if view.name in record.voters or record.state is not ShardState.STEADY:
                     continue
+                if not self._ensemble_intact(record):
+                    continue  # it may hold one of the last copies of what was committed
                 leader_report = self.observed.report(record.leader, shard)
                 if leader_report is not None and view.internal_address in self._follower_addresses(
                     leader_report
