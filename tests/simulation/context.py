@@ -38,11 +38,6 @@ class RuntimeRules:
     max_pending_entries: int = 64
     # Committed entries applied in one KV batch, at most (drawn at random up to it).
     max_apply_group: int = 16
-    # NewTerm answers a durable head: the controller elects on it, and a crash
-    # between the answer and BecomeLeader must not shorten the log it counted on.
-    sync_before_new_term_answer: bool = True
-    # Truncate answers a durable head: the leader counts it as an acknowledgement.
-    sync_before_truncate_answer: bool = True
     # A follower acts on a Truncate only if it is newer than the stream it follows;
     # a late one would cut entries it already acknowledged in this term.
     ignore_stale_truncates: bool = True

@@ -20,6 +20,7 @@ from typing import Any
 from cairn.controller import executor, keeper, planner
 from cairn.controller.model import ClusterState, ClusterStatus, ShardRecord
 from cairn.controller.state.store import StateConflict
+from cairn.storage.core.ready import Ready
 from cairn.storage.core.replication.leader import FollowerPhase, FollowerProgress, LeaderCore
 from cairn.storage.core.replication.quorum import QuorumTracker
 from cairn.storage.core.shard_core import ShardCore
@@ -161,6 +162,15 @@ def _apply_past_durable(self: ShardCore, durable_offset: int) -> int:
     return self.commit_offset
 
 
+def _without_sync(rule: Callable[..., Ready[Any]]) -> Callable[..., Ready[Any]]:
+    """`rule` (one of ShardCore's steps) without its log sync."""
+
+    def unsynced(*args: Any) -> Ready[Any]:
+        return dataclasses.replace(rule(*args), sync_log=False)
+
+    return unsynced
+
+
 MUTANTS: dict[str, Mutant] = {
     "elect the lowest head": Mutant(patches=((executor, "choose_leader", _lowest_head),)),
     # The planner changes the ensemble again without waiting for the leader's
@@ -177,11 +187,13 @@ MUTANTS: dict[str, Mutant] = {
     ),
     "commit before the term-start entry": Mutant(SimConfig(rules=_rules(term_start_rule=False))),
     "acknowledge unsynced entries": Mutant(SimConfig(rules=_rules(ack_only_durable=False))),
+    # Rules of the shard's own core (ShardCore.step): what its answer to a
+    # controller's NewTerm or a leader's Truncate reports is not made durable.
     "NewTerm answers an unsynced head": Mutant(
-        SimConfig(rules=_rules(sync_before_new_term_answer=False))
+        patches=((ShardCore, "_fence", _without_sync(ShardCore._fence)),)
     ),
     "Truncate answers an unsynced head": Mutant(
-        SimConfig(rules=_rules(sync_before_truncate_answer=False))
+        patches=((ShardCore, "_truncate", _without_sync(ShardCore._truncate)),)
     ),
     "act on stale Truncates": Mutant(SimConfig(rules=_rules(ignore_stale_truncates=False))),
     "reads without the lease": Mutant(SimConfig(rules=_rules(reads_need_lease=False))),

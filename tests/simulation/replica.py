@@ -40,6 +40,8 @@ from cairn.common.heartbeat import FollowerReport, ReplicaReport
 from cairn.storage.apply_step import ApplyStep, WaitForCommit, WroteLeaderChanges
 from cairn.storage.config import Limits, ReplicationSettings
 from cairn.storage.core.controller_epoch import admit
+from cairn.storage.core.events import NewTerm, Truncate
+from cairn.storage.core.ready import Ready, SteppedDown
 from cairn.storage.core.replication.replica import Member, Role
 from cairn.storage.core.replication.terms import TermHistory
 from cairn.storage.core.shard_core import ShardCore
@@ -358,18 +360,14 @@ class SimReplica:
     def _new_term(self, src: str, request: m.NewTerm) -> None:
         core = self.live_core()
         try:
-            changed = core.fence(request.term)
+            ready = core.step(NewTerm(request.term))
         except InvalidTerm as error:
             refusal = m.Refused(request.term, "NewTerm", str(error), request.call)
             self.env.send(self.name, src, refusal)
             return
-        if changed:
-            self.persisted_term = request.term
-        self._stop_leading("fenced")
+        self._carry_out(ready, "fenced")
         if self.env.rules.end_streams_on_new_term:
             self.stream = None
-        if self.env.rules.sync_before_new_term_answer:
-            self.log.sync()
         self.env.log(f"{self.name} fenced at {request.term}, head {core.head}")
         self.env.send(
             self.name,
@@ -396,16 +394,35 @@ class SimReplica:
         answer = m.BecomeLeaderResponse(request.term, term_start, request.call)
         self.env.send(self.name, src, answer)
 
-    def _stop_leading(self, why: str) -> None:
-        if self.leading is not None:
-            self.env.log(f"{self.name} stops leading term {self.leading.term}: {why}")
-            self.leading = None
-            core = self.live_core()
-            core.on_stepped_down()
-            if core.seal_fold() is not None:
-                # Never logged: not accepted, safe for their clients to send again.
-                self.env.count("folds dropped (leadership changed)")
-            self.live_apply_step().on_stepped_down()
+    def _carry_out(self, ready: Ready[int], why: str) -> None:
+        """What the core decided for an event (ready.py), in its order, as the
+        storage pod's driver does it (ShardReplica._carry_out)."""
+        core = self.live_core()
+        if ready.persist_term:
+            self.persisted_term = core.term
+        if ready.stepped_down is not None:
+            self._stop_leading(ready.stepped_down, why)
+        if ready.new_stream:
+            self.live_apply_step().on_new_stream()
+        if ready.cut_log_after is not None:
+            keep = ready.cut_log_after
+            self.env.log(
+                f"{self.name} truncates after {keep} (log ends {self.log.last_offset})",
+                "logs truncated",
+            )
+            self.log.truncate_after(keep)
+            core.on_log_cut(keep)
+        if ready.sync_log:
+            self.log.sync()
+
+    def _stop_leading(self, stepped_down: SteppedDown[int], why: str) -> None:
+        assert self.leading is not None
+        self.env.log(f"{self.name} stops leading term {self.leading.term}: {why}")
+        self.leading = None
+        if stepped_down.not_logged is not None:
+            # Never logged: not accepted, safe for their clients to send again.
+            self.env.count("folds dropped (leadership changed)")
+        self.live_apply_step().on_stepped_down()
 
     # -- follower side -----------------------------------------------------------------
 
@@ -420,29 +437,16 @@ class SimReplica:
         ):
             self.env.count("stale truncates ignored")
             return  # a late or repeated Truncate of a stream already replaced
-        try:
-            changed = core.follow(request.term, request.leader)
-        except InvalidTerm as error:
-            self.env.send(self.name, src, m.StreamBroken(request.session, str(error)))
-            return
-        if changed:
-            self.persisted_term = request.term
-        self._stop_leading("follows another leader")
         if request.leader_terms:
             leader_log = TermHistory(request.leader_terms, request.leader_head.offset)
         else:
             leader_log = TermHistory(base=request.leader_head)
-        keep = core.truncation_point(leader_log)
-        self.live_apply_step().on_new_stream()
-        if keep < self.log.last_offset:
-            self.env.log(
-                f"{self.name} truncates after {keep} (log ends {self.log.last_offset})",
-                "logs truncated",
-            )
-            self.log.truncate_after(keep)
-            core.on_log_cut(keep)
-        if self.env.rules.sync_before_truncate_answer:
-            self.log.sync()
+        try:
+            ready = core.step(Truncate(request.term, request.leader, leader_log))
+        except InvalidTerm as error:
+            self.env.send(self.name, src, m.StreamBroken(request.session, str(error)))
+            return
+        self._carry_out(ready, "follows another leader")
         self.stream = FollowedStream(request.term, request.session, src)
         self.env.send(
             self.name,

@@ -29,10 +29,16 @@ from cairn.storage.core.replication.leader import LeaderCore
 from cairn.storage.core.replication.replica import ReplicationInvariantError
 from simulation.checkers import Violation, check_liveness, converged
 from simulation.context import RuntimeRules
-from simulation.mutants import WindowFromAppliedLeaderCore
+from simulation.mutants import MUTANTS, WindowFromAppliedLeaderCore
 from simulation.scenario import Script
 
 MEMBERS = ("r-0", "r-1", "r-2", "r-3", "r-4")
+
+
+def broken(monkeypatch: pytest.MonkeyPatch, mutant: str) -> None:
+    """Run the scenario with a rule of the real code broken (mutants.py)."""
+    for target, name, value in MUTANTS[mutant].patches:
+        monkeypatch.setattr(target, name, value)
 
 
 def figure_8(rules: RuntimeRules) -> Script:
@@ -125,10 +131,12 @@ def test_truncate_answers_a_durable_head() -> None:
     a_follower_answers_truncate_then_loses_power(RuntimeRules())
 
 
-def test_truncate_answering_an_unsynced_head_loses_an_acknowledged_write() -> None:
-    rules = dataclasses.replace(RuntimeRules(), sync_before_truncate_answer=False)
+def test_truncate_answering_an_unsynced_head_loses_an_acknowledged_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    broken(monkeypatch, "Truncate answers an unsynced head")
     with pytest.raises(Violation, match=r"\(b\) the write acknowledged"):
-        a_follower_answers_truncate_then_loses_power(rules)
+        a_follower_answers_truncate_then_loses_power(RuntimeRules())
 
 
 def an_elected_replica_loses_power_before_leading(rules: RuntimeRules) -> Script:
@@ -159,10 +167,12 @@ def test_new_term_answers_a_durable_head() -> None:
     an_elected_replica_loses_power_before_leading(RuntimeRules())
 
 
-def test_new_term_answering_an_unsynced_head_loses_an_acknowledged_write() -> None:
-    rules = dataclasses.replace(RuntimeRules(), sync_before_new_term_answer=False)
+def test_new_term_answering_an_unsynced_head_loses_an_acknowledged_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    broken(monkeypatch, "NewTerm answers an unsynced head")
     with pytest.raises((Violation, ReplicationInvariantError), match=r"acknowledged|committed"):
-        an_elected_replica_loses_power_before_leading(rules)
+        an_elected_replica_loses_power_before_leading(RuntimeRules())
 
 
 def followers_lag_past_the_window_before_a_new_term(

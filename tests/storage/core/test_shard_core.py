@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cairn.common.errors import Overloaded
+from cairn.common.errors import InvalidTerm, Overloaded
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.storage.core.apply import MAX_RECORDS_PER_CLOSE_ENTRY
 from cairn.storage.core.entries import (
@@ -16,10 +16,12 @@ from cairn.storage.core.entries import (
     LogEntry,
     encode_entry,
 )
+from cairn.storage.core.events import Closing, NewTerm, Truncate
 from cairn.storage.core.folding import fits_fold, starts_fold
 from cairn.storage.core.pending import PendingEntry, ReadLog
+from cairn.storage.core.ready import Ready, SteppedDown
 from cairn.storage.core.replication.leader import LeaderCore
-from cairn.storage.core.replication.replica import Member
+from cairn.storage.core.replication.replica import Member, ReplicationInvariantError, Role
 from cairn.storage.core.replication.terms import NO_OFFSET, EntryId, history_of
 from cairn.storage.core.shard_core import PipelineLimits, ShardCore, operation_count
 
@@ -315,3 +317,60 @@ def test_a_follower_holds_what_fits_and_learns_its_leaders_commit() -> None:
     assert [pending.offset for pending in core.pending] == [6, 7, 8, 9]
     assert core.leader_commit_offset == 8 and core.commit_offset == 5  # nothing durable yet
     assert core.on_follower_durable(11) and core.commit_offset == 8
+
+
+# -- events and what the driver must do for them (ShardCore.step) --------------------
+
+
+def test_new_term_persists_the_term_steps_down_and_syncs_before_answering() -> None:
+    core: ShardCore[str] = ShardCore(
+        0, 1, history_of(0, 5, lambda offset: 1, EntryId(-1, NO_OFFSET)), limits=LIMITS
+    )
+    _lead(core, 2, followers=(OTHER,))
+    entry = core.next_entry(b"\x01", now_ms=0)
+    core.on_logged(PendingEntry(entry, CLIENT_WRITE, pb.WriteRequest(), True, "logged writer"))
+    core.fold_in(*_write("/a"), waiter="folded writer")
+    ready = core.step(NewTerm(3))
+    assert ready.persist_term and ready.sync_log and not ready.new_stream
+    assert ready.stepped_down is not None
+    assert ready.stepped_down.outcome_unknown == ("logged writer",)
+    assert ready.stepped_down.not_logged is not None
+    assert ready.stepped_down.not_logged.waiters == ["folded writer"]
+    assert (core.role, core.term, core.leading, core.fold) == (Role.FENCED, 3, None, None)
+    # Fenced again in its own term by a controller that did not hear the answer:
+    # the term is durable already, and a fenced replica has nothing to stop.
+    assert core.step(NewTerm(3)) == Ready(sync_log=True)
+
+
+def test_truncate_cuts_what_disagrees_and_syncs_what_it_answers() -> None:
+    core = _core(last_offset=9, applied=5)  # term 1 entries 0..9, committed to 5
+    leader_log = history_of(0, 7, lambda offset: 1 if offset <= 7 else 2, EntryId(-1, NO_OFFSET))
+    leader_log.append(2, 8)
+    ready = core.step(Truncate(2, OTHER, leader_log))
+    assert ready == Ready(persist_term=True, new_stream=True, cut_log_after=7, sync_log=True)
+    assert (core.role, core.term, core.leader) == (Role.FOLLOWER, 2, OTHER)
+    assert core.log.last_offset == 9  # cut once the driver cut the WAL: on_log_cut
+    # The same leader again, its log agreeing with ours: nothing to cut, no new term.
+    core.on_log_cut(7)
+    assert core.step(Truncate(2, OTHER, leader_log)) == Ready(new_stream=True, sync_log=True)
+
+
+def test_a_refused_truncate_changes_nothing() -> None:
+    core = _core(last_offset=9, applied=5)
+    core.fence(3)
+    with pytest.raises(InvalidTerm):
+        core.step(Truncate(2, OTHER, history_of(0, 9, lambda o: 1, EntryId(-1, NO_OFFSET))))
+    # A leader whose log disagrees with what this replica committed: refused
+    # before the replica takes its term (which it would have to persist).
+    disagreeing = history_of(0, 9, lambda offset: 1 if offset < 3 else 2, EntryId(-1, NO_OFFSET))
+    with pytest.raises(ReplicationInvariantError):
+        core.step(Truncate(4, OTHER, disagreeing))
+    assert (core.role, core.term, core.leader) == (Role.FENCED, 3, None)
+
+
+def test_closing_a_leader_steps_it_down() -> None:
+    core = _core()
+    _lead(core, 2)
+    stepped_down = core.step(Closing()).stepped_down
+    assert stepped_down == SteppedDown((), None)
+    assert core.step(Closing()) == Ready()

@@ -8,11 +8,13 @@ commands (a replica is a name; `T.O` is the entry of term T at offset O):
 
     replicas a b c            three empty replicas, fenced in term 0
     log b 1x3 2x2             setup: b's log gets 3 entries of term 1, then 2 of term 2
-    fence a b c term=2        NewTerm: each answers its head and commit offset
+    fence a b c term=2        NewTerm: what each must do first (its Ready, ready.py),
+                              then its answer: head and commit offset
     lead a term=2             BecomeLeader: a logs its first entry; the rest follow it
     write a 2                 the leader logs two client writes
     durable a 5               a's log is durable up to 5 (a leader counts its own)
-    truncate b                b follows the leader, cutting what disagrees with its log
+    truncate b                b follows the leader: what it must do (its Ready: cut what
+                              disagrees with the leader's log, sync), then its head
     send a b                  what the leader streams to b now (within its window), and
                               the commit offset as far as it applied
     receive b                 b appends what was sent to it and learns the commit offset
@@ -33,6 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cairn.storage.core.events import NewTerm, Truncate
+from cairn.storage.core.ready import Ready
 from cairn.storage.core.replication.applied_changes import commit_for_followers
 from cairn.storage.core.replication.leader import FollowerPhase, LeaderCore
 from cairn.storage.core.replication.replica import Member
@@ -52,6 +56,22 @@ MAX_IN_FLIGHT_ENTRIES = 4
 REWRITE = os.environ.get("CAIRN_REWRITE_RULES") == "1"
 
 
+def _ready(ready: Ready[None]) -> str:
+    """What the core asked its driver to do, in order (ready.py)."""
+    steps = []
+    if ready.persist_term:
+        steps.append("persist term")
+    if ready.stepped_down is not None:
+        steps.append("step down")
+    if ready.new_stream:
+        steps.append("new stream")
+    if ready.cut_log_after is not None:
+        steps.append(f"cut after {ready.cut_log_after}")
+    if ready.sync_log:
+        steps.append("sync")
+    return ", ".join(steps) or "nothing to do"
+
+
 def _entry(entry: EntryId) -> str:
     return "none" if entry.offset == NO_OFFSET else f"{entry.term}.{entry.offset}"
 
@@ -59,7 +79,7 @@ def _entry(entry: EntryId) -> str:
 @dataclass
 class Replica:
     name: str
-    core: ShardCore
+    core: ShardCore[None]
     durable_offset: int = NO_OFFSET
     leading: LeaderCore | None = None
     # Entries sent to it and not yet received: (term, offset) each; and the commit
@@ -85,7 +105,7 @@ class Cluster:
 
     def _replicas(self, args: list[str]) -> list[str]:
         for name in args:
-            core = ShardCore(0, 0, TermHistory(), limits=LIMITS)
+            core: ShardCore[None] = ShardCore(0, 0, TermHistory(), limits=LIMITS)
             self.replicas[name] = Replica(name, core)
         return [f"{len(args)} replicas, empty"]
 
@@ -104,14 +124,24 @@ class Cluster:
         lines = []
         for name in _names(args):
             replica = self.replicas[name]
-            replica.core.fence(term)
-            replica.leading = None
-            replica.core.on_stepped_down()
+            ready = replica.core.step(NewTerm(term))
+            self._carry_out(replica, ready)
             lines.append(
-                f"{name}: fenced in term {term}, head {_entry(replica.core.head)}, "
-                f"commit {replica.core.commit_offset}"
+                f"{name}: fenced in term {term} ({_ready(ready)}), "
+                f"head {_entry(replica.core.head)}, commit {replica.core.commit_offset}"
             )
         return lines
+
+    def _carry_out(self, replica: Replica, ready: Ready[None]) -> None:
+        """What a driver does with the core's Ready (the log is the core's own
+        here: there is no WAL to cut, only its durable offset)."""
+        if ready.stepped_down is not None:
+            replica.leading = None
+        if ready.cut_log_after is not None:
+            replica.core.on_log_cut(ready.cut_log_after)
+            replica.durable_offset = min(replica.durable_offset, ready.cut_log_after)
+        if ready.sync_log:
+            replica.durable_offset = replica.core.log.last_offset
 
     def _lead(self, args: list[str]) -> list[str]:
         leader = self.replicas[args[0]]
@@ -151,15 +181,10 @@ class Cluster:
         leader = self._leader()
         assert leader.leading is not None
         core = follower.core
-        core.follow(leader.core.term, leader.member)
-        keep = core.truncation_point(leader.core.log)
-        lines = []
-        if keep < core.log.last_offset:
-            lines.append(f"{follower.name} drops {keep + 1}..{core.log.last_offset}")
-            core.log.truncate_after(keep)
-            follower.durable_offset = min(follower.durable_offset, keep)
+        ready = core.step(Truncate(leader.core.term, leader.member, leader.core.log))
+        self._carry_out(follower, ready)
         head = core.head
-        lines.append(f"{follower.name}: head {_entry(head)}")
+        lines = [f"{follower.name}: {_ready(ready)}; head {_entry(head)}"]
         phase = leader.leading.on_truncated(follower.name, head, leader.core.log.first_offset)
         leader.core.on_commit(leader.leading.commit_offset)
         if phase is FollowerPhase.SNAPSHOT:

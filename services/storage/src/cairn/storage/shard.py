@@ -83,6 +83,7 @@ from cairn.storage.core.entries import (
     encode_entry,
 )
 from cairn.storage.core.entry_apply import ShardRules
+from cairn.storage.core.events import Closing, NewTerm, SnapshotOffered, Truncate
 from cairn.storage.core.folding import WriteFold
 from cairn.storage.core.meta import (
     COMMIT_OFFSET_KEY,
@@ -97,6 +98,7 @@ from cairn.storage.core.meta import (
 )
 from cairn.storage.core.pending import PendingEntry
 from cairn.storage.core.read_cache import ReadCache
+from cairn.storage.core.ready import Ready, SteppedDown
 from cairn.storage.core.recovery import LogExtent, plan_recovery, recovered_term
 from cairn.storage.core.replication.applied_changes import (
     KeptChanges,
@@ -448,14 +450,7 @@ class ShardReplica:
     async def new_term(self, term: int) -> tuple[EntryId, int]:
         """Fence at `term`: returns the head and the commit offset."""
         async with self._storage_lock:
-            was_leader = self.core.role is Role.LEADER
-            if self.core.fence(term):
-                await self._persist_term()
-            if was_leader:
-                await self._step_down()
-            # The controller elects by this head: it must survive power loss, or the
-            # elected replica could lead with a shorter log than it claimed.
-            await self._sync_log()
+            await self._carry_out(self.core.step(NewTerm(term)))
         log.info("shard %d: fenced at term %d, head %s", self.shard_id, term, self.core.head)
         return self.core.head, self.core.commit_offset
 
@@ -558,23 +553,37 @@ class ShardReplica:
         self.kv.write([(Column.META, TERM_KEY, encode_i64(self.core.term))])
         await self._loop.run_in_executor(self._sync_executor, self.kv.sync)
 
-    async def _step_down(self) -> None:
+    async def _carry_out(self, ready: Ready[asyncio.Future[Any]]) -> None:
+        """Do what the core decided for an event (ready.py), in its order."""
+        if ready.persist_term:
+            await self._persist_term()
+        if ready.stepped_down is not None:
+            await self._step_down(ready.stepped_down)
+        if ready.new_stream:
+            self._apply_step.on_new_stream()
+        if ready.cut_log_after is not None:
+            await self._cut_log(ready.cut_log_after)
+        if ready.sync_log:
+            await self._sync_log()
+
+    async def _step_down(self, stepped_down: SteppedDown[asyncio.Future[Any]]) -> None:
         """Stop leading: the replication side stops, waiting writers are told to go
-        elsewhere. Their entries stay in the log: a later leader decides them."""
+        elsewhere (SteppedDown says what each may be told)."""
         leader, self._leader = self._leader, None
-        waiting = self.core.on_stepped_down()
         self._serving.clear()
         if self._takeover_timer is not None:
             self._takeover_timer.cancel()
             self._takeover_timer = None
         self._apply_step.on_stepped_down()
-        self._drop_fold(Unavailable(f"shard {self.shard_id}: leadership changed"))
-        error = WriteOutcomeUnknown(
+        if stepped_down.not_logged is not None:
+            error = Unavailable(f"shard {self.shard_id}: leadership changed")
+            folding.fail(stepped_down.not_logged.waiters, error)
+        unknown = WriteOutcomeUnknown(
             f"shard {self.shard_id}: leadership changed; the write may or may not commit"
         )
-        for future in waiting:
+        for future in stepped_down.outcome_unknown:
             if not future.done():
-                future.set_exception(error)
+                future.set_exception(unknown)
         if leader is not None:
             await leader.stop()
         self._space_freed.set()
@@ -616,42 +625,29 @@ class ShardReplica:
         Returns our head."""
         async with self._storage_lock:
             self._check_writable()
-            await self._follow(term, leader)
-            self._apply_step.on_new_stream()
-            keep = self.core.truncation_point(leader_log)
-            if keep < self.core.log.last_offset:
-                log.info(
-                    "shard %d: dropping entries %d..%d that disagree with the leader of term %d",
-                    self.shard_id,
-                    keep + 1,
-                    self.core.log.last_offset,
-                    term,
-                )
-                self._log_busy = True
-                try:
-                    await self._loop.run_in_executor(
-                        self._sync_executor, self.wal.truncate_after, keep
-                    )
-                finally:
-                    self._log_busy = False
-                self.core.on_log_cut(keep)
-                self._space_freed.set()
-            else:
-                # The leader counts our head as acknowledged: make it durable first.
-                await self._sync_log()
+            await self._carry_out(self.core.step(Truncate(term, leader, leader_log)))
             return self.core.head
+
+    async def _cut_log(self, keep: int) -> None:
+        log.info(
+            "shard %d: dropping entries %d..%d that disagree with the leader of term %d",
+            self.shard_id,
+            keep + 1,
+            self.core.log.last_offset,
+            self.core.term,
+        )
+        self._log_busy = True
+        try:
+            await self._loop.run_in_executor(self._sync_executor, self.wal.truncate_after, keep)
+        finally:
+            self._log_busy = False
+        self.core.on_log_cut(keep)
+        self._space_freed.set()
 
     async def _sync_log(self) -> None:
         if self.wal.synced_offset < self.core.log.last_offset:
             await self._loop.run_in_executor(self._sync_executor, self.wal.sync)
             self._on_durable()
-
-    async def _follow(self, term: int, leader: Member) -> None:
-        was_leader = self.core.role is Role.LEADER
-        if self.core.follow(term, leader):
-            await self._persist_term()
-        if was_leader:
-            await self._step_down()
 
     async def append_replicated(
         self, term: int, entries: Sequence[LogEntry], leader_commit_offset: int
@@ -717,7 +713,7 @@ class ShardReplica:
         try:
             async with self._storage_lock:
                 self._check_writable()
-                await self._follow(term, leader)
+                await self._carry_out(self.core.step(SnapshotOffered(term, leader)))
             # Received without the lock (it may take long): the replica keeps
             # answering fences meanwhile, and the install checks nothing changed.
             installer = SnapshotInstaller(
@@ -1323,8 +1319,7 @@ class ShardReplica:
                 await asyncio.wait_for(asyncio.shield(task), timeout=30)
             except (TimeoutError, asyncio.CancelledError):
                 task.cancel()
-        if self._leader is not None:
-            await self._step_down()
+        await self._carry_out(self.core.step(Closing()))
         for pending in self.core.pending:
             if pending.waiter is not None and not pending.waiter.done():
                 pending.waiter.set_exception(

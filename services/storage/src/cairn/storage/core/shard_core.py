@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic
+from typing import Any, Generic, assert_never
 
 from google.protobuf.message import Message
 
@@ -48,11 +48,13 @@ from cairn.storage.core.entries import (
     Folded,
     LogEntry,
 )
+from cairn.storage.core.events import Closing, Event, NewTerm, SnapshotOffered, Truncate
 from cairn.storage.core.folding import WriteFold, keys_of, may_fold, starts_fold
 from cairn.storage.core.pending import PendingEntry, PendingQueue, ReadLog, W, decoded
+from cairn.storage.core.ready import Ready, SteppedDown
 from cairn.storage.core.replication.leader import LeaderCore
-from cairn.storage.core.replication.replica import ReplicaCore, Role
-from cairn.storage.core.replication.terms import NO_OFFSET, EntryId
+from cairn.storage.core.replication.replica import Member, ReplicaCore, Role
+from cairn.storage.core.replication.terms import NO_OFFSET, EntryId, TermHistory
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +108,60 @@ class ShardCore(ReplicaCore, Generic[W]):
     digest_stops: list[int] = field(default_factory=list)
     # Client writes a leader collects for its next entry (folding.py).
     fold: WriteFold[W] | None = None
+
+    # -- events ------------------------------------------------------------------------
+
+    def step(self, event: Event) -> Ready[W]:
+        """Take `event` (events.py): the core's state changes now, and the answer
+        lists what the driver must do for it, in order (ready.py). Raises
+        InvalidTerm, changing nothing, for an event of a term this replica may
+        no longer act on."""
+        match event:
+            case NewTerm(term):
+                return self._fence(term)
+            case Truncate(term, leader, leader_log):
+                return self._truncate(term, leader, leader_log)
+            case SnapshotOffered(term, leader):
+                changed, stepped_down = self._follow(term, leader)
+                return Ready(persist_term=changed, stepped_down=stepped_down)
+            case Closing():
+                was_leading = self.role is Role.LEADER
+                if was_leading:
+                    self.role = Role.FENCED
+                return Ready(stepped_down=self._step_down(was_leading))
+            case _:
+                assert_never(event)
+
+    def _fence(self, term: int) -> Ready[W]:
+        was_leading = self.role is Role.LEADER
+        changed = self.fence(term)
+        # The controller elects by the head this answers: it must survive a power
+        # loss, or the elected replica could lead with a shorter log than it claimed.
+        return Ready(persist_term=changed, stepped_down=self._step_down(was_leading), sync_log=True)
+
+    def _truncate(self, term: int, leader: Member, leader_log: TermHistory) -> Ready[W]:
+        # Both checked before anything changes.
+        self.check_may_follow(term, leader)
+        keep = self.truncation_point(leader_log, term)
+        changed, stepped_down = self._follow(term, leader)
+        return Ready(
+            changed,
+            stepped_down,
+            new_stream=True,
+            cut_log_after=keep if keep < self.log.last_offset else None,
+            # The leader counts our head as acknowledged: it must be durable first.
+            sync_log=True,
+        )
+
+    def _follow(self, term: int, leader: Member) -> tuple[bool, SteppedDown[W] | None]:
+        was_leading = self.role is Role.LEADER
+        changed = self.follow(term, leader)
+        return changed, self._step_down(was_leading)
+
+    def _step_down(self, was_leading: bool) -> SteppedDown[W] | None:
+        if not was_leading:
+            return None
+        return SteppedDown(tuple(self.on_stepped_down()), self.seal_fold())
 
     # -- applying ----------------------------------------------------------------------
 

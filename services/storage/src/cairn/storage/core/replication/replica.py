@@ -133,6 +133,14 @@ class ReplicaCore:
     def follow(self, term: int, leader: Member) -> bool:
         """A leader's Truncate: accept it as the leader of `term`. Returns whether
         the term changed (persist it first)."""
+        self.check_may_follow(term, leader)
+        changed = term != self.term
+        self.term = term
+        self.role = Role.FOLLOWER
+        self.leader = leader
+        return changed
+
+    def check_may_follow(self, term: int, leader: Member) -> None:
         if term < self.term:
             raise InvalidTerm(f"shard {self.shard_id}: term {term} is older than {self.term}")
         if term == self.term:
@@ -142,21 +150,17 @@ class ReplicaCore:
                 raise InvalidTerm(
                     f"shard {self.shard_id}: term {term} is led by {self.leader}, not {leader}"
                 )
-        changed = term != self.term
-        self.term = term
-        self.role = Role.FOLLOWER
-        self.leader = leader
-        return changed
 
-    def truncation_point(self, leader_log: TermHistory) -> int:
+    def truncation_point(self, leader_log: TermHistory, leader_term: int | None = None) -> int:
         """The offset after which this follower's log must be dropped to agree with
-        the leader's. Never below the commit offset: committed entries are in every
-        later leader's log."""
+        the log of the leader of `leader_term` (default: the term it follows).
+        Never below the commit offset: committed entries are in every later
+        leader's log."""
         shared = last_shared_offset(self.log, leader_log)
-        # Entries of our current term came from the leader we follow, which never
-        # rewrites its own entries: a late Truncate carrying an older copy of its
-        # log must not drop them (we may have acknowledged them already).
-        own = self._last_offset_of_current_term()
+        # Entries of the leader's term came from that leader, which never rewrites
+        # its own entries: a late Truncate carrying an older copy of its log must
+        # not drop them (we may have acknowledged them already).
+        own = self._last_offset_of_term(self.term if leader_term is None else leader_term)
         if shared is None:
             # Nothing to compare (one of the logs was trimmed past the other): keep
             # what is committed; the leader sends a snapshot if it cannot continue.
@@ -168,9 +172,9 @@ class ReplicaCore:
             )
         return max(shared, own)
 
-    def _last_offset_of_current_term(self) -> int:
+    def _last_offset_of_term(self, term: int) -> int:
         head = self.log.head
-        return head.offset if head.term == self.term else NO_OFFSET
+        return head.offset if head.term == term else NO_OFFSET
 
     def check_entries(self, term: int, first_offset: int) -> None:
         """Entries of a Replicate stream: from our leader, continuing our log."""
