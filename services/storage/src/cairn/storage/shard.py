@@ -40,7 +40,6 @@ import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -123,10 +122,11 @@ from cairn.storage.core.sessions import (
 from cairn.storage.core.shard_core import ShardCore
 from cairn.storage.core.state_digest import DigestBuilder, StateDigest
 from cairn.storage.kv import Column, KvStore
+from cairn.storage.ports import DiskWork, LogStore, ThreadDiskWork
 from cairn.storage.replication.wire import entry_id_message, node_message, spec_message
 from cairn.storage.shard_files import ShardFiles
 from cairn.storage.snapshot import SnapshotInstaller
-from cairn.storage.wal import LogEntry, Wal, WalError, WalOptions
+from cairn.storage.wal import LogEntry, WalError, WalOptions
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -143,7 +143,7 @@ WAL_RETENTION_CHECK_INTERVAL_S = 1.0
 # Snapshot transfers last seconds to minutes: their own bucket bounds, in seconds.
 SNAPSHOT_DURATION_BOUNDS_S = (1.0, 5.0, 15.0, 60.0, 300.0, 1800.0)
 # WAL trimming for every shard of the process, beside (never behind) their fsyncs.
-_MAINTENANCE_EXECUTOR = ThreadPoolExecutor(2, thread_name_prefix="wal-trim")
+_MAINTENANCE = ThreadDiskWork("wal-trim", threads=2)
 
 
 def new_incarnation() -> int:
@@ -190,9 +190,11 @@ class ShardReplica:
         shard_id: int,
         spec: ShardSpec,
         kv: KvStore,
-        wal: Wal,
+        wal: LogStore,
         limits: Limits,
         *,
+        disk: DiskWork | None = None,
+        maintenance: DiskWork = _MAINTENANCE,
         replication: ReplicationSettings | None = None,
         files: ShardFiles | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
@@ -202,7 +204,9 @@ class ShardReplica:
     ) -> None:
         """`wal_retention` None keeps the whole WAL. `files` (where `kv` and `wal`
         were opened from) is needed to install snapshots. `incarnation_source` draws the
-        incarnation of a replica whose KV has none (created empty)."""
+        incarnation of a replica whose KV has none (created empty). `disk` runs this
+        shard's syncs and cuts (a worker thread of its own by default), `maintenance`
+        its WAL trims (shared by the process's shards)."""
         self.shard_id = shard_id
         self.spec = spec
         self.kv = kv
@@ -251,7 +255,8 @@ class ShardReplica:
         # Set while the log is cut or replaced: replicated appends must wait for a
         # new stream then.
         self._log_busy = False
-        self._sync_executor = ThreadPoolExecutor(1, thread_name_prefix=f"wal-sync-{shard_id}")
+        self._disk = disk if disk is not None else ThreadDiskWork(f"wal-sync-{shard_id}")
+        self._maintenance = maintenance
         self._wal_retention = wal_retention
         # Client requests taken in since this replica started, and the operations in
         # them (GetStatus reports them): operations per request is what client-side
@@ -551,7 +556,7 @@ class ShardReplica:
     async def _persist_term(self) -> None:
         """Make the term durable before anyone is told about it."""
         self.kv.write([(Column.META, TERM_KEY, encode_i64(self.core.term))])
-        await self._loop.run_in_executor(self._sync_executor, self.kv.sync)
+        await self._disk.run(self.kv.sync)
 
     async def _carry_out(self, ready: Ready[asyncio.Future[Any]]) -> None:
         """Do what the core decided for an event (ready.py), in its order."""
@@ -638,7 +643,7 @@ class ShardReplica:
         )
         self._log_busy = True
         try:
-            await self._loop.run_in_executor(self._sync_executor, self.wal.truncate_after, keep)
+            await self._disk.run(functools.partial(self.wal.truncate_after, keep))
         finally:
             self._log_busy = False
         self.core.on_log_cut(keep)
@@ -646,7 +651,7 @@ class ShardReplica:
 
     async def _sync_log(self) -> None:
         if self.wal.synced_offset < self.core.log.last_offset:
-            await self._loop.run_in_executor(self._sync_executor, self.wal.sync)
+            await self._disk.run(self.wal.sync)
             self._on_durable()
 
     async def append_replicated(
@@ -1093,9 +1098,7 @@ class ShardReplica:
                 async with self._storage_lock:
                     # Off the loop and off the sync thread: deleting files and syncing
                     # the directory must not hold up group commit.
-                    first = await self._loop.run_in_executor(
-                        _MAINTENANCE_EXECUTOR, self._trim_wal, target
-                    )
+                    first = await self._maintenance.run(functools.partial(self._trim_wal, target))
                     self.core.log.trim_before(first)
             except Exception as error:  # keep serving; the next round retries
                 log.warning("shard %d: WAL trimming failed: %r", self.shard_id, error)
@@ -1158,7 +1161,6 @@ class ShardReplica:
             leader.entries_appended()
 
     async def _sync_loop(self) -> None:
-        loop = self._loop
         while True:
             if self.wal.synced_offset >= self.wal.last_offset:
                 if self._closing:
@@ -1169,7 +1171,7 @@ class ShardReplica:
                 continue
             started_ns = time.perf_counter_ns()
             try:
-                await loop.run_in_executor(self._sync_executor, self.wal.sync)
+                await self._disk.run(self.wal.sync)
             except Exception as error:  # an fsync failure leaves the disk state unknown
                 self._fail(error)
                 return
@@ -1325,6 +1327,6 @@ class ShardReplica:
                 pending.waiter.set_exception(
                     WriteOutcomeUnknown(f"shard {self.shard_id} closed before the write committed")
                 )
-        self._sync_executor.shutdown(wait=True)
+        self._disk.close()
         self.wal.close()
         self.kv.close()

@@ -1,0 +1,90 @@
+"""The storage pod's I/O as a shard's driver (shard.py) uses it: small ports, so
+that one driver runs over the real WAL, RocksDB and worker threads, or over a
+simulated disk on a virtual clock (tests/simulation).
+
+    LogStore   the write-ahead log (wal/log.py's Wal)
+    KvStore    the key-value store (kv/store.py; RocksKv, MemoryKv)
+    DiskWork   where blocking disk work runs (fsync, a cut, a trim) off the loop
+    clocks     plain callables returning milliseconds (clock.py)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol, TypeVar
+
+from cairn.storage.core.entries import LogEntry
+
+T = TypeVar("T")
+
+
+class LogStore(Protocol):
+    """Entries at consecutive offsets; appends are volatile until `sync`, every
+    other change is durable when it returns (the contract of wal/log.py)."""
+
+    @property
+    def first_offset(self) -> int:
+        """The first entry's offset; -1 if the log is empty."""
+
+    @property
+    def last_offset(self) -> int:
+        """The last entry's offset; -1 if empty, next offset - 1 after a reset."""
+
+    @property
+    def last_term(self) -> int: ...
+
+    @property
+    def synced_offset(self) -> int:
+        """Every entry up to here survives a power loss."""
+
+    def append(self, entry: LogEntry) -> None: ...
+
+    def append_many(self, entries: Sequence[LogEntry]) -> None: ...
+
+    def sync(self) -> int:
+        """Make everything appended so far durable; returns the synced offset."""
+
+    def truncate_after(self, offset: int) -> None: ...
+
+    def trim_before(self, offset: int) -> int:
+        """Forget entries before `offset` (as far as whole segments allow);
+        returns the new first offset."""
+
+    def reset(self, next_offset: int) -> None:
+        """Drop every entry; the next one appended is at `next_offset`."""
+
+    def read(self, from_offset: int, to_offset: int | None = None) -> Iterator[LogEntry]: ...
+
+    def get(self, offset: int) -> LogEntry:
+        """The entry at `offset`; KeyError if there is none."""
+
+    def total_size_bytes(self) -> int: ...
+
+    def segment_count(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class DiskWork(Protocol):
+    """Runs blocking disk work and waits for it without blocking the loop."""
+
+    async def run(self, work: Callable[[], T]) -> T: ...
+
+    def close(self) -> None:
+        """Wait for work under way, take no more."""
+
+
+class ThreadDiskWork:
+    """Disk work in worker threads of its own: one per shard for its syncs, so
+    that a sync never waits behind another shard's."""
+
+    def __init__(self, name: str, threads: int = 1) -> None:
+        self._executor = ThreadPoolExecutor(threads, thread_name_prefix=name)
+
+    async def run(self, work: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, work)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
