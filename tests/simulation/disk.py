@@ -177,16 +177,19 @@ class SimKv(MemoryKv):
 
     def __init__(self) -> None:
         super().__init__()
+        self._open = True
         self._persisted: list[Change] = []
         # Logged writes since the last persist, and how many of them are synced.
         self._logged: list[list[Change]] = []
         self._synced = 0
 
     def write(self, changes: Sequence[Change]) -> None:
+        self._check_open()
         super().write(changes)
         self._logged.append(list(changes))
 
     def write_unlogged(self, changes: ColumnChanges) -> None:
+        self._check_open()
         super().write(
             [
                 (column, key, value)
@@ -196,12 +199,15 @@ class SimKv(MemoryKv):
         )
 
     def write_encoded_unlogged(self, encoded: bytes) -> None:
+        self._check_open()
         super().write(list(decode_changes(encoded)))
 
     def sync(self) -> None:
+        self._check_open()
         self._synced = len(self._logged)
 
     def persist(self) -> None:
+        self._check_open()
         self._persisted = [
             (column, key, value) for column in Column for key, value in self.scan(column, b"", None)
         ]
@@ -209,9 +215,20 @@ class SimKv(MemoryKv):
         self._synced = 0
 
     def lose_power(self) -> None:
+        """What the contract does not keep is gone; so is the process that used
+        the KV (its writes fail until `reopen`)."""
         kept = self._logged[: self._synced]
         MemoryKv.__init__(self)
         super().write(self._persisted)
         for changes in kept:
             super().write(changes)
         self._logged = kept
+        self._open = False
+
+    def reopen(self) -> SimKv:
+        self._open = True
+        return self
+
+    def _check_open(self) -> None:
+        if not self._open:
+            raise DiskGone("the KV is closed")

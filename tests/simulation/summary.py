@@ -11,6 +11,8 @@ from simulation.world import World
 
 TOTALS: Counter[str] = Counter()
 RUNS: Counter[str] = Counter()
+# The runs of the shipped shard code on simulated pods (real_cluster.py).
+POD_TOTALS: Counter[str] = Counter()
 
 
 def add(world: World) -> None:
@@ -19,10 +21,24 @@ def add(world: World) -> None:
     TOTALS.update(world.env.counts)
 
 
+def add_pods(counters: dict[str, int]) -> None:
+    """Count a finished run of simulated pods (real_cluster.py)."""
+    RUNS["pod runs"] += 1
+    POD_TOTALS.update(counters)
+
+
 def lines() -> list[str]:
-    if not RUNS:
-        return []
-    width = len(f"{max(TOTALS.values(), default=0):,}")
-    return [f"{RUNS['runs']} simulated runs of the real code:"] + [
-        f"  {count:>{width},}  {what}" for what, count in sorted(TOTALS.items())
-    ]
+    found = []
+    if RUNS["runs"]:
+        found += [f"{RUNS['runs']} simulated runs of the real code:", *_table(TOTALS)]
+    if RUNS["pod runs"]:
+        found += [
+            f"{RUNS['pod runs']} runs of the shipped shard code on simulated pods:",
+            *_table(POD_TOTALS),
+        ]
+    return found
+
+
+def _table(totals: Counter[str]) -> list[str]:
+    width = len(f"{max(totals.values(), default=0):,}")
+    return [f"  {count:>{width},}  {what}" for what, count in sorted(totals.items())]

@@ -53,8 +53,8 @@ def _fd(fileobj: Any) -> int:
 
 
 class VirtualClock:
-    def __init__(self) -> None:
-        self.now_s = 0.0
+    def __init__(self, start_ms: float = 0.0) -> None:
+        self.now_s = start_ms / 1000
 
     @property
     def now_ms(self) -> int:
@@ -62,8 +62,8 @@ class VirtualClock:
 
 
 class VirtualLoop(asyncio.SelectorEventLoop):
-    def __init__(self) -> None:
-        self.clock = VirtualClock()
+    def __init__(self, start_ms: float = 0.0) -> None:
+        self.clock = VirtualClock(start_ms)
         super().__init__(_NoIO(self.clock))
 
     def time(self) -> float:
@@ -72,6 +72,13 @@ class VirtualLoop(asyncio.SelectorEventLoop):
     def advance(self, ms: float) -> None:
         """Run what is due up to `ms` from now; the clock ends there."""
         self.run_until_complete(asyncio.sleep(ms / 1000))
+
+    def advance_to(self, ms: float) -> None:
+        """Run what is due up to the time `ms`; the clock ends there."""
+        if ms > self.clock.now_s * 1000:
+            self.advance(ms - self.clock.now_s * 1000)
+        else:
+            self.run_until_complete(asyncio.sleep(0))
 
     def run(self, coroutine: Coroutine[Any, Any, T], timeout_ms: float = 60_000) -> T:
         """Run `coroutine` to its end (within `timeout_ms` of virtual time)."""

@@ -5,6 +5,7 @@ simulated disk on a virtual clock (tests/simulation).
     LogStore   the write-ahead log (wal/log.py's Wal)
     KvStore    the key-value store (kv/store.py; RocksKv, MemoryKv)
     DiskWork   where blocking disk work runs (fsync, a cut, a trim) off the loop
+    Peers      channels to the other pods (replication/peers.py)
     clocks     plain callables returning milliseconds (clock.py)
 """
 
@@ -14,6 +15,8 @@ import asyncio
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol, TypeVar
+
+import grpc
 
 from cairn.storage.core.entries import LogEntry
 
@@ -88,3 +91,9 @@ class ThreadDiskWork:
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
+
+
+class Peers(Protocol):
+    """A channel to each other pod, by internal address, reused."""
+
+    def get(self, address: str) -> grpc.aio.Channel: ...

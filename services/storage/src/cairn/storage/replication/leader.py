@@ -15,7 +15,7 @@ from cairn.storage.config import ReplicationSettings
 from cairn.storage.core.replication.leader import LeaderCore
 from cairn.storage.core.replication.lease import LeaderLease, takeover_wait_ms
 from cairn.storage.core.replication.replica import Member
-from cairn.storage.replication.peers import PeerChannels
+from cairn.storage.ports import Peers
 from cairn.storage.replication.sender import FollowerSender
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ class ReplicatingLeader:
         self,
         shard: ShardReplica,
         core: LeaderCore,
-        peers: PeerChannels | None,
+        peers: Peers | None,
         settings: ReplicationSettings,
         clock_ms: Callable[[], int] = monotonic_ms,
     ) -> None:
