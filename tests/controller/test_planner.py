@@ -32,6 +32,7 @@ from cairn.controller.actions import (
     ObserveGeneration,
     PlaceShards,
     RecordNode,
+    RecordVoting,
     shard_of,
 )
 from cairn.controller.model import (
@@ -688,6 +689,9 @@ def test_first_placement_spreads_a_namespace_over_zones_then_elects() -> None:
     model.apply_all(elections)
     assert all(record.state is ShardState.STEADY for record in model.status.shards)
     assert len({record.leader for record in model.status.shards}) == 3
+    # Then each leader's first commit is recorded (LastLeader.committed).
+    assert model.plan(SETTINGS) == [RecordVoting(shard, (), True) for shard in (0, 1, 2)]
+    model.step(SETTINGS)
     assert model.plan(SETTINGS) == []
 
 
@@ -840,6 +844,9 @@ def test_draining_a_leader_hands_over_then_replaces_it() -> None:
     model.apply_all(actions)
     assert model.record(0).leader == handover.preferred
     spare = next(name for name in model.nodes if name not in record.ensemble)
+    # The new leader's first commit is recorded before the ensemble changes.
+    assert model.plan(SETTINGS) == [RecordVoting(0, (), True)]
+    model.step(SETTINGS)
     assert model.plan(SETTINGS) == [
         ChangeEnsemble(0, f"replace {leader} (drained or released)", add=spare)
     ]

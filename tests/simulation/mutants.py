@@ -54,6 +54,10 @@ def _nothing(*args: Any, **kwargs: Any) -> None:
     return None
 
 
+def _never(*args: Any, **kwargs: Any) -> bool:
+    return False
+
+
 def _no_learners(*args: Any, **kwargs: Any) -> list[str]:
     """The planner's learner gate off: members are added while one catches up."""
     return []
@@ -223,6 +227,7 @@ MUTANTS: dict[str, Mutant] = {
             (planner._Planner, "_may_take_over", _any_follower_may_take_over),
             (planner._Planner, "_in_step", _in_step_with_learners),
             (planner._Planner, "_learners", _no_learners),
+            (planner._Planner, "_commit_unrecorded", _never),
         )
     ),
     # The leader drops any member it is told to, even one whose acknowledgement

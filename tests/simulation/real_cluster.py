@@ -104,7 +104,11 @@ class Pod:
                 incarnation_source=lambda: 1,
             )
 
-        self.replica = loop.run_until_complete(open_replica())
+        try:
+            self.replica = loop.run_until_complete(open_replica())
+        except BaseException:
+            loop.close()
+            raise
         directory = ShardDirectory()
         directory.add_replica(self.replica)
         net_pod = cluster.net.pod(self.name)

@@ -42,7 +42,7 @@ class Process:
             replica = ShardReplica(
                 0,
                 ShardSpec(),
-                kv,
+                kv.reopen(),
                 wal.reopen(),
                 Limits(),
                 disk=VirtualDiskWork(wal, lambda: rng.uniform(0.1, 3.0)),
@@ -53,7 +53,11 @@ class Process:
             await lead_alone(replica, ME)
             return replica
 
-        self.replica = self.loop.run(start())
+        try:
+            self.replica = self.loop.run(start())
+        except BaseException:
+            self.loop.close()
+            raise
 
     def lose_power(self, wal: SimWal, kv: SimKv) -> None:
         wal.lose_power()

@@ -535,9 +535,37 @@ class _Planner:
         if namespace is not None and self._in_step(record, leader_report):
             settled = self._settled(record, leader_report)
             change = self._ensemble_change(record, namespace, leader_report, settled)
+            if isinstance(change, ChangeEnsemble) and self._commit_unrecorded(record):
+                # The change makes an odd ensemble even: record the commit first.
+                return self._record_commit(record, leader_report)
             if change is not None:
                 return change
         return self._record_voting(record, leader_report)
+
+    def _commit_unrecorded(self, record: ShardRecord) -> bool:
+        """Is the ensemble odd (a change makes it even), and does the record
+        not say yet that its leader committed in its term? The change waits
+        for that: should the leader then lose its data, half of an even
+        ensemble elects only with the commit known (`enough_answers`;
+        without it a majority of every member must answer, one more than
+        before the change, and the member being added may be one that
+        cannot). An odd ensemble does not record the commit otherwise
+        (`_record_voting`)."""
+        last = record.last_leader
+        return (
+            len(record.voters) % 2 == 1
+            and last is not None
+            and (last.term, last.name) == (record.term, record.leader)
+            and not last.committed
+        )
+
+    def _record_commit(self, record: ShardRecord, report: ReplicaReport) -> RecordVoting | None:
+        """Record the term's first commit once the leader's report shows it
+        (with the learners it shows voting); until then, wait."""
+        if not commit_to_record(record, report, self._address):
+            return None
+        voting = learners_voting(record, report, self._address)
+        return RecordVoting(record.shard, tuple(sorted(voting)), term_committed=True)
 
     def _election(
         self, record: ShardRecord, reason: str, preferred: str | None = None
@@ -625,9 +653,8 @@ class _Planner:
         learner left in the record there only makes `choose_leader` more
         careful; they are recorded once the ensemble is even
         (FinishEnsembleChange records what it sees too)."""
-        if len(record.voters) % 2:
-            return None
-        voting = learners_voting(record, report, self._address)
+        even = len(record.voters) % 2 == 0
+        voting = learners_voting(record, report, self._address) if even else set()
         committed = commit_to_record(record, report, self._address)
         if not voting and not committed:
             return None
