@@ -64,6 +64,7 @@ from simulation import messages as m
 from simulation.context import STEP_MS, Env
 from simulation.network import Envelope
 from simulation.replica import member_of
+from simulation.virtual_loop import VirtualLoop
 
 NAMESPACE = "default"
 SHARD = 0
@@ -92,33 +93,6 @@ class ControllerSettings:
             max_concurrent_changes=2,
         )
     )
-
-
-class VirtualLoop(asyncio.SelectorEventLoop):
-    """An event loop on simulated time that runs only what is due: callbacks
-    ready now and timers whose (simulated) time has come. It never blocks.
-    (`_ready` and `_scheduled` are asyncio's private queues: the one thing here
-    that leans on asyncio's internals.)"""
-
-    def __init__(self, clock_s: Callable[[], float]) -> None:
-        super().__init__()
-        self._clock_s = clock_s
-
-    def time(self) -> float:
-        return self._clock_s()
-
-    def _due(self) -> bool:
-        ready: Any = self._ready  # type: ignore[attr-defined]
-        scheduled: Any = self._scheduled  # type: ignore[attr-defined]
-        return bool(ready) or bool(scheduled and scheduled[0].when() <= self.time())
-
-    def run_until_idle(self, max_rounds: int = 100_000) -> None:
-        for _ in range(max_rounds):
-            if not self._due():
-                return
-            self.stop()
-            self.run_forever()  # one round: stop() before run_forever
-        raise AssertionError(f"the controller's loop is still busy after {max_rounds} rounds")
 
 
 def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
@@ -401,7 +375,7 @@ class SimController:
         env = self.env
         self.process += 1
         env.net.up(self.name, self.process)
-        loop = VirtualLoop(lambda: env.now * STEP_MS / 1000)
+        loop = VirtualLoop(clock_s=lambda: env.now * STEP_MS / 1000)
         self.loop = loop
         self.pods = SimPods(
             env, self.name, loop, self.settings, self._claim, lambda: self.on_change_sent(self)

@@ -1,27 +1,39 @@
-"""An asyncio event loop on a virtual clock, for running the storage pod's own
-asyncio code inside the simulation: deterministic (no threads, no sockets, one
-order of callbacks for one seed) and as fast as the code runs (waiting for a
-timer moves the clock to it instead of sleeping).
+"""An asyncio event loop on simulated time, for running the project's own asyncio
+code inside the simulation: deterministic (no threads, no sockets, one order
+of callbacks for one seed) and as fast as the code runs (no real sleep).
 
-`advance(ms)` runs everything due up to `now + ms`, timers in order, with the
-clock at each timer's time as it runs. The loop does no I/O: ports stand in for
-the disk (tests/simulation/disk.py) and the network.
+Its clock is its own (`advance_to` moves it, timer by timer), or the world's
+(`clock_s`: the loop only runs what is due, `run_until_idle`). Either way it
+runs a callback only when simulated time has reached it. (`_ready` and
+`_scheduled` are asyncio's private queues: the one thing here that leans on
+asyncio's internals.) The loop does no I/O: ports stand in for the disk
+(disk.py) and the network (grpc_net.py, network.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import selectors
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 
+class VirtualClock:
+    def __init__(self, start_ms: float = 0.0) -> None:
+        self.now_s = start_ms / 1000
+
+    @property
+    def now_ms(self) -> int:
+        return round(self.now_s * 1000)
+
+
 class _NoIO(selectors.BaseSelector):
     """A selector with nothing to wait for: waiting `timeout` seconds moves the
-    loop's virtual clock instead. It keeps registrations (the loop registers
-    its self-pipe) but never reports one ready."""
+    loop's own clock instead (only `run`, which runs a coroutine to its end,
+    ever waits). It keeps registrations (the loop registers its self-pipe)
+    but never reports one ready."""
 
     def __init__(self, clock: VirtualClock) -> None:
         self._clock = clock
@@ -52,34 +64,54 @@ def _fd(fileobj: Any) -> int:
     return fileobj if isinstance(fileobj, int) else int(fileobj.fileno())
 
 
-class VirtualClock:
-    def __init__(self, start_ms: float = 0.0) -> None:
-        self.now_s = start_ms / 1000
-
-    @property
-    def now_ms(self) -> int:
-        return round(self.now_s * 1000)
-
-
 class VirtualLoop(asyncio.SelectorEventLoop):
-    def __init__(self, start_ms: float = 0.0) -> None:
+    def __init__(self, start_ms: float = 0.0, clock_s: Callable[[], float] | None = None) -> None:
+        """On its own clock from `start_ms`, or on the world's (`clock_s`)."""
         self.clock = VirtualClock(start_ms)
+        self._clock_s = clock_s
         super().__init__(_NoIO(self.clock))
 
     def time(self) -> float:
-        return self.clock.now_s
+        return self._clock_s() if self._clock_s is not None else self.clock.now_s
 
-    def advance(self, ms: float) -> None:
-        """Run what is due up to `ms` from now; the clock ends there."""
-        self.run_until_complete(asyncio.sleep(ms / 1000))
+    def run_until_idle(self, max_rounds: int = 100_000) -> None:
+        """Run what is due now: ready callbacks, and timers whose time has come
+        (and what they make ready), without moving the clock."""
+        for _ in range(max_rounds):
+            if not self._due():
+                return
+            self.stop()
+            self.run_forever()  # one round: stop() before run_forever
+        raise AssertionError(f"the loop is still busy after {max_rounds} rounds")
 
     def advance_to(self, ms: float) -> None:
-        """Run what is due up to the time `ms`; the clock ends there."""
-        if ms > self.clock.now_s * 1000:
-            self.advance(ms - self.clock.now_s * 1000)
-        else:
-            self.run_until_complete(asyncio.sleep(0))
+        """Run what is due up to the time `ms`, each timer at its own time; the
+        clock (its own) ends there."""
+        assert self._clock_s is None, "this loop runs on the world's clock"
+        target = ms / 1000
+        while True:
+            self.run_until_idle()
+            when = self._next_timer()
+            if when is None or when > target:
+                break
+            self.clock.now_s = max(self.clock.now_s, when)
+        self.clock.now_s = max(self.clock.now_s, target)
+
+    def advance(self, ms: float) -> None:
+        self.advance_to(self.clock.now_s * 1000 + ms)
 
     def run(self, coroutine: Coroutine[Any, Any, T], timeout_ms: float = 60_000) -> T:
-        """Run `coroutine` to its end (within `timeout_ms` of virtual time)."""
+        """Run `coroutine` to its end (within `timeout_ms` of simulated time),
+        the clock moving to each timer it waits for."""
         return self.run_until_complete(asyncio.wait_for(coroutine, timeout_ms / 1000))
+
+    def _due(self) -> bool:
+        ready: Any = self._ready  # type: ignore[attr-defined]
+        when = self._next_timer()
+        return bool(ready) or (when is not None and when <= self.time())
+
+    def _next_timer(self) -> float | None:
+        """When the earliest timer is due (a cancelled one too: the round run
+        then drops it, as asyncio does)."""
+        scheduled: Any = self._scheduled  # type: ignore[attr-defined]
+        return float(scheduled[0].when()) if scheduled else None
