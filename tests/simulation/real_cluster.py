@@ -1,11 +1,18 @@
 """Three storage pods running the shipped code of a shard (shard.py, the
-replication sender and servicer) on simulated disks, a simulated network and
-virtual clocks, with power losses, network cuts and elections, and one check:
-a write acknowledged to a client is in the state of every later leader.
+replication sender and servicer, the lease) on simulated disks, a simulated
+network and virtual clocks, with power losses (of two or three pods at once
+too), network cuts, pods isolated from everyone, and elections. Checked:
 
-The controller here is a script of the election rule (fence every pod that
-answers, elect the highest head of a majority, the rest follow): the real
-controller's own rules are simulated in world.py.
+- (b) a write acknowledged to a client is in the state of every later leader
+  once it serves;
+- (f) a read (served as the client API serves one) finds every write
+  acknowledged before it began, whichever pod answers it;
+- liveness: once healed, the cluster elects and takes writes again.
+
+The controller here is a script of the election rule (fence every pod it
+reaches, elect the highest head of a majority, the rest follow), and a node of
+the network: a pod cut off from it is taken for dead, though it may lead on.
+The real controller's own rules are simulated in world.py.
 """
 
 from __future__ import annotations
@@ -33,6 +40,9 @@ from simulation.grpc_net import SimNet, SimPeers
 from simulation.virtual_loop import VirtualLoop
 
 STEP_MS = 1.0
+# The controller is a node of the network too: cut off from a pod, it cannot
+# fence it (the pod goes on as it was) and takes it for dead.
+CONTROLLER = "controller"
 SETTINGS = ReplicationSettings(
     max_in_flight_entries=8,
     reconnect_initial_delay_s=0.01,
@@ -72,6 +82,7 @@ class Pod:
     replica: ShardReplica | None = None
     loop: VirtualLoop | None = None
     down_until_ms: float = 0.0
+    directory: ShardDirectory = field(default_factory=ShardDirectory)
     incarnation: int = 0
 
     @property
@@ -109,11 +120,11 @@ class Pod:
         except BaseException:
             loop.close()
             raise
-        directory = ShardDirectory()
-        directory.add_replica(self.replica)
+        self.directory = ShardDirectory()
+        self.directory.add_replica(self.replica)
         net_pod = cluster.net.pod(self.name)
         net_pod.loop = loop
-        net_pod.handlers = replication_handlers(ReplicationService(directory))
+        net_pod.handlers = replication_handlers(ReplicationService(self.directory))
 
     def lose_power(self) -> None:
         """The disk keeps what its contract keeps; the process stops where it
@@ -162,9 +173,11 @@ class Cluster:
         self.election: Election | None = None
         self.leader: str | None = None
         self.acknowledged: set[str] = set()
+        self.acknowledged_in_order: list[str] = []
         self.next_key = 0
         self.counters: dict[str, int] = {}
         self.cuts_heal: dict[frozenset[str], float] = {}
+        self.violations: list[str] = []
         for pod in self.pods.values():
             pod.start()
 
@@ -196,7 +209,7 @@ class Cluster:
         fences = {
             name: pod.spawn(pod.replica.new_term(self.term))
             for name, pod in self.pods.items()
-            if pod.replica is not None
+            if pod.replica is not None and self.net.reachable(CONTROLLER, name)
         }
         self.election = Election(self.term, fences, self.now_ms)
         self.count("elections started")
@@ -223,6 +236,11 @@ class Cluster:
             ):
                 if self.now_ms - election.started_ms > 300:
                     self.election = None  # try again with a new term
+                return
+            answers = {
+                name: head for name, head in answers.items() if self.net.reachable(CONTROLLER, name)
+            }
+            if len(answers) * 2 <= len(self.pods):
                 return
             best = max(answers.values())
             leader = sorted(name for name, head in answers.items() if head == best)[0]
@@ -292,9 +310,43 @@ class Cluster:
                 self.count("writes refused or of unknown outcome")
                 return
             self.acknowledged.add(key)
+            self.acknowledged_in_order.append(key)
             self.count("writes acknowledged")
 
         pod.spawn(write())
+
+    def _client_reads(self) -> None:
+        """A reader gets an acknowledged key from the pod it takes for the
+        leader (a stale shard map sends it anywhere now and then), as the
+        client API serves a read (directory.serving_shard, then the read
+        cache): it must find the key, acknowledged before the read began."""
+        rng = self.rng
+        if not self.acknowledged or rng.random() > 0.2:
+            return
+        target = self.leader if self.leader is not None and rng.random() < 0.9 else None
+        pod = self.pods[target or rng.choice(sorted(self.pods))]
+        if pod.replica is None:
+            return
+        # Mostly one of the last acknowledged: what a stale state lacks.
+        key = rng.choice(self.acknowledged_in_order[-8:])
+        started_ms, directory = self.now_ms, pod.directory
+        order = KeyOrder.HIERARCHICAL
+
+        async def read() -> None:
+            try:
+                replica = await directory.serving_shard(0)
+            except CairnError:
+                self.count("reads refused")
+                return
+            [value] = replica.read_cache.answers(replica.kv, [order.encode(key)])
+            self.count("reads answered")
+            if value is None:
+                self.violations.append(
+                    f"(f) {pod.name} answered a read of {key} begun at {started_ms:g} ms "
+                    f"without it, though it was acknowledged before (term {replica.term})"
+                )
+
+        pod.spawn(read())
 
     def _faults(self) -> None:
         rng = self.rng
@@ -302,13 +354,13 @@ class Cluster:
             if not pod.up and self.now_ms >= pod.down_until_ms:
                 pod.start()
                 self.count("restarts")
-        if rng.random() < 0.004:
+        if rng.random() < 0.001:
             up = [pod for pod in self.pods.values() if pod.up]
             if len(up) > 1:
                 victim = rng.choice(up)
                 victim.lose_power()
                 victim.down_until_ms = self.now_ms + rng.uniform(5, 200)
-        if rng.random() < 0.002:
+        if rng.random() < 0.0007:
             # Several at once (pods sharing a rack's power): only what each
             # synced is left, and the rest may not have it yet.
             up = [pod for pod in self.pods.values() if pod.up]
@@ -316,12 +368,23 @@ class Cluster:
                 pod.lose_power()
                 pod.down_until_ms = self.now_ms + rng.uniform(5, 50)
             self.count("correlated power losses")
-        if rng.random() < 0.004:
-            a, b = rng.sample(sorted(self.pods), 2)
+        if rng.random() < 0.0015:
+            a, b = rng.sample([*sorted(self.pods), CONTROLLER], 2)
             pair = frozenset((a, b))
             self.net.cut.add(pair)
             self.cuts_heal[pair] = self.now_ms + rng.uniform(10, 400)
             self.count("network cuts")
+        if rng.random() < 0.001:
+            # One pod cut off from everyone, the controller too: if it led, it
+            # may lead on, alone, while the others elect.
+            isolated = rng.choice(sorted(self.pods))
+            heal_ms = self.now_ms + rng.uniform(50, 600)
+            for other in [*self.pods, CONTROLLER]:
+                if other != isolated:
+                    pair = frozenset((isolated, other))
+                    self.net.cut.add(pair)
+                    self.cuts_heal[pair] = max(self.cuts_heal.get(pair, 0.0), heal_ms)
+            self.count("pods isolated")
         for pair, heal_ms in list(self.cuts_heal.items()):
             if self.now_ms >= heal_ms:
                 self.net.cut.discard(pair)
@@ -335,6 +398,8 @@ class Cluster:
         replica = self.pods[self.leader].replica
         if replica is None or replica.role is not Role.LEADER:
             return True
+        if not self.net.reachable(CONTROLLER, self.leader):
+            return True  # taken for dead: it may well lead on, cut off
         return self.rng.random() < 0.001  # a leader move, now and then
 
     def run(self, steps: int) -> None:
@@ -345,7 +410,10 @@ class Cluster:
             if self.election is not None:
                 self._drive_election()
             self._client_writes()
+            self._client_reads()
             self.step()
+            if self.violations:
+                raise Violation(self.violations[0])
 
     def heal_and_settle(self) -> None:
         """Every pod up and connected; one more election; the check once more."""
