@@ -35,7 +35,6 @@ What is simulated around them, and how:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -423,7 +422,7 @@ class SimController:
         self.env.net.down(self.name)
         assert self.pods is not None
         self.pods.abandon()
-        tasks = sorted(asyncio.all_tasks(loop), key=_creation_order)
+        tasks = loop.tasks()
         for task in tasks:
             task.cancel()
         loop.run_until_idle()
@@ -537,13 +536,6 @@ class SimController:
 def _key(action: Action) -> object:
     shard = shard_of(action)
     return ("shard", shard) if shard is not None else type(action).__name__
-
-
-def _creation_order(task: asyncio.Task[Any]) -> int:
-    name = task.get_name()
-    with contextlib.suppress(ValueError):
-        return int(name.rsplit("-", 1)[-1])
-    return 0
 
 
 def _brief(error: BaseException) -> str:

@@ -137,7 +137,7 @@ class Pod:
         net.down(self.name)
         self.wal.lose_power()
         self.kv.lose_power()
-        tasks = asyncio.all_tasks(loop)
+        tasks = loop.tasks()
         for task in tasks:
             task.cancel()
         loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))

@@ -13,7 +13,9 @@ asyncio's internals.) The loop does no I/O: ports stand in for the disk
 from __future__ import annotations
 
 import asyncio
+import itertools
 import selectors
+import weakref
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
@@ -70,6 +72,24 @@ class VirtualLoop(asyncio.SelectorEventLoop):
         self.clock = VirtualClock(start_ms)
         self._clock_s = clock_s
         super().__init__(_NoIO(self.clock))
+        # Tasks in the order they were made: `asyncio.all_tasks` is a set,
+        # ordered by where the tasks sit in memory, which differs between runs.
+        self._tasks_made: weakref.WeakKeyDictionary[asyncio.Task[Any], int] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._made = itertools.count()
+        self.set_task_factory(self._make_task)
+
+    def _make_task(
+        self, loop: asyncio.AbstractEventLoop, coroutine: Any, **kwargs: Any
+    ) -> asyncio.Task[Any]:
+        task = asyncio.Task(coroutine, loop=loop, **kwargs)
+        self._tasks_made[task] = next(self._made)
+        return task
+
+    def tasks(self) -> list[asyncio.Task[Any]]:
+        """The loop's unfinished tasks, in the order they were made."""
+        return sorted(asyncio.all_tasks(self), key=lambda task: self._tasks_made.get(task, -1))
 
     def time(self) -> float:
         return self._clock_s() if self._clock_s is not None else self.clock.now_s

@@ -399,7 +399,9 @@ class Executor:
                 )
                 if not done:
                     break  # the grace ran out
-                for call in done:
+                # In the members' order, not the set's (which follows memory
+                # addresses): the same answers always make the same history.
+                for call in [call for call in calls if call in done]:
                     name = calls[call]
                     error = call.exception()
                     if error is None:
@@ -419,9 +421,10 @@ class Executor:
                 if deadline is None and len(heads) >= majority(len(record.voters)):
                     deadline = loop.time() + self.straggler_grace_s
         finally:
-            for call in pending:
+            unanswered = [call for call in calls if call in pending]
+            for call in unanswered:
                 call.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+            await asyncio.gather(*unanswered, return_exceptions=True)
         return heads
 
     async def _steady(
