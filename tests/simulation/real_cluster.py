@@ -1,4 +1,4 @@
-"""Three storage pods running the shipped code of a shard (shard.py, the
+"""Storage pods (three or five) running the shipped code of a shard (shard.py, the
 replication sender and servicer, the lease) on simulated disks, a simulated
 network and virtual clocks, with power losses (of two or three pods at once
 too), network cuts, pods isolated from everyone, and elections. Checked:

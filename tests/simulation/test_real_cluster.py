@@ -1,5 +1,5 @@
 """The shipped shard code (shard.py, the replication sender and servicer) on
-three simulated pods (real_cluster.py): power losses, correlated ones
+three or five simulated pods (real_cluster.py): power losses, correlated ones
 included, network cuts, isolated pods and elections; every acknowledged write
 is in every later leader's state, every read finds what was acknowledged
 before it began, and once healed the cluster takes writes again.
@@ -21,8 +21,8 @@ from simulation import summary
 from simulation.real_cluster import Cluster, Violation
 
 
-def run_history(seed: int, steps: int) -> Cluster:
-    cluster = Cluster(seed)
+def run_history(seed: int, steps: int, pods: int = 3) -> Cluster:
+    cluster = Cluster(seed, pods)
     try:
         cluster.run(steps)
         cluster.heal_and_settle()
@@ -32,8 +32,11 @@ def run_history(seed: int, steps: int) -> Cluster:
     return cluster
 
 
-def test_acknowledged_writes_survive_on_the_shipped_code(sim_seed: int, sim_steps: int) -> None:
-    cluster = run_history(sim_seed, sim_steps)
+@pytest.mark.parametrize("pods", [3, 5], ids=["3pods", "5pods"])
+def test_acknowledged_writes_survive_on_the_shipped_code(
+    pods: int, sim_seed: int, sim_steps: int
+) -> None:
+    cluster = run_history(sim_seed, sim_steps, pods)
     summary.add_pods(cluster.counters)
     assert cluster.counters.get("writes acknowledged", 0) > 0
 
