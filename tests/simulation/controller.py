@@ -61,6 +61,7 @@ from cairn.controller.state.memory_store import MemoryCluster, MemoryStateStore
 from cairn.proto import oxia_client_pb2 as pb
 from simulation import messages as m
 from simulation.context import STEP_MS, Env
+from simulation.grpc_net import rpc_error
 from simulation.network import Envelope
 from simulation.replica import member_of
 from simulation.virtual_loop import VirtualLoop
@@ -92,10 +93,6 @@ class ControllerSettings:
             max_concurrent_changes=2,
         )
     )
-
-
-def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
-    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
 
 
 @dataclass

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
+from cairn.common.errors import CairnError
 from cairn.storage.core.entries import LogEntry
 from cairn.storage.core.replication.terms import NO_OFFSET, NO_TERM
 from cairn.storage.kv import MemoryKv
@@ -28,6 +29,14 @@ T = TypeVar("T")
 
 class DiskGone(Exception):
     """The process that used this disk is gone (it lost power)."""
+
+
+def ignore_lost_power(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The exception handler of a pod's loop: its tasks are dropped where they
+    stood when it loses power, and calls that failed because a peer is gone
+    are the sender's to retry; anything else is reported."""
+    if not isinstance(context.get("exception"), DiskGone | CairnError | None):
+        loop.default_exception_handler(context)
 
 
 class SimWal:

@@ -255,10 +255,13 @@ def _running_loop_ms(otherwise: float) -> float:
         return otherwise
 
 
+def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
+    """The error a gRPC call raises on its caller's side."""
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
+
+
 def _error(failed: _Failed) -> grpc.aio.AioRpcError:
-    return grpc.aio.AioRpcError(
-        failed.code, grpc.aio.Metadata(), grpc.aio.Metadata(), failed.details
-    )
+    return rpc_error(failed.code, failed.details)
 
 
 class SimCall:

@@ -35,7 +35,7 @@ from cairn.storage.kv.store import Column
 from cairn.storage.replication.leader import ReplicatingLeader
 from cairn.storage.rpc.replication import ReplicationService, replication_handlers
 from cairn.storage.shard import ShardReplica
-from simulation.disk import DiskGone, SimKv, SimWal, VirtualDiskWork
+from simulation.disk import DiskGone, SimKv, SimWal, VirtualDiskWork, ignore_lost_power
 from simulation.grpc_net import SimNet, SimPeers
 from simulation.virtual_loop import VirtualLoop
 
@@ -66,13 +66,6 @@ def _sync_latency_ms(rng: random.Random) -> float:
     return rng.uniform(0.2, 2.0) if rng.random() < 0.9 else rng.uniform(5.0, 40.0)
 
 
-def _ignore_abandoned(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-    """A pod that lost power drops its tasks where they stood; calls that
-    failed because a peer is gone are the sender's to retry."""
-    if not isinstance(context.get("exception"), DiskGone | CairnError | None):
-        loop.default_exception_handler(context)
-
-
 @dataclass(eq=False)
 class Pod:
     name: str
@@ -96,7 +89,7 @@ class Pod:
     def start(self) -> None:
         cluster = self.cluster
         loop = VirtualLoop(cluster.now_ms)
-        loop.set_exception_handler(_ignore_abandoned)
+        loop.set_exception_handler(ignore_lost_power)
         self.loop = loop
         rng = cluster.rng
         clock = loop.clock

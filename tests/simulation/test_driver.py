@@ -10,12 +10,10 @@ unsynced tail and of the KV's writes not yet flushed.
 
 from __future__ import annotations
 
-import asyncio
 import random
 
 import pytest
 
-from cairn.common.errors import CairnError
 from cairn.common.keyorder import KeyOrder
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.storage.config import Limits, ShardSpec
@@ -23,7 +21,7 @@ from cairn.storage.core.replication.replica import Member
 from cairn.storage.kv.store import Column
 from cairn.storage.replication.leader import lead_alone
 from cairn.storage.shard import ShardReplica
-from simulation.disk import DiskGone, SimKv, SimWal, VirtualDiskWork
+from simulation.disk import SimKv, SimWal, VirtualDiskWork, ignore_lost_power
 from simulation.virtual_loop import VirtualLoop
 
 ME = Member("me:6648", "me:6649")
@@ -35,7 +33,7 @@ class Process:
 
     def __init__(self, wal: SimWal, kv: SimKv, rng: random.Random) -> None:
         self.loop = VirtualLoop()
-        self.loop.set_exception_handler(_ignore_abandoned)
+        self.loop.set_exception_handler(ignore_lost_power)
         clock = self.loop.clock
 
         async def start() -> ShardReplica:
@@ -63,12 +61,6 @@ class Process:
         wal.lose_power()
         kv.lose_power()
         self.loop.close()  # its tasks never run again
-
-
-def _ignore_abandoned(loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
-    """Tasks of a process that lost power are dropped where they stood."""
-    if not isinstance(context.get("exception"), DiskGone | CairnError | None):
-        loop.default_exception_handler(context)
 
 
 def _put(key: str) -> tuple[bytes, pb.WriteRequest]:
