@@ -36,28 +36,43 @@ class _End:
 END = _End()
 
 
+Metadata = tuple[tuple[str, str | bytes], ...]
+
+
 @dataclass(frozen=True, slots=True)
 class _Failed:
     code: grpc.StatusCode
     details: str
+    # What a servicer's abort carries (a google.rpc.Status detail, say).
+    trailing: Metadata = ()
 
 
 class SimAbort(Exception):
     """A servicer aborted its call (context.abort)."""
 
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+    def __init__(self, code: grpc.StatusCode, details: str, trailing: Metadata = ()) -> None:
         super().__init__(f"{code.name}: {details}")
         self.code = code
         self.details = details
+        self.trailing = trailing
 
 
 class SimContext:
-    """What rpc/replication.py uses of grpc.aio.ServicerContext."""
+    """What the pod's servicers use of grpc.aio.ServicerContext."""
+
+    def __init__(self, net: SimNet, call: _Call, serialize: Serializer) -> None:
+        self._net = net
+        self._call = call
+        self._serialize = serialize
 
     async def abort(
-        self, code: grpc.StatusCode, details: str = "", trailing_metadata: Any = ()
+        self, code: grpc.StatusCode, details: str = "", trailing_metadata: Metadata = ()
     ) -> NoReturn:
-        raise SimAbort(code, details)
+        raise SimAbort(code, details, tuple(trailing_metadata))
+
+    async def write(self, response: Any) -> None:
+        """One message of a server-streaming answer."""
+        self._net.send(self._call, False, self._serialize(response))
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,14 +123,17 @@ class SimNet:
         self.latency_ms = latency_ms
         self.pods: dict[str, SimPod] = {}
         self.now_ms = 0.0
-        # Pairs of pods that cannot reach each other.
+        # Pairs of pods that cannot reach each other, and when each heals.
         self.cut: set[frozenset[str]] = set()
+        self._heals_at: dict[frozenset[str], float] = {}
         self._queue: list[_Delivery] = []
         self._seq = itertools.count()
         self._call_ids = itertools.count()
         self._calls: dict[int, _Call] = {}
         # The last arrival time of each direction of each call: order is kept.
         self._last_arrival: dict[tuple[int, bool], float] = {}
+        # (pod, method, exception) of each servicer that raised one.
+        self.servicer_errors: list[tuple[str, str, Exception]] = []
 
     def pod(self, name: str) -> SimPod:
         return self.pods.setdefault(name, SimPod(name))
@@ -126,9 +144,38 @@ class SimNet:
     def reachable(self, a: str, b: str) -> bool:
         return frozenset((a, b)) not in self.cut
 
+    def cut_apart(self, a: str, b: str, until_ms: float) -> None:
+        """`a` and `b` cannot reach each other until `until_ms` (or later, if
+        already cut apart for longer)."""
+        pair = frozenset((a, b))
+        self.cut.add(pair)
+        self._heals_at[pair] = max(self._heals_at.get(pair, 0.0), until_ms)
+
+    def isolate(self, name: str, others: list[str], until_ms: float) -> None:
+        for other in others:
+            if other != name:
+                self.cut_apart(name, other, until_ms)
+
+    def heal(self) -> None:
+        self.cut.clear()
+        self._heals_at.clear()
+
+    def take_servicer_errors(self, expected: tuple[type[Exception], ...] = ()) -> list[str]:
+        """What servicers raised since the last call, but `expected` exceptions."""
+        errors, self.servicer_errors = self.servicer_errors, []
+        return [
+            f"{pod}'s {method} raised {type(error).__name__}: {error}"
+            for pod, method, error in errors
+            if not isinstance(error, expected)
+        ]
+
     # -- time ----------------------------------------------------------------------------
 
     def deliver_due(self) -> None:
+        for pair, heals_at in list(self._heals_at.items()):
+            if self.now_ms >= heals_at:
+                self.cut.discard(pair)
+                del self._heals_at[pair]
         while self._queue and self._queue[0].at_ms <= self.now_ms:
             delivery = heapq.heappop(self._queue)
             self._arrive(delivery)
@@ -225,11 +272,20 @@ class SimNet:
                     return
                 yield handler.request_deserializer(message)
 
-        context = SimContext()
+        context = SimContext(self, call, handler.response_serializer)
         try:
             if handler.request_streaming and handler.response_streaming:
                 async for response in handler.stream_stream(requests(), context):
                     self.send(call, False, handler.response_serializer(response))
+            elif handler.response_streaming:
+                request = await anext(requests())
+                # Either an async generator or a coroutine that writes (context.write).
+                answers = handler.unary_stream(request, context)
+                if hasattr(answers, "__aiter__"):
+                    async for response in answers:
+                        self.send(call, False, handler.response_serializer(response))
+                else:
+                    await answers
             elif handler.request_streaming:
                 response = await handler.stream_unary(requests(), context)
                 self.send(call, False, handler.response_serializer(response))
@@ -238,7 +294,13 @@ class SimNet:
                 response = await handler.unary_unary(request, context)
                 self.send(call, False, handler.response_serializer(response))
         except SimAbort as abort:
-            self.send(call, False, _Failed(abort.code, abort.details))
+            self.send(call, False, _Failed(abort.code, abort.details, abort.trailing))
+        except Exception as error:
+            # What grpc does with a servicer's unexpected exception; kept for the
+            # simulation to judge (a broken invariant, or a pod losing its disk).
+            self.servicer_errors.append((call.server, call.method, error))
+            details = f"Unexpected {type(error).__name__}: {error}"
+            self.send(call, False, _Failed(grpc.StatusCode.UNKNOWN, details))
         except StopAsyncIteration:
             self.send(call, False, _Failed(grpc.StatusCode.INTERNAL, "no request"))
         else:
@@ -255,13 +317,13 @@ def _running_loop_ms(otherwise: float) -> float:
         return otherwise
 
 
-def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
+def rpc_error(code: grpc.StatusCode, details: str, trailing: Metadata = ()) -> grpc.aio.AioRpcError:
     """The error a gRPC call raises on its caller's side."""
-    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(*trailing), details)
 
 
 def _error(failed: _Failed) -> grpc.aio.AioRpcError:
-    return rpc_error(failed.code, failed.details)
+    return rpc_error(failed.code, failed.details, failed.trailing)
 
 
 class SimCall:
@@ -297,6 +359,11 @@ class SimCall:
             self._done = True
             raise _error(message)
         return self._deserialize(message)
+
+    async def __aiter__(self) -> AsyncIterator[Any]:
+        """A server-streaming answer, message by message."""
+        while (response := await self.read()) is not grpc.aio.EOF:
+            yield response
 
     def cancel(self) -> bool:
         if self._done:
@@ -345,6 +412,21 @@ class SimChannel:
 
         return call
 
+    def unary_stream(
+        self,
+        method: str,
+        request_serializer: Serializer,
+        response_deserializer: Deserializer,
+        **_: Any,
+    ) -> Callable[..., SimCall]:
+        def call(request: Any, **_: Any) -> SimCall:
+            sim_call = self._open(method, request_serializer, response_deserializer)
+            self._net.send(sim_call._call, True, request_serializer(request))
+            self._net.send(sim_call._call, True, END)
+            return sim_call
+
+        return call
+
     def stream_stream(
         self,
         method: str,
@@ -384,8 +466,13 @@ class SimPeers:
     def __init__(self, net: SimNet, client: str) -> None:
         self._net = net
         self._client = client
+        self._servers: set[str] = set()
+
+    def __len__(self) -> int:
+        return len(self._servers)
 
     def get(self, address: str) -> SimChannel:
+        self._servers.add(address)
         return self._net.channel(self._client, address)
 
     async def close(self) -> None:

@@ -23,9 +23,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from cairn.common.errors import CairnError
 from cairn.common.keyorder import KeyOrder
-from cairn.proto import oxia_client_pb2 as pb
 from cairn.storage.config import Limits, ReplicationSettings, ShardSpec
 from cairn.storage.core.replication.leader import LeaderCore
 from cairn.storage.core.replication.replica import Member, Role
@@ -37,6 +35,7 @@ from cairn.storage.rpc.replication import ReplicationService, replication_handle
 from cairn.storage.shard import ShardReplica
 from simulation.disk import DiskGone, SimKv, SimWal, VirtualDiskWork, ignore_lost_power
 from simulation.grpc_net import SimNet, SimPeers
+from simulation.pod_clients import Clients
 from simulation.virtual_loop import VirtualLoop
 
 STEP_MS = 1.0
@@ -60,7 +59,7 @@ class Violation(AssertionError):
     pass
 
 
-def _sync_latency_ms(rng: random.Random) -> float:
+def sync_latency_ms(rng: random.Random) -> float:
     """Mostly quick, with a slow tail (a busy disk): long windows in which
     entries are written and not yet durable."""
     return rng.uniform(0.2, 2.0) if rng.random() < 0.9 else rng.uniform(5.0, 40.0)
@@ -102,7 +101,7 @@ class Pod:
                 self.wal.reopen(),
                 LIMITS,
                 replication=SETTINGS,
-                disk=VirtualDiskWork(self.wal, lambda: _sync_latency_ms(rng)),
+                disk=VirtualDiskWork(self.wal, lambda: sync_latency_ms(rng)),
                 clock_ms=lambda: clock.now_ms,
                 session_clock_ms=lambda: clock.now_ms,
                 incarnation_source=lambda: 1,
@@ -130,11 +129,7 @@ class Pod:
         net.down(self.name)
         self.wal.lose_power()
         self.kv.lose_power()
-        tasks = loop.tasks()
-        for task in tasks:
-            task.cancel()
-        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
-        loop.close()
+        loop.end_process()
         self.replica = self.loop = None
         self.cluster.count("power losses")
 
@@ -165,12 +160,9 @@ class Cluster:
         self.term = 0
         self.election: Election | None = None
         self.leader: str | None = None
-        self.acknowledged: set[str] = set()
-        self.acknowledged_in_order: list[str] = []
-        self.next_key = 0
         self.counters: dict[str, int] = {}
-        self.cuts_heal: dict[frozenset[str], float] = {}
         self.violations: list[str] = []
+        self.clients = Clients(self.count, self.violations)
         for pod in self.pods.values():
             pod.start()
 
@@ -271,7 +263,7 @@ class Cluster:
 
     def _check_leader_holds_every_acknowledged_write(self) -> None:
         assert self.leader is not None
-        missing = self.acknowledged - self.pods[self.leader].stored_keys()
+        missing = self.clients.acknowledged - self.pods[self.leader].stored_keys()
         if missing:
             raise Violation(
                 f"{self.leader} leads term {self.term} without {len(missing)} acknowledged "
@@ -292,54 +284,21 @@ class Cluster:
         if replica is None or replica.role is not Role.LEADER:
             self.leader = None
             return
-        key = f"/k/{self.next_key}"
-        self.next_key += 1
-        request = pb.WriteRequest(shard=0, puts=[pb.PutRequest(key=key, value=b"v")])
-
-        async def write() -> None:
-            try:
-                await replica.write(request.SerializeToString(), request)
-            except (CairnError, DiskGone):
-                self.count("writes refused or of unknown outcome")
-                return
-            self.acknowledged.add(key)
-            self.acknowledged_in_order.append(key)
-            self.count("writes acknowledged")
-
-        pod.spawn(write())
+        self.clients.write(pod)
 
     def _client_reads(self) -> None:
         """A reader gets an acknowledged key from the pod it takes for the
-        leader (a stale shard map sends it anywhere now and then), as the
-        client API serves a read (directory.serving_shard, then the read
-        cache): it must find the key, acknowledged before the read began."""
+        leader (a stale shard map sends it anywhere now and then)."""
         rng = self.rng
-        if not self.acknowledged or rng.random() > 0.2:
+        if not self.clients.acknowledged or rng.random() > 0.2:
             return
         target = self.leader if self.leader is not None and rng.random() < 0.9 else None
         pod = self.pods[target or rng.choice(sorted(self.pods))]
         if pod.replica is None:
             return
         # Mostly one of the last acknowledged: what a stale state lacks.
-        key = rng.choice(self.acknowledged_in_order[-8:])
-        started_ms, directory = self.now_ms, pod.directory
-        order = KeyOrder.HIERARCHICAL
-
-        async def read() -> None:
-            try:
-                replica = await directory.serving_shard(0)
-            except CairnError:
-                self.count("reads refused")
-                return
-            [value] = replica.read_cache.answers(replica.kv, [order.encode(key)])
-            self.count("reads answered")
-            if value is None:
-                self.violations.append(
-                    f"(f) {pod.name} answered a read of {key} begun at {started_ms:g} ms "
-                    f"without it, though it was acknowledged before (term {replica.term})"
-                )
-
-        pod.spawn(read())
+        key = rng.choice(self.clients.acknowledged_in_order[-8:])
+        self.clients.read(pod, key, self.now_ms)
 
     def _faults(self) -> None:
         rng = self.rng
@@ -363,25 +322,15 @@ class Cluster:
             self.count("correlated power losses")
         if rng.random() < 0.0015:
             a, b = rng.sample([*sorted(self.pods), CONTROLLER], 2)
-            pair = frozenset((a, b))
-            self.net.cut.add(pair)
-            self.cuts_heal[pair] = self.now_ms + rng.uniform(10, 400)
+            self.net.cut_apart(a, b, self.now_ms + rng.uniform(10, 400))
             self.count("network cuts")
         if rng.random() < 0.001:
             # One pod cut off from everyone, the controller too: if it led, it
             # may lead on, alone, while the others elect.
             isolated = rng.choice(sorted(self.pods))
             heal_ms = self.now_ms + rng.uniform(50, 600)
-            for other in [*self.pods, CONTROLLER]:
-                if other != isolated:
-                    pair = frozenset((isolated, other))
-                    self.net.cut.add(pair)
-                    self.cuts_heal[pair] = max(self.cuts_heal.get(pair, 0.0), heal_ms)
+            self.net.isolate(isolated, [*self.pods, CONTROLLER], heal_ms)
             self.count("pods isolated")
-        for pair, heal_ms in list(self.cuts_heal.items()):
-            if self.now_ms >= heal_ms:
-                self.net.cut.discard(pair)
-                del self.cuts_heal[pair]
 
     def _needs_election(self) -> bool:
         if self.election is not None:
@@ -405,13 +354,13 @@ class Cluster:
             self._client_writes()
             self._client_reads()
             self.step()
+            self.violations += self.net.take_servicer_errors(expected=(DiskGone,))
             if self.violations:
                 raise Violation(self.violations[0])
 
     def heal_and_settle(self) -> None:
         """Every pod up and connected; one more election; the check once more."""
-        self.net.cut.clear()
-        self.cuts_heal.clear()
+        self.net.heal()
         for pod in self.pods.values():
             if not pod.up:
                 pod.start()
@@ -421,15 +370,16 @@ class Cluster:
 
     def check_writes_go_through(self, count: int = 20, within_ms: float = 2_000) -> None:
         """Liveness, once healed: a leader serving acknowledges new writes."""
-        before = len(self.acknowledged)
+        acknowledged = self.clients.acknowledged
+        before = len(acknowledged)
         deadline = self.now_ms + within_ms
         for _ in range(count):
             self.rng.random()  # (keeps the draws of _client_writes' gate aligned)
             self.leader_write()
-        while len(self.acknowledged) < before + count:
+        while len(acknowledged) < before + count:
             if self.now_ms >= deadline:
                 raise Violation(
-                    f"only {len(self.acknowledged) - before} of {count} writes acknowledged "
+                    f"only {len(acknowledged) - before} of {count} writes acknowledged "
                     f"within {within_ms:g} ms of a healed cluster (leader {self.leader})"
                 )
             self.step()

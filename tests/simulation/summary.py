@@ -13,6 +13,8 @@ TOTALS: Counter[str] = Counter()
 RUNS: Counter[str] = Counter()
 # The runs of the shipped shard code on simulated pods (real_cluster.py).
 POD_TOTALS: Counter[str] = Counter()
+# The runs of the shipped controller and pods together (managed_cluster.py).
+MANAGED_TOTALS: Counter[str] = Counter()
 
 
 def add(world: World) -> None:
@@ -27,6 +29,12 @@ def add_pods(counters: dict[str, int]) -> None:
     POD_TOTALS.update(counters)
 
 
+def add_managed(counters: dict[str, int]) -> None:
+    """Count a finished run of the shipped controller and pods (managed_cluster.py)."""
+    RUNS["managed runs"] += 1
+    MANAGED_TOTALS.update(counters)
+
+
 def lines() -> list[str]:
     found = []
     if RUNS["runs"]:
@@ -35,6 +43,11 @@ def lines() -> list[str]:
         found += [
             f"{RUNS['pod runs']} runs of the shipped shard code on simulated pods:",
             *_table(POD_TOTALS),
+        ]
+    if RUNS["managed runs"]:
+        found += [
+            f"{RUNS['managed runs']} runs of the shipped controller and storage pods:",
+            *_table(MANAGED_TOTALS),
         ]
     return found
 

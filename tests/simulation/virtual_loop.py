@@ -125,6 +125,16 @@ class VirtualLoop(asyncio.SelectorEventLoop):
         the clock moving to each timer it waits for."""
         return self.run_until_complete(asyncio.wait_for(coroutine, timeout_ms / 1000))
 
+    def end_process(self) -> None:
+        """The process is gone: its tasks are cancelled (in the order they were
+        made) and run to their end, then the loop closes."""
+        tasks = self.tasks()
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            self.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        self.close()
+
     def _due(self) -> bool:
         ready: Any = self._ready  # type: ignore[attr-defined]
         when = self._next_timer()

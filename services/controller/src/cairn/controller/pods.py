@@ -138,14 +138,31 @@ class PodCalls(Protocol):
     ) -> None: ...
 
 
+class Channels(Protocol):
+    """A channel to each pod, by address, reused (ChannelCache over the network;
+    the simulation's over its simulated one)."""
+
+    def __len__(self) -> int: ...
+
+    def get(self, address: str) -> grpc.aio.Channel: ...
+
+    async def close(self) -> None: ...
+
+
 class PodClient:
     """`tls`: the controller's certificate directory; pods' internal ports are
     mutual TLS and accept coordination only from the controller's identity.
-    None: plaintext (a cluster run with --insecure)."""
+    None: plaintext (a cluster run with --insecure). `channels` replaces the
+    channels made from `tls`."""
 
-    def __init__(self, rpc_timeout_s: float = 5.0, tls: TlsSource | None = None) -> None:
+    def __init__(
+        self,
+        rpc_timeout_s: float = 5.0,
+        tls: TlsSource | None = None,
+        channels: Channels | None = None,
+    ) -> None:
         self.rpc_timeout_s = rpc_timeout_s
-        self._channels = ChannelCache(tls, CHANNEL_OPTIONS)
+        self._channels = channels if channels is not None else ChannelCache(tls, CHANNEL_OPTIONS)
 
     def _channel(self, address: str) -> grpc.aio.Channel:
         if len(self._channels) >= MAX_CHANNELS:

@@ -34,7 +34,7 @@ from cairn.controller.keeper import StateKeeper
 from cairn.controller.model import ClusterSpec
 from cairn.controller.observer import DetectionSettings, Observer, monotonic_ms
 from cairn.controller.planner import PlannerSettings, plan
-from cairn.controller.pods import PodClient
+from cairn.controller.pods import Channels, PodClient
 from cairn.controller.scaling import statefulset_replicas
 from cairn.controller.state.store import LeaderLock, StateStore
 
@@ -81,9 +81,11 @@ class Controller:
         settings: RuntimeSettings | None = None,
         clock_ms: Callable[[], int] = monotonic_ms,
         pod_count: PodCount | None = None,
+        channels: Channels | None = None,
     ) -> None:
         """`pod_count`: the storage pods to keep in step with the spec (None: the
-        platform starts them, e.g. the local launcher or docker compose)."""
+        platform starts them, e.g. the local launcher or docker compose).
+        `channels`: to the pods, instead of gRPC's (the simulation's network)."""
         self.store = store
         self.pod_count = pod_count
         self.lock = lock
@@ -91,7 +93,7 @@ class Controller:
         self.settings = settings or RuntimeSettings()
         self.clock_ms = clock_ms
         tls = TlsSource.from_directory(self.settings.tls_dir) if self.settings.tls_dir else None
-        self.pods = PodClient(self.settings.rpc_timeout_s, tls)
+        self.pods = PodClient(self.settings.rpc_timeout_s, tls, channels)
         self.observer = Observer(self.pods, self.settings.detection, clock_ms)
         self.wake = asyncio.Event()
         # Set on every spec change: the pod count is checked at once then.

@@ -30,6 +30,7 @@ from cairn.common.files import write_atomically
 from cairn.common.grpc_access import InternalAccessInterceptor
 from cairn.common.keyorder import KeyOrder
 from cairn.common.tls import TlsSource, grpc_server_credentials
+from cairn.storage.clock import monotonic_ms
 from cairn.storage.config import NodeConfig, ShardSpec
 from cairn.storage.controller_epoch import EPOCH_FILE, ControllerEpochFence
 from cairn.storage.core.replication.replica import Member
@@ -82,6 +83,7 @@ class NodeServer:
             self.directory, config.limits, AccessControl(config.auth, config.trust_domain)
         )
         self.peers = PeerChannels(self.tls)
+        self.clock_ms = monotonic_ms
         self.access = InternalAccessInterceptor(trust_domain=config.trust_domain)
         self.me = Member("", "")
         self.health = HealthService()

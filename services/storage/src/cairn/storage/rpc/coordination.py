@@ -8,6 +8,7 @@ already seen is refused before anything else is looked at, and changes nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import grpc
@@ -20,8 +21,8 @@ from cairn.storage.config import ShardSpec
 from cairn.storage.core.replication.leader import LeaderCore
 from cairn.storage.core.replication.replica import Member
 from cairn.storage.directory import NamespaceLayout, ShardDirectory, ShardPlacement
+from cairn.storage.ports import Peers
 from cairn.storage.replication.leader import ReplicatingLeader
-from cairn.storage.replication.peers import PeerChannels
 from cairn.storage.replication.wire import (
     entry_id_message,
     key_order_of,
@@ -37,8 +38,15 @@ class ReplicaHost(Protocol):
     """What the service needs of the pod (node.py)."""
 
     me: Member
-    peers: PeerChannels
     directory: ShardDirectory
+
+    @property
+    def peers(self) -> Peers: ...
+
+    @property
+    def clock_ms(self) -> Callable[[], int]:
+        """The pod's monotonic clock (its leaders' leases run on it)."""
+        ...
 
     def admit_controller(self, epoch: int) -> None:
         """Raise StaleControllerEpoch for a call of a superseded controller."""
@@ -101,7 +109,9 @@ class CoordinationService:
             term = request.term
 
             def make_leader(shard: ShardReplica, core: LeaderCore) -> ReplicatingLeader:
-                return ReplicatingLeader(shard, core, host.peers, shard.replication)
+                return ReplicatingLeader(
+                    shard, core, host.peers, shard.replication, clock_ms=host.clock_ms
+                )
 
             term_start = await replica.become_leader(
                 term, host.me, make_leader, followers, incarnations
