@@ -132,6 +132,8 @@ class SimNet:
         self._calls: dict[int, _Call] = {}
         # The last arrival time of each direction of each call: order is kept.
         self._last_arrival: dict[tuple[int, bool], float] = {}
+        # Told of each request message sent: (client, server, method, message).
+        self.on_request: Callable[[str, str, str, bytes], None] | None = None
         # (pod, method, exception) of each servicer that raised one.
         self.servicer_errors: list[tuple[str, str, Exception]] = []
 
@@ -197,6 +199,8 @@ class SimNet:
     def send(self, call: _Call, to_server: bool, message: bytes | _End | _Failed) -> None:
         if call.broken:
             return
+        if to_server and isinstance(message, bytes) and self.on_request is not None:
+            self.on_request(call.client, call.server, call.method, message)
         low, high = self.latency_ms
         key = (call.id, to_server)
         sent_ms = _running_loop_ms(self.now_ms)

@@ -1,361 +1,145 @@
 """The shipped controller and the shipped storage pods on one simulated network.
 
-The controller is cairn.controller.runtime.Controller as it ships: its
-observer (health watches and status polls over gRPC, heartbeats), planner,
-executor and keeper, over the in-memory cluster-state store, calling the pods
-through the real PodClient. The pods serve the real coordination, replication
-and health services (rpc/coordination.py, rpc/replication.py, rpc/health.py)
-through their real handler tables; a replica is made by the controller's first
-NewTerm and removed by its DeleteShard, as node.py does. Everything runs on
-VirtualLoops over simulated disks (disk.py) and the simulated network
-(grpc_net.py); only the sidecars are simulated: a pod's heartbeat reaches the
-controller while the pod runs and the two can reach each other.
+Two controller processes (managed_controller.py: cairn.controller.runtime's
+Controller as it ships, one holding the lease) and five storage pods
+(managed_pod.py: the real coordination, replication and health services over
+simulated disks) run on VirtualLoops, talking gRPC over the simulated network
+(grpc_net.py). The namespace has one shard at a replication factor of three:
+the controller elects, fences, replaces members it takes for dead, and
+follows what operators ask of it. Only the sidecars are simulated: a pod's
+heartbeat reaches a running controller while the two can reach each other.
 
-Faults: power losses (several pods at once too), network cuts (the controller
-is a node of the network), pods isolated from everyone, controller crashes.
-With five pods and a replication factor of three, the controller replaces
-members it takes for dead, so ensembles change under the faults too.
+Faults (`Faults`, per millisecond step; the profiles in PROFILES): power
+losses (several pods at once too), lost disks (only as the fault model
+allows: `_may_lose_disk`), network cuts (the controllers are nodes of the
+network), pods isolated from everyone, followers lagging far behind, learners
+stopped part-way, controller crashes and pauses past the lease (right after a
+call that changes a pod, too), conflicting writes to the cluster state, and
+operators: leader moves, replication factor changes, scale-in and back out.
 
-Checked: (b) a write acknowledged to a client is in the state of every later
-leader once it serves; (f) a read, served as the client API serves it, finds
-every write acknowledged before it began; liveness: once healed, the
-controller elects a leader and writes go through.
+Checked after every step: pod_checks.py's invariants on the pods, (g) no two
+leaders given one term by the controllers, and each read's freshness as it is
+answered; once healed, the controller must bring the shard to a serving leader
+that takes writes, and every member must converge on its state.
 """
 
 from __future__ import annotations
 
-import asyncio
+import dataclasses
 import random
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
-import grpc
-
-from cairn.common.heartbeat import Heartbeat
-from cairn.common.keyorder import KeyOrder
-from cairn.controller.model import ClusterSpec, NamespaceSpec, ShardRecord, ShardState
-from cairn.controller.observer import DetectionSettings
-from cairn.controller.planner import PlannerSettings
-from cairn.controller.runtime import Controller, RuntimeSettings
-from cairn.controller.state.memory_store import MemoryCluster, MemoryStateStore
-from cairn.storage.config import ShardSpec
-from cairn.storage.core.controller_epoch import NO_EPOCH, admit
-from cairn.storage.core.replication.replica import Member
-from cairn.storage.directory import ShardDirectory
-from cairn.storage.kv.store import Column
-from cairn.storage.rpc.coordination import CoordinationService, coordination_handlers
-from cairn.storage.rpc.health import HealthService, add_health_service
-from cairn.storage.rpc.replication import ReplicationService, replication_handlers
-from cairn.storage.shard import ShardReplica
-from simulation.disk import DiskGone, SimKv, SimWal, VirtualDiskWork, ignore_lost_power
-from simulation.grpc_net import SimNet, SimPeers
+from cairn.controller.model import (
+    ClusterSpec,
+    ClusterStatus,
+    LeaderMove,
+    NamespaceSpec,
+    ShardRecord,
+    ShardState,
+)
+from cairn.controller.runtime import Controller
+from cairn.controller.state.memory_store import MemoryCluster
+from cairn.proto import replication_pb2 as rpb
+from cairn.storage.core.replication.replica import Role
+from simulation.disk import DiskGone
+from simulation.grpc_net import SimNet
+from simulation.managed_controller import ControllerProcess, Lease
+from simulation.managed_pod import SHARD, Pod
 from simulation.pod_checks import PodChecks
 from simulation.pod_clients import Clients
-from simulation.real_cluster import LIMITS, SETTINGS, STEP_MS, Violation, sync_latency_ms
+from simulation.real_cluster import STEP_MS, Violation
 from simulation.virtual_loop import VirtualLoop
 
-CONTROLLER = "controller"
-SHARD = 0
-NAMESPACE = NamespaceSpec("default", shards=1, replication_factor=3)
-# The controller's timings on the simulation's scale (a pod's lease is 200 ms).
-RUNTIME = RuntimeSettings(
-    detection=DetectionSettings(
-        heartbeat_timeout_ms=120, status_interval_ms=40, status_timeout_ms=60
-    ),
-    planner=PlannerSettings(replace_after_ms=400, rebalance_after_ms=300),
-    startup_grace_ms=150,
-    push_interval_ms=300,
-    tick_ms=20,
-    rpc_timeout_s=0.3,
+CONTROLLERS = ("controller", "controller-2")
+PODS = 5
+REPLICATION_FACTOR = 3
+NAMESPACE = NamespaceSpec("default", shards=1, replication_factor=REPLICATION_FACTOR)
+# Calls of the controller that change a pod: a pause right after one is when a
+# stale controller can do harm.
+CHANGING_CALLS = ("NewTerm", "BecomeLeader", "AddFollower", "RemoveFollower", "DeleteShard")
+# How long a paused controller stays paused (ms): past the lease, mostly.
+PAUSE_MS = (50.0, 400.0)
+# Liveness: writes not acknowledged within this long are sent again (ms).
+RESEND_MS = 100
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Chances per step (a simulated millisecond) of each fault."""
+
+    power_loss: float = 0.001
+    # Of single power losses, the share that lasts long enough to be replaced.
+    long_outage_share: float = 0.3
+    correlated_power_loss: float = 0.0005
+    cut: float = 0.0015
+    isolation: float = 0.0007
+    controller_crash: float = 0.0005
+    controller_pause: float = 0.0
+    # Per call that changes a pod, with one controller running.
+    pause_after_call: float = 0.0
+    # Per write to the cluster state: another writer got there first.
+    state_conflict: float = 0.0
+    leader_move: float = 0.0
+    # A replication factor change (n -> n-1 -> n+1 -> n) or a scale change.
+    operator: float = 0.0
+    lost_disk: float = 0.0
+    # Some followers cut off from everyone for long (ms), then a leader change.
+    long_lag: float = 0.0
+    long_lag_ms: tuple[float, float] = (150, 400)
+    # Per step and learner that has taken something: it loses power.
+    learner_stop: float = 0.0
+    burst: float = 0.005
+
+
+CHURN = Faults(
+    power_loss=0.002,
+    controller_pause=0.0003,
+    pause_after_call=0.05,
+    state_conflict=0.02,
+    leader_move=0.001,
+    operator=0.002,
+    learner_stop=0.002,
 )
-# How often a pod's sidecar sends its heartbeat.
-HEARTBEAT_MS = 30
-
-
-class _Handlers(grpc.GenericRpcHandler):
-    """A pod's handler tables, as one server holds them."""
-
-    def __init__(self) -> None:
-        self.tables: list[grpc.GenericRpcHandler] = []
-
-    # What grpc's generated add_*_to_server functions call on a server.
-    def add_generic_rpc_handlers(self, handlers: Any) -> None:
-        self.tables.extend(handlers)
-
-    def add_registered_method_handlers(self, service: str, handlers: Any) -> None:
-        self.tables.append(grpc.method_handlers_generic_handler(service, handlers))
-
-    def service(self, details: Any) -> grpc.RpcMethodHandler | None:
-        for table in self.tables:
-            handler = table.service(details)
-            if handler is not None:
-                return handler
-        return None
-
-
-@dataclass(eq=False)
-class ShardDisk:
-    """One replica's files on a pod (what survives a power loss of them)."""
-
-    spec: ShardSpec
-    wal: SimWal = field(default_factory=SimWal)
-    kv: SimKv = field(default_factory=SimKv)
-
-
-class Pod:
-    """A storage pod: node.py's ReplicaHost over simulated disks."""
-
-    def __init__(self, name: str, cluster: Cluster) -> None:
-        self.name = name
-        self.cluster = cluster
-        self.me = Member(f"{name}:public", name)
-        # What is on its disk: replicas' files, and the controller epoch seen.
-        self.disks: dict[int, ShardDisk] = {}
-        self.epoch = NO_EPOCH
-        self.loop: VirtualLoop | None = None
-        self.directory = ShardDirectory(pushed_map=True)
-        self.peers = SimPeers(cluster.net, name)
-        self.health = HealthService()
-        self.down_until_ms = 0.0
-        # Counts the pod's processes (each start is a new one).
-        self.process = 0
-
-    @property
-    def up(self) -> bool:
-        return self.loop is not None
-
-    @property
-    def clock_ms(self) -> Callable[[], int]:
-        loop = self.loop
-        assert loop is not None
-        clock = loop.clock
-        return lambda: clock.now_ms
-
-    def start(self) -> None:
-        """A process starts on what the disk holds: every stored replica reopens
-        (fenced, as after any restart), then the ports open."""
-        loop = VirtualLoop(self.cluster.now_ms)
-        loop.set_exception_handler(ignore_lost_power)
-        self.loop = loop
-        self.process += 1
-        self.directory = ShardDirectory(pushed_map=True)
-        self.health = HealthService()
-
-        async def reopen() -> None:
-            for shard_id in sorted(self.disks):
-                self.directory.add_replica(self._open(shard_id))
-
-        try:
-            loop.run_until_complete(reopen())
-        except BaseException:
-            self.loop = None
-            loop.close()
-            raise
-        handlers = _Handlers()
-        handlers.add_generic_rpc_handlers(
-            [
-                coordination_handlers(CoordinationService(self)),
-                replication_handlers(ReplicationService(self.directory)),
-            ]
-        )
-        add_health_service(self.health, handlers)  # type: ignore[arg-type]
-        self.health.set_serving()
-        net_pod = self.cluster.net.pod(self.name)
-        net_pod.loop = loop
-        net_pod.handlers = handlers
-
-    def _open(self, shard_id: int) -> ShardReplica:
-        disk = self.disks[shard_id]
-        clock = self.clock_ms
-        rng = self.cluster.rng
-        return ShardReplica(
-            shard_id,
-            disk.spec,
-            disk.kv.reopen(),
-            disk.wal.reopen(),
-            LIMITS,
-            replication=SETTINGS,
-            disk=VirtualDiskWork(disk.wal, lambda: sync_latency_ms(rng)),
-            clock_ms=clock,
-            session_clock_ms=clock,
-            incarnation_source=self.cluster.next_incarnation,
-        )
-
-    def lose_power(self) -> None:
-        """The disks keep what their contract keeps; the process stops where it
-        stood."""
-        loop = self.loop
-        assert loop is not None
-        for replica in self.directory.replicas():
-            self._tally(replica)
-        net = self.cluster.net
-        net.pod(self.name).loop = None
-        net.down(self.name)
-        for disk in self.disks.values():
-            disk.wal.lose_power()
-            disk.kv.lose_power()
-        loop.end_process()
-        self.loop = None
-        self.cluster.count("power losses")
-
-    def _tally(self, replica: ShardReplica) -> None:
-        """What paths a replica's process took (its counters end with it)."""
-        count = self.cluster.count
-        count("client writes folded into one entry", replica.folded_requests)
-        count("folded entries", replica.folds)
-        cache = replica.read_cache
-        count("reads answered from the read cache", cache.lookups - cache.misses)
-        count(
-            "entries applied from the leader's changes", replica.entries_applied_from_leader_changes
-        )
-
-    def spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        assert self.loop is not None
-        return self.loop.create_task(coroutine)
-
-    def replica(self) -> ShardReplica | None:
-        return self.directory._replicas.get(SHARD) if self.up else None
-
-    def disk(self) -> ShardDisk | None:
-        return self.disks.get(SHARD)
-
-    def stored_keys(self) -> set[str]:
-        disk = self.disks.get(SHARD)
-        if disk is None:
-            return set()
-        order = KeyOrder.HIERARCHICAL
-        return {order.decode(key) for key, _ in disk.kv.scan(Column.RECORDS, b"", None)}
-
-    # -- coordination.ReplicaHost --------------------------------------------------------
-
-    def admit_controller(self, epoch: int) -> None:
-        # Durable at once: the simulated disk keeps what a file written atomically keeps.
-        self.epoch = admit(self.epoch, epoch)
-
-    def replica_for(self, shard_id: int, spec: ShardSpec | None) -> ShardReplica:
-        replica = self.directory._replicas.get(shard_id)
-        if replica is not None:
-            return replica
-        if spec is None:
-            return self.directory.replica(shard_id)  # ShardNotFound
-        self.disks[shard_id] = ShardDisk(spec)
-        replica = self._open(shard_id)
-        self.directory.add_replica(replica)
-        self.cluster.count("replicas created")
-        return replica
-
-    async def delete_replica(self, shard_id: int) -> None:
-        replica = self.directory.replica(shard_id)
-        self.directory.remove_replica(shard_id)
-        self._tally(replica)
-        await replica.close()
-        del self.disks[shard_id]
-        self.cluster.count("replicas deleted")
-
-
-class HeldLock:
-    """The controller lock of the one controller process: held while it runs."""
-
-    def __init__(self) -> None:
-        self.lost = asyncio.Event()
-
-    async def acquire(self) -> None:
-        pass
-
-    async def release(self) -> None:
-        pass
-
-
-class ControllerProcess:
-    """The controller's process: a crash loses what it had in memory (its
-    observations, its actions under way); the cluster state is kept (the
-    store), and the next process takes a new controller epoch."""
-
-    def __init__(self, cluster: Cluster, spec: ClusterSpec) -> None:
-        self.cluster = cluster
-        self.spec = spec
-        self.state = MemoryCluster()
-        self.loop: VirtualLoop | None = None
-        self.controller: Controller | None = None
-        self.down_until_ms = 0.0
-
-    @property
-    def up(self) -> bool:
-        return self.loop is not None
-
-    def start(self) -> None:
-        cluster = self.cluster
-        loop = VirtualLoop(cluster.now_ms)
-        self.loop = loop
-        clock = loop.clock
-        controller = Controller(
-            MemoryStateStore(self.state),
-            HeldLock(),
-            self.spec,
-            RUNTIME,
-            clock_ms=lambda: clock.now_ms,
-            channels=SimPeers(cluster.net, CONTROLLER),
-        )
-        self.controller = controller
-        cluster.net.pod(CONTROLLER).loop = loop
-        loop.create_task(controller.run())
-        loop.create_task(self._sidecars(controller))
-        loop.run_until_idle()
-
-    async def _sidecars(self, controller: Controller) -> None:
-        """Each pod's sidecar: a heartbeat while the pod runs and reaches the
-        controller (its probe of the pod succeeds while the pod runs)."""
-        cluster = self.cluster
-        while True:
-            for pod in cluster.pods.values():
-                if pod.up and cluster.net.reachable(pod.name, CONTROLLER):
-                    controller.observer.on_heartbeat(
-                        Heartbeat(
-                            node=pod.name,
-                            public_address=pod.me.public_address,
-                            internal_address=pod.me.internal_address,
-                            storage_reachable=True,
-                            sent_at_ms=int(cluster.now_ms),
-                        )
-                    )
-            await asyncio.sleep(HEARTBEAT_MS / 1000)
-
-    def crash(self) -> None:
-        loop = self.loop
-        assert loop is not None
-        net = self.cluster.net
-        net.pod(CONTROLLER).loop = None
-        net.down(CONTROLLER)
-        loop.end_process()
-        self.loop = None
-        self.controller = None
-        self.cluster.count("controller crashes")
-
-    def record(self) -> ShardRecord | None:
-        try:
-            return self.state.state().status.shard(SHARD)
-        except Exception:
-            return None
+PROFILES: dict[str, Faults] = {
+    "steady": Faults(),
+    "lagging": Faults(long_lag=0.001),
+    "churn": CHURN,
+    "wipes": dataclasses.replace(CHURN, lost_disk=0.001),
+}
 
 
 class Cluster:
-    def __init__(self, seed: int, pods: int = 5) -> None:
+    def __init__(self, seed: int, faults: Faults | None = None) -> None:
         self.rng = random.Random(seed)
+        self.faults = faults or Faults()
         self.now_ms = 0.0
         self.net = SimNet(self.rng)
-        self.pods = {f"pod-{i}": Pod(f"pod-{i}", self) for i in range(pods)}
-        self.controller = ControllerProcess(
-            self, ClusterSpec(namespaces=(NAMESPACE,), storage_pods=pods)
-        )
+        self.net.on_request = self._request_sent
+        self.pods = {f"pod-{i}": Pod(f"pod-{i}", self) for i in range(PODS)}
+        rng, conflicts = self.rng, self.faults.state_conflict
+        self.state = MemoryCluster(interfere=lambda: conflicts > 0 and rng.random() < conflicts)
+        spec = ClusterSpec(namespaces=(NAMESPACE,), storage_pods=PODS)
+        self.controllers = [ControllerProcess(name, self, self.state, spec) for name in CONTROLLERS]
+        self.lease = Lease()
+        self.resume_at: dict[str, float] = {}
+        self.replication_factors = (REPLICATION_FACTOR - 1, REPLICATION_FACTOR + 1)
+        self.operator_changes = 0
+        self.lag_ends_ms: float | None = None
         self.incarnations = 0
         self.counters: dict[str, int] = {}
         self.checks = PodChecks()
         self.violations = self.checks.violations
         self.clients = Clients(self.count, self.violations)
+        # The highest commit offset a leader had when it acknowledged a write:
+        # a replica durable up to here holds every acknowledged write.
+        self.acknowledged_within = -1
+        self._acknowledged_seen = 0
+        # term -> {leader: the controller that made it leader}, over all calls sent.
+        self.claims: dict[int, dict[str, str]] = {}
         for pod in self.pods.values():
             pod.start()
-        self.controller.start()
+        self.lease.take(self.controllers[0], self.now_ms)
 
     def count(self, what: str, n: int = 1) -> None:
         self.counters[what] = self.counters.get(what, 0) + n
@@ -365,8 +149,27 @@ class Cluster:
         return self.incarnations
 
     def _loops(self) -> list[VirtualLoop]:
-        processes: list[Pod | ControllerProcess] = [*self.pods.values(), self.controller]
+        processes: list[Pod | ControllerProcess] = [*self.pods.values(), *self.controllers]
         return [process.loop for process in processes if process.loop is not None]
+
+    # -- what the controllers recorded -------------------------------------------------------
+
+    def record(self) -> ShardRecord | None:
+        try:
+            return self.state.state().status.shard(SHARD)
+        except Exception:  # nothing stored yet
+            return None
+
+    def leader_pod(self) -> Pod | None:
+        """The pod a client with the controller's shard map sends to."""
+        record = self.record()
+        if record is None or record.leader is None:
+            return None
+        return self.pods.get(record.leader)
+
+    def active_controller(self) -> ControllerProcess | None:
+        holder = self.lease.holder
+        return holder if holder is not None and holder.running else None
 
     # -- time ------------------------------------------------------------------------------
 
@@ -376,6 +179,8 @@ class Cluster:
         self.net.deliver_due()
         for loop in self._loops():
             loop.advance_to(self.now_ms)
+        self._controllers_step()
+        self._note_acknowledged()
         self.checks.check(list(self.pods.values()), self.clients.acknowledged, self.now_ms)
         self.violations += self.net.take_servicer_errors(expected=(DiskGone,))
         if self.violations:
@@ -389,14 +194,63 @@ class Cluster:
             self.step()
         return True
 
-    # -- clients ---------------------------------------------------------------------------
+    def _controllers_step(self) -> None:
+        """The lease: renewed by a running holder; when it runs out (the holder
+        crashed, exited or is paused), a standby process takes it."""
+        now = self.now_ms
+        for process in self.controllers:
+            if process.up and process.exited:
+                process.stop()
+                process.down_until_ms = now + self.rng.uniform(5, 50)
+                self.count("controller processes exited")
+            if process.paused and now >= self.resume_at.get(process.name, 0.0):
+                lost = None if self.lease.holder is process else self.rng.uniform(0, 30)
+                process.resume(lost)
+                self.count("controllers resumed")
+        self.lease.renew(now)
+        if self.lease.free(now):
+            standby = [p for p in self.controllers if not p.up and now >= p.down_until_ms]
+            if standby:
+                self.lease.take(standby[0], now)
 
-    def leader_pod(self) -> Pod | None:
-        """The pod a client with the controller's shard map sends to."""
-        record = self.controller.record()
-        if record is None or record.leader is None:
-            return None
-        return self.pods.get(record.leader)
+    def _request_sent(self, client: str, server: str, method: str, request: bytes) -> None:
+        name = method.rsplit("/", 1)[-1]
+        if client not in CONTROLLERS or name not in CHANGING_CALLS:
+            return
+        if name == "BecomeLeader":
+            message = rpb.BecomeLeaderRequest.FromString(request)
+            leaders = self.claims.setdefault(message.term, {})
+            leaders.setdefault(server, client)
+            if len(leaders) > 1:
+                who = ", ".join(f"{pod} by {by}" for pod, by in leaders.items())
+                self.violations.append(f"(g) term {message.term} was given to {who}")
+        process = next(p for p in self.controllers if p.name == client)
+        running = [p for p in self.controllers if p.running]
+        if (
+            running == [process]
+            and self.faults.pause_after_call
+            and self.rng.random() < self.faults.pause_after_call
+        ):
+            self._pause(process)
+            self.count("controllers paused right after a call")
+
+    def _pause(self, process: ControllerProcess) -> None:
+        process.pause()
+        self.resume_at[process.name] = self.now_ms + self.rng.uniform(*PAUSE_MS)
+        self.count("controllers paused")
+
+    def _note_acknowledged(self) -> None:
+        """How far the acknowledged writes reach in the log, at most (the fault
+        model's judgement of who holds them)."""
+        if len(self.clients.acknowledged_in_order) == self._acknowledged_seen:
+            return
+        self._acknowledged_seen = len(self.clients.acknowledged_in_order)
+        for pod in self.pods.values():
+            replica = pod.replica()
+            if replica is not None and replica.role is Role.LEADER:
+                self.acknowledged_within = max(self.acknowledged_within, replica.core.commit_offset)
+
+    # -- clients ---------------------------------------------------------------------------
 
     def _client_target(self) -> Pod:
         leader = self.leader_pod()
@@ -421,40 +275,183 @@ class Cluster:
     # -- faults ----------------------------------------------------------------------------
 
     def _faults(self) -> None:
-        rng = self.rng
+        rng, faults, now = self.rng, self.faults, self.now_ms
         for pod in self.pods.values():
-            if not pod.up and self.now_ms >= pod.down_until_ms:
+            if not pod.up and now >= pod.down_until_ms:
                 pod.start()
                 self.count("restarts")
-        controller = self.controller
-        if not controller.up and self.now_ms >= controller.down_until_ms:
-            controller.start()
-        if rng.random() < 0.001:
-            up = [pod for pod in self.pods.values() if pod.up]
-            if len(up) > 1:
-                victim = rng.choice(up)
-                victim.lose_power()
-                # Now and then long enough for the controller to replace it.
-                long = rng.random() < 0.3
-                victim.down_until_ms = self.now_ms + rng.uniform(5, 1_500 if long else 200)
-        if rng.random() < 0.0005:
-            up = [pod for pod in self.pods.values() if pod.up]
+        up = [pod for pod in self.pods.values() if pod.up]
+        if rng.random() < faults.power_loss and len(up) > 1:
+            victim = rng.choice(up)
+            victim.lose_power()
+            long = rng.random() < faults.long_outage_share
+            victim.down_until_ms = now + rng.uniform(5, 1_500 if long else 200)
+        if rng.random() < faults.correlated_power_loss:
             for pod in rng.sample(up, min(len(up), rng.choice((2, 3)))):
-                pod.lose_power()
-                pod.down_until_ms = self.now_ms + rng.uniform(5, 50)
+                if pod.up:
+                    pod.lose_power()
+                    pod.down_until_ms = now + rng.uniform(5, 50)
             self.count("correlated power losses")
-        if rng.random() < 0.0015:
-            a, b = rng.sample([*sorted(self.pods), CONTROLLER], 2)
-            self.net.cut_apart(a, b, self.now_ms + rng.uniform(10, 400))
+        if rng.random() < faults.cut:
+            a, b = rng.sample([*sorted(self.pods), *CONTROLLERS], 2)
+            self.net.cut_apart(a, b, now + rng.uniform(10, 400))
             self.count("network cuts")
-        if rng.random() < 0.0007:
+        if rng.random() < faults.isolation:
             isolated = rng.choice(sorted(self.pods))
-            heal_ms = self.now_ms + rng.uniform(50, 600)
-            self.net.isolate(isolated, [*self.pods, CONTROLLER], heal_ms)
+            self.net.isolate(isolated, [*self.pods, *CONTROLLERS], now + rng.uniform(50, 600))
             self.count("pods isolated")
-        if controller.up and rng.random() < 0.0005:
-            controller.crash()
-            controller.down_until_ms = self.now_ms + rng.uniform(5, 300)
+        active = self.active_controller()
+        if active is not None and rng.random() < faults.controller_crash:
+            active.stop()
+            active.down_until_ms = now + rng.uniform(5, 300)
+            self.count("controller crashes")
+        active = self.active_controller()
+        if active is not None and rng.random() < faults.controller_pause:
+            self._pause(active)
+        if rng.random() < faults.lost_disk:
+            self._lose_disk(rng.choice(sorted(self.pods)))
+        if faults.long_lag:
+            self._long_lag()
+        if faults.learner_stop:
+            self._stop_learners()
+        active = self.active_controller()
+        if active is not None and rng.random() < faults.leader_move:
+            self._move_leader(active)
+        if active is not None and rng.random() < faults.operator:
+            self._operate(active)
+
+    def _lose_disk(self, name: str) -> None:
+        if not self._may_lose_disk(name):
+            self.count("lost disks skipped (beyond the fault model)")
+            return
+        pod = self.pods[name]
+        pod.lose_disk()
+        pod.down_until_ms = self.now_ms + self.rng.uniform(5, 200)
+
+    def _may_lose_disk(self, victim: str) -> bool:
+        """A shard survives losing the disks of a minority of its voters, as
+        recorded (the members, and those still leaving), and of the members
+        alone (a removal under way may finish after the loss): without the
+        victim, a majority of each must still answer for the data it is
+        recorded to hold (its replica exists, of the recorded incarnation),
+        and one of them hold every acknowledged write durably. Pods that are
+        not voters may lose their disks at any time. (An election needs that
+        much, planner.answer_problem: a loss beyond it waits for an operator
+        by design.)"""
+        record = self.record()
+        if record is None:
+            return False
+        for voters in (record.voters, record.ensemble):
+            if victim not in voters:
+                continue
+            answering = [n for n in voters if n != victim and self._answers_for_data(record, n)]
+            if len(answering) * 2 <= len(voters):
+                return False
+            if not any(self._holds_every_acknowledged_write(n) for n in answering):
+                return False
+        return True
+
+    def _answers_for_data(self, record: ShardRecord, name: str) -> bool:
+        incarnation = self.pods[name].incarnation()
+        recorded = record.incarnation_of(name)
+        return incarnation is not None and (recorded is None or recorded == incarnation)
+
+    def _holds_every_acknowledged_write(self, name: str) -> bool:
+        disk = self.pods[name].disk()
+        return disk is not None and disk.wal.synced_offset >= self.acknowledged_within
+
+    def _long_lag(self) -> None:
+        rng, now = self.rng, self.now_ms
+        if self.lag_ends_ms is not None:
+            if now < self.lag_ends_ms:
+                return
+            self.lag_ends_ms = None
+            leader, active = self.leader_pod(), self.active_controller()
+            if leader is not None and leader.up and rng.random() < 0.5:
+                leader.lose_power()
+                leader.down_until_ms = now + rng.uniform(5, 200)
+                self.count("leaders lost after a long lag")
+            elif active is not None:
+                self._move_leader(active)
+            return
+        record = self.record()
+        if record is None or record.leader is None or rng.random() >= self.faults.long_lag:
+            return
+        followers = sorted(set(record.ensemble) - {record.leader})
+        if not followers:
+            return
+        self.lag_ends_ms = now + rng.uniform(*self.faults.long_lag_ms)
+        for name in rng.sample(followers, rng.randint(1, len(followers))):
+            self.net.isolate(name, [*self.pods, *CONTROLLERS], self.lag_ends_ms)
+        self.count("long lags")
+
+    def _stop_learners(self) -> None:
+        leader = self.leader_pod()
+        replica = leader.replica() if leader is not None else None
+        core = replica.core.leading if replica is not None else None
+        if core is None:
+            return
+        for name, progress in core.followers.items():
+            pod = self.pods.get(name)
+            if (
+                pod is not None
+                and pod.up
+                and not core.is_voting(name)
+                and progress.acked_offset >= 0
+                and self.rng.random() < self.faults.learner_stop
+            ):
+                pod.lose_power()
+                pod.down_until_ms = self.now_ms + self.rng.uniform(5, 200)
+                self.count("learners stopped part-way")
+
+    def _move_leader(self, active: ControllerProcess) -> None:
+        """An operator asks for the leader to move (the API's request)."""
+        record = self.record()
+        if record is None or record.leader is None:
+            return
+        others = [name for name in record.ensemble if name != record.leader]
+        if not others:
+            return
+        target = self.rng.choice(others)
+
+        def move(status: ClusterStatus) -> ClusterStatus:
+            moves = tuple(m for m in status.leader_moves if m.shard != SHARD)
+            return replace(status, leader_moves=(*moves, LeaderMove(SHARD, target)))
+
+        async def request(controller: Controller) -> object:
+            assert controller.keeper is not None
+            return await controller.keeper.update_status(move)
+
+        active.act(request)
+        self.count("leader moves requested")
+
+    def _operate(self, active: ControllerProcess) -> None:
+        """An operator changes the replication factor (n -> n-1 -> n+1 -> n, in
+        turn) or scales the storage pods in by one (or back out)."""
+        kind = self.rng.randrange(2)
+        if kind == 0:
+            cycle = (*self.replication_factors, REPLICATION_FACTOR)
+            factor = cycle[self.operator_changes % len(cycle)]
+            self.operator_changes += 1
+
+            def change(spec: ClusterSpec) -> ClusterSpec:
+                namespace = replace(spec.namespaces[0], replication_factor=factor)
+                return replace(spec, namespaces=(namespace,))
+
+            self.count("replication factor changes")
+        else:
+
+            def change(spec: ClusterSpec) -> ClusterSpec:
+                pods = PODS - 1 if spec.storage_pods == PODS else PODS
+                return replace(spec, storage_pods=pods)
+
+            self.count("scale changes")
+
+        async def request(controller: Controller) -> object:
+            assert controller.keeper is not None
+            return await controller.keeper.update_spec(change)
+
+        active.act(request)
 
     # -- a history -------------------------------------------------------------------------
 
@@ -463,7 +460,7 @@ class Cluster:
             self._faults()
             if self.rng.random() < 0.3:
                 self.client_write()
-            if self.rng.random() < 0.005:
+            if self.rng.random() < self.faults.burst:
                 # A burst: entries wait for their commit, and the leader folds.
                 pod = self._client_target()
                 for _ in range(self.rng.randint(5, 40)):
@@ -473,44 +470,76 @@ class Cluster:
             self.step()
 
     def heal_and_settle(self, within_ms: float = 10_000) -> None:
-        """Every pod and the controller up and connected: the controller must
-        bring the shard to a serving leader."""
+        """Every pod and a controller up, running and connected: the controller
+        must bring the shard to a serving leader."""
         self.net.heal()
         for pod in self.pods.values():
             if not pod.up:
                 pod.start()
-        if not self.controller.up:
-            self.controller.start()
+        for process in self.controllers:
+            if process.paused:
+                process.resume(None if self.lease.holder is process else 0.0)
         if not self.run_until(self._steady, within_ms):
             raise Violation(
                 f"no serving leader within {within_ms:g} ms of a healed cluster "
-                f"(record: {self.controller.record()})"
+                f"(record: {self.record()})"
             )
 
     def _steady(self) -> bool:
-        record = self.controller.record()
+        record = self.record()
         if record is None or record.state is not ShardState.STEADY or record.leader is None:
             return False
         replica = self.pods[record.leader].replica()
         return replica is not None and replica.serving and replica.term == record.term
 
     def check_writes_go_through(self, count: int = 20, within_ms: float = 2_000) -> None:
+        """Liveness: writes sent to the leader the record names (again, now and
+        then, while too few are acknowledged: the leader may still move, as
+        the controller balances or finishes a move) go through."""
         acknowledged = self.clients.acknowledged
-        before = len(acknowledged)
-        leader = self.leader_pod()
-        assert leader is not None
-        for _ in range(count):
-            self.client_write(leader)
-        if not self.run_until(lambda: len(acknowledged) >= before + count, within_ms):
-            raise Violation(
-                f"only {len(acknowledged) - before} of {count} writes acknowledged "
-                f"within {within_ms:g} ms of a healed cluster (leader {leader.name})"
-            )
+        wanted = len(acknowledged) + count
+        deadline = self.now_ms + within_ms
+        while len(acknowledged) < wanted:
+            if self.now_ms >= deadline:
+                raise Violation(
+                    f"only {count - (wanted - len(acknowledged))} of {count} writes "
+                    f"acknowledged within {within_ms:g} ms of a healed cluster "
+                    f"(record: {self.record()})"
+                )
+            leader = self.leader_pod()
+            if leader is not None:
+                for _ in range(wanted - len(acknowledged)):
+                    self.client_write(leader)
+            self.run_until(lambda: len(acknowledged) >= wanted, RESEND_MS)
+
+    def check_members_converge(self, within_ms: float = 5_000) -> None:
+        """Every member applies what its leader committed (and (d) holds their
+        states equal)."""
+
+        def converged() -> bool:
+            record = self.record()
+            leader = self.leader_pod()
+            if record is None or leader is None:
+                return False
+            replica = leader.replica()
+            if replica is None:
+                return False
+            commit = replica.core.commit_offset
+            for name in record.ensemble:
+                member = self.pods[name].replica()
+                if member is None or member.core.applied_offset < commit:
+                    return False
+            return True
+
+        if not self.run_until(converged, within_ms):
+            raise Violation(f"the members did not converge within {within_ms:g} ms")
 
     def close(self) -> None:
         self.count("leaders serving", self.checks.leaders_serving)
-        if self.controller.up:
-            self.controller.crash()
+        self.count("terms", max(self.claims, default=0))
+        for process in self.controllers:
+            if process.up:
+                process.stop()
         for pod in self.pods.values():
             if pod.up:
                 pod.lose_power()

@@ -12,51 +12,61 @@ from __future__ import annotations
 
 import pytest
 
-from simulation import summary
-from simulation.managed_cluster import Cluster
+from simulation import managed_pod, summary
+from simulation import replica as sim_replica
+from simulation.managed_cluster import PROFILES, Cluster
 from simulation.mutants import MUTANTS
 from simulation.real_cluster import Violation
 
 
-def run_history(seed: int, steps: int) -> Cluster:
-    cluster = Cluster(seed)
+def run_history(seed: int, steps: int, profile: str) -> Cluster:
+    cluster = Cluster(seed, PROFILES[profile])
     try:
         cluster.run(steps)
         cluster.heal_and_settle()
         cluster.check_writes_go_through()
+        cluster.check_members_converge()
     finally:
         cluster.close()
     return cluster
 
 
-def test_the_shipped_controller_keeps_acknowledged_writes(sim_seed: int, sim_steps: int) -> None:
-    cluster = run_history(sim_seed, sim_steps)
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_the_shipped_controller_keeps_acknowledged_writes(
+    profile: str, sim_seed: int, sim_steps: int
+) -> None:
+    cluster = run_history(sim_seed, sim_steps, profile)
     summary.add_managed(cluster.counters)
     assert cluster.counters.get("writes acknowledged", 0) > 0
     assert cluster.checks.leaders_serving >= 1
 
 
-# Each mutant (mutants.py) and the seed that first catches it (run first), then
-# how many seeds it is given; MUTANT_STEPS steps each.
+# Each mutant (mutants.py): the profile it runs in, the seed that first catches
+# it (run first), and how many seeds it is given; MUTANT_STEPS steps each.
 MUTANT_STEPS = 5000
-CAUGHT_WITHIN: dict[str, tuple[int, int]] = {
+CAUGHT_WITHIN: dict[str, tuple[str, int, int]] = {
     # (e): a replica applies an entry its disk does not hold durably yet.
-    "apply past the durable offset": (0, 3),
-    # The new leader's log disagrees with what a follower committed: the
-    # follower's Truncate raises ReplicationInvariantError; or (b), (f).
-    "elect the lowest head": (1, 5),
+    "apply past the durable offset": ("steady", 0, 3),
+    # (c): the new leader's first entry replaces one a member committed.
+    "elect the lowest head": ("churn", 0, 3),
+    # (c): a member removed before the rest caught up; a leader elected
+    # without what was committed with it.
+    "ensemble changes without waiting": ("wipes", 7, 15),
+    # (g): a paused controller, resumed, elects in a term the next one gave.
+    "hole 3: no controller-epoch fencing": ("wipes", 8, 15),
 }
 
 
 @pytest.mark.parametrize("mutant", sorted(CAUGHT_WITHIN))
 def test_the_checks_catch_a_broken_rule(mutant: str, monkeypatch: pytest.MonkeyPatch) -> None:
     for target, name, value in MUTANTS[mutant].patches:
-        monkeypatch.setattr(target, name, value)
-    first, seeds = CAUGHT_WITHIN[mutant]
+        # The pods' epoch fence is the one managed_pod.py imported.
+        monkeypatch.setattr(managed_pod if target is sim_replica else target, name, value)
+    profile, first, seeds = CAUGHT_WITHIN[mutant]
     with pytest.raises(Violation):
-        _first_violation([first, *(seed for seed in range(seeds) if seed != first)])
+        _first_violation(profile, [first, *(seed for seed in range(seeds) if seed != first)])
 
 
-def _first_violation(seeds: list[int]) -> None:
+def _first_violation(profile: str, seeds: list[int]) -> None:
     for seed in seeds:
-        run_history(seed, MUTANT_STEPS)
+        run_history(seed, MUTANT_STEPS, profile)

@@ -79,6 +79,8 @@ class VirtualLoop(asyncio.SelectorEventLoop):
         )
         self._made = itertools.count()
         self.set_task_factory(self._make_task)
+        # A frozen loop runs nothing (its process is paused); what is due waits.
+        self.frozen = False
 
     def _make_task(
         self, loop: asyncio.AbstractEventLoop, coroutine: Any, **kwargs: Any
@@ -98,7 +100,7 @@ class VirtualLoop(asyncio.SelectorEventLoop):
         """Run what is due now: ready callbacks, and timers whose time has come
         (and what they make ready), without moving the clock."""
         for _ in range(max_rounds):
-            if not self._due():
+            if self.frozen or not self._due():
                 return
             self.stop()
             self.run_forever()  # one round: stop() before run_forever
@@ -109,13 +111,14 @@ class VirtualLoop(asyncio.SelectorEventLoop):
         clock (its own) ends there."""
         assert self._clock_s is None, "this loop runs on the world's clock"
         target = ms / 1000
-        while True:
+        while not self.frozen:
             self.run_until_idle()
             when = self._next_timer()
             if when is None or when > target:
                 break
             self.clock.now_s = max(self.clock.now_s, when)
-        self.clock.now_s = max(self.clock.now_s, target)
+        if not self.frozen:
+            self.clock.now_s = max(self.clock.now_s, target)
 
     def advance(self, ms: float) -> None:
         self.advance_to(self.clock.now_s * 1000 + ms)
