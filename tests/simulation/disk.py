@@ -49,6 +49,8 @@ class SimWal:
         self._open = True
         # Set while a sync that started earlier finishes: what it covers.
         self.sync_limit: int | None = None
+        # Set while its syncs are held back (a stalled disk, in scripted runs).
+        self.syncs_held = False
 
     # -- state --------------------------------------------------------------------------
 
@@ -158,6 +160,10 @@ class SimWal:
             raise DiskGone("the WAL is closed")
 
 
+# How often a held sync looks whether it may go (simulated time).
+HELD_POLL_S = 0.001
+
+
 class VirtualDiskWork:
     """Disk work on `wal`'s disk that takes `latency_ms` of virtual time (an
     fsync's) and acts when it ends: a power loss meanwhile means it did not
@@ -171,6 +177,10 @@ class VirtualDiskWork:
     async def run(self, work: Callable[[], T]) -> T:
         appended = self._wal.last_offset
         await asyncio.sleep(self._latency_ms() / 1000)
+        # Polled: on simulated time that costs nothing, and an Event would belong
+        # to one process's loop while the disk outlives them.
+        while work == self._wal.sync and self._wal.syncs_held:  # noqa: ASYNC110
+            await asyncio.sleep(HELD_POLL_S)
         self._wal.sync_limit = appended
         try:
             return work()

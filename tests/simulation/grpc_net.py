@@ -162,6 +162,12 @@ class SimNet:
         self.cut.clear()
         self._heals_at.clear()
 
+    def rejoin(self, name: str) -> None:
+        """`name`'s cuts heal now."""
+        for pair in [pair for pair in self.cut if name in pair]:
+            self.cut.discard(pair)
+            self._heals_at.pop(pair, None)
+
     def take_servicer_errors(self, expected: tuple[type[Exception], ...] = ()) -> list[str]:
         """What servicers raised since the last call, but `expected` exceptions."""
         errors, self.servicer_errors = self.servicer_errors, []

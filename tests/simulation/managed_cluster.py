@@ -48,7 +48,7 @@ from simulation.managed_controller import ControllerProcess, Lease
 from simulation.managed_pod import SHARD, Pod
 from simulation.pod_checks import PodChecks
 from simulation.pod_clients import Clients
-from simulation.real_cluster import STEP_MS, Violation
+from simulation.real_cluster import LIMITS, SETTINGS, STEP_MS, Violation, sync_latency_ms
 from simulation.virtual_loop import VirtualLoop
 
 CONTROLLERS = ("controller", "controller-2")
@@ -90,6 +90,8 @@ class Faults:
     # Per step and learner that has taken something: it loses power.
     learner_stop: float = 0.0
     burst: float = 0.005
+    # Of the pods' syncs, the share that is slow (5-40 ms, not 0.2-2 ms).
+    slow_sync_share: float = 0.1
 
 
 CHURN = Faults(
@@ -114,6 +116,7 @@ class Cluster:
         self.rng = random.Random(seed)
         self.faults = faults or Faults()
         self.now_ms = 0.0
+        self.replication, self.limits = SETTINGS, LIMITS
         self.net = SimNet(self.rng)
         self.net.on_request = self._request_sent
         self.pods = {f"pod-{i}": Pod(f"pod-{i}", self) for i in range(PODS)}
@@ -147,6 +150,9 @@ class Cluster:
     def next_incarnation(self) -> int:
         self.incarnations += 1
         return self.incarnations
+
+    def sync_latency_ms(self) -> float:
+        return sync_latency_ms(self.rng, self.faults.slow_sync_share)
 
     def _loops(self) -> list[VirtualLoop]:
         processes: list[Pod | ControllerProcess] = [*self.pods.values(), *self.controllers]

@@ -14,12 +14,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import grpc
 
 from cairn.common.keyorder import KeyOrder
-from cairn.storage.config import ShardSpec
+from cairn.controller.pods import PodAddress
+from cairn.storage.config import Limits, ReplicationSettings, ShardSpec
 from cairn.storage.core.controller_epoch import NO_EPOCH, admit
 from cairn.storage.core.meta import INCARNATION_KEY, decode_u64
 from cairn.storage.core.replication.replica import Member
@@ -30,14 +31,25 @@ from cairn.storage.rpc.health import HealthService, add_health_service
 from cairn.storage.rpc.replication import ReplicationService, replication_handlers
 from cairn.storage.shard import ShardReplica
 from simulation.disk import SimKv, SimWal, VirtualDiskWork, ignore_lost_power
-from simulation.grpc_net import SimPeers
-from simulation.real_cluster import LIMITS, SETTINGS, sync_latency_ms
+from simulation.grpc_net import SimNet, SimPeers
 from simulation.virtual_loop import VirtualLoop
 
-if TYPE_CHECKING:
-    from simulation.managed_cluster import Cluster
-
 SHARD = 0
+
+
+class PodWorld(Protocol):
+    """What a pod needs of the simulation around it."""
+
+    net: SimNet
+    now_ms: float
+    replication: ReplicationSettings
+    limits: Limits
+
+    def count(self, what: str, n: int = 1) -> None: ...
+
+    def next_incarnation(self) -> int: ...
+
+    def sync_latency_ms(self) -> float: ...
 
 
 class _Handlers(grpc.GenericRpcHandler):
@@ -73,7 +85,7 @@ class ShardDisk:
 class Pod:
     """A storage pod: node.py's ReplicaHost over simulated disks."""
 
-    def __init__(self, name: str, cluster: Cluster) -> None:
+    def __init__(self, name: str, cluster: PodWorld) -> None:
         self.name = name
         self.cluster = cluster
         self.me = Member(f"{name}:public", name)
@@ -91,6 +103,10 @@ class Pod:
     @property
     def up(self) -> bool:
         return self.loop is not None
+
+    @property
+    def address(self) -> PodAddress:
+        return PodAddress(self.me.public_address, self.me.internal_address)
 
     @property
     def clock_ms(self) -> Callable[[], int]:
@@ -135,15 +151,14 @@ class Pod:
     def _open(self, shard_id: int) -> ShardReplica:
         disk = self.disks[shard_id]
         clock = self.clock_ms
-        rng = self.cluster.rng
         return ShardReplica(
             shard_id,
             disk.spec,
             disk.kv.reopen(),
             disk.wal.reopen(),
-            LIMITS,
-            replication=SETTINGS,
-            disk=VirtualDiskWork(disk.wal, lambda: sync_latency_ms(rng)),
+            self.cluster.limits,
+            replication=self.cluster.replication,
+            disk=VirtualDiskWork(disk.wal, self.cluster.sync_latency_ms),
             clock_ms=clock,
             session_clock_ms=clock,
             incarnation_source=self.cluster.next_incarnation,

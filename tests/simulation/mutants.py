@@ -23,7 +23,9 @@ from cairn.controller.state.store import StateConflict
 from cairn.storage.core.ready import Ready
 from cairn.storage.core.replication.leader import FollowerPhase, FollowerProgress, LeaderCore
 from cairn.storage.core.replication.quorum import QuorumTracker
+from cairn.storage.core.replication.terms import NO_OFFSET
 from cairn.storage.core.shard_core import ShardCore
+from cairn.storage.replication.leader import ReplicatingLeader
 from simulation import replica
 from simulation.context import RuntimeRules
 from simulation.world import SimConfig
@@ -156,6 +158,81 @@ class WindowFromAppliedLeaderCore(LeaderCore):
         return super().on_ack(member, term, durable_offset, applied, incarnation)
 
 
+def _keep_any_incarnation(
+    self: LeaderCore, progress: FollowerProgress, incarnation: int | None
+) -> None:
+    """Hole 1 (leader, as a patch of LeaderCore): a follower answering with
+    another incarnation of its data is not readmitted as a learner."""
+    if incarnation is not None:
+        progress.incarnation = incarnation
+
+
+_leader_on_ack = LeaderCore.on_ack
+
+
+def _ack_of_any_incarnation(
+    self: LeaderCore,
+    member: str,
+    term: int,
+    durable_offset: int,
+    applied_offset: int | None = None,
+    incarnation: int | None = None,
+) -> int:
+    """Hole 1 (leader): an acknowledgement of another incarnation counts."""
+    return _leader_on_ack(self, member, term, durable_offset, applied_offset, None)
+
+
+def _from_applied_to_send(
+    self: LeaderCore, member: str, our_last_offset: int
+) -> tuple[int, int] | None:
+    """The send window from what the follower applied (LeaderCore's to_send
+    with its window rule undone; as a patch)."""
+    progress = self.followers.get(member)
+    if progress is None or progress.phase is not FollowerPhase.STREAMING:
+        return None
+    window_end = min(progress.acked_offset, progress.applied_offset)
+    last = min(our_last_offset, window_end + self.max_in_flight_entries)
+    return (progress.next_offset, last) if progress.next_offset <= last else None
+
+
+def _head_counts_as_applied(
+    self: LeaderCore,
+    member: str,
+    term: int,
+    durable_offset: int,
+    applied_offset: int | None = None,
+    incarnation: int | None = None,
+) -> int:
+    """A head without an applied offset (Truncate's answer) counted as applied."""
+    applied = durable_offset if applied_offset is None else applied_offset
+    return _leader_on_ack(self, member, term, durable_offset, applied, incarnation)
+
+
+_new_quorum = QuorumTracker.for_new_term.__func__  # type: ignore[attr-defined]
+
+
+def _quorum_without_term_start(
+    cls: type[QuorumTracker],
+    term: int,
+    leader: str,
+    voters: Any,
+    committed_offset: int,
+    term_start_offset: int = NO_OFFSET,
+) -> QuorumTracker:
+    """A new term's quorum that commits entries of older terms before the
+    term's first entry is on a majority."""
+    return _new_quorum(cls, term, leader, voters, committed_offset)  # type: ignore[no-any-return]
+
+
+def _takes_over_at_once(self: ShardCore[Any], now_ms: int, serves_from_ms: int) -> int | None:
+    """A new leader takes over as soon as its first entry is applied, while an
+    older leader's lease may still let it answer reads."""
+    return _takeover_wait_ms(self, now_ms, now_ms)
+
+
+_takeover_wait_ms = ShardCore.takeover_wait_ms
+
+
 def _rules(**changes: bool) -> RuntimeRules:
     return dataclasses.replace(RuntimeRules(), **changes)
 
@@ -189,7 +266,10 @@ MUTANTS: dict[str, Mutant] = {
             (QuorumTracker, "_held_without", _always),
         )
     ),
-    "commit before the term-start entry": Mutant(SimConfig(rules=_rules(term_start_rule=False))),
+    "commit before the term-start entry": Mutant(
+        SimConfig(rules=_rules(term_start_rule=False)),
+        patches=((QuorumTracker, "for_new_term", classmethod(_quorum_without_term_start)),),
+    ),
     "acknowledge unsynced entries": Mutant(SimConfig(rules=_rules(ack_only_durable=False))),
     # Rules of the shard's own core (ShardCore.step): what its answer to a
     # controller's NewTerm or a leader's Truncate reports is not made durable.
@@ -200,12 +280,20 @@ MUTANTS: dict[str, Mutant] = {
         patches=((ShardCore, "_truncate", _without_sync(ShardCore._truncate)),)
     ),
     "act on stale Truncates": Mutant(SimConfig(rules=_rules(ignore_stale_truncates=False))),
-    "reads without the lease": Mutant(SimConfig(rules=_rules(reads_need_lease=False))),
+    "reads without the lease": Mutant(
+        SimConfig(rules=_rules(reads_need_lease=False)),
+        patches=((ReplicatingLeader, "lease_holds", _always),),
+    ),
     "a new leader serves before older leases end": Mutant(
-        SimConfig(rules=_rules(takeover_waits_for_old_leases=False))
+        SimConfig(rules=_rules(takeover_waits_for_old_leases=False)),
+        patches=((ShardCore, "takeover_wait_ms", _takes_over_at_once),),
     ),
     "send window anchored at the applied offset": Mutant(
-        SimConfig(leader_core_class=WindowFromAppliedLeaderCore)
+        SimConfig(leader_core_class=WindowFromAppliedLeaderCore),
+        patches=(
+            (LeaderCore, "to_send", _from_applied_to_send),
+            (LeaderCore, "on_ack", _head_counts_as_applied),
+        ),
     ),
     "acknowledge old streams after a new term": Mutant(
         SimConfig(rules=_rules(end_streams_on_new_term=False))
@@ -215,7 +303,11 @@ MUTANTS: dict[str, Mutant] = {
     # an election's majority), and the leader keeps its pre-wipe vote.
     "hole 1: a wiped member keeps its vote": Mutant(
         SimConfig(leader_core_class=IncarnationBlindLeaderCore),
-        patches=((ShardRecord, "intact", _always),),
+        patches=(
+            (ShardRecord, "intact", _always),
+            (LeaderCore, "_check_incarnation", _keep_any_incarnation),
+            (LeaderCore, "on_ack", _ack_of_any_incarnation),
+        ),
     ),
     # Hole 2: choose_leader counts the majority over every member, learners
     # included (no report of who the leader counted), and leader moves and

@@ -10,6 +10,7 @@ check (f).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -22,6 +23,8 @@ from cairn.storage.directory import ShardDirectory
 from simulation.disk import DiskGone
 
 SHARD = 0
+# How long a read waits for its replica to serve (the client's deadline).
+READ_DEADLINE_S = 0.1
 
 
 class ClientTarget(Protocol):
@@ -67,8 +70,10 @@ class Clients:
 
         async def read() -> None:
             try:
-                replica = await directory.serving_shard(SHARD)
-            except CairnError:
+                # A client's deadline: a replica that does not serve in time fails it.
+                async with asyncio.timeout(READ_DEADLINE_S):
+                    replica = await directory.serving_shard(SHARD)
+            except (CairnError, TimeoutError):
                 self.count("reads refused")
                 return
             [value] = replica.read_cache.answers(replica.kv, [order.encode(key)])

@@ -59,10 +59,10 @@ class Violation(AssertionError):
     pass
 
 
-def sync_latency_ms(rng: random.Random) -> float:
+def sync_latency_ms(rng: random.Random, slow_share: float = 0.1) -> float:
     """Mostly quick, with a slow tail (a busy disk): long windows in which
     entries are written and not yet durable."""
-    return rng.uniform(0.2, 2.0) if rng.random() < 0.9 else rng.uniform(5.0, 40.0)
+    return rng.uniform(0.2, 2.0) if rng.random() < 1 - slow_share else rng.uniform(5.0, 40.0)
 
 
 @dataclass(eq=False)

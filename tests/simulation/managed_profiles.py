@@ -1,0 +1,181 @@
+"""Targeted histories for the managed cluster (managed_cluster.py): each
+reproduces, with random timing, the class of history one of issue 38's holes
+needs, so that reverting the hole's fix (its mutant, mutants.py) is caught
+within a CI-sized seed budget; the broad profiles reach them too rarely. Each
+must also pass with the real code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+from cairn.storage.core.replication.terms import NO_OFFSET
+from simulation.managed_cluster import CONTROLLERS, Cluster, Faults
+
+# The phases' bounds (ms) of WipeWhileLagging's history.
+LAG_BEFORE_WIPE_MS = (200.0, 1_200.0)
+# A wiped follower whose replica is not re-created within this long: given up.
+RECREATE_WAIT_MS = 3_000.0
+# From the re-creation to the leader's loss: the follower is still catching up.
+CRASH_AFTER_RECREATE_MS = (0.0, 120.0)
+# The leader stays down this long, past the controller's failure detection:
+# the members left may elect without it.
+LEADER_DOWN_MS = (400.0, 1_500.0)
+
+
+class _Phase(enum.Enum):
+    IDLE = "idle"
+    LAGGING = "lagging"  # C cut off; B's disk lost at `_next_ms`
+    REBUILDING = "rebuilding"  # waiting for B's replica to be re-created
+    CATCHING_UP = "catching up"  # the leader loses power at `_next_ms`
+
+
+class WipeWhileLagging(Cluster):
+    """Issue 38's hole 1. The leader A has two followers: C is cut off (it
+    lags) while A and B acknowledge writes; B loses its disk (as the fault
+    model allows: A holds everything, C its data); once the controller has
+    re-created B's replica, while A catches it up, A loses power and stays
+    down a while, and C's lag ends. B (partly rebuilt) and C (lagging) are a
+    majority that must not elect: neither holds every acknowledged write."""
+
+    HISTORY_PROBABILITY = 0.001
+
+    def __init__(self, seed: int, faults: Faults | None = None) -> None:
+        super().__init__(seed, faults)
+        self._phase = _Phase.IDLE
+        self._next_ms = 0.0
+        self._leader = self._lagging = self._wiped = ""
+
+    def _faults(self) -> None:
+        super()._faults()
+        now, rng = self.now_ms, self.rng
+        if self._phase is _Phase.IDLE:
+            self._begin()
+        elif self._phase is _Phase.LAGGING and now >= self._next_ms:
+            leader, victim = self.leader_pod(), self.pods[self._wiped]
+            if leader is None or leader.name != self._leader or not victim.up:
+                self._end()
+            elif not self._may_lose_disk(victim.name):
+                self.count("hole 1 histories beyond the fault model")
+                self._end()
+            else:
+                victim.lose_disk()
+                victim.down_until_ms = now + rng.uniform(5, 50)
+                self._phase, self._next_ms = _Phase.REBUILDING, now + RECREATE_WAIT_MS
+        elif self._phase is _Phase.REBUILDING:
+            if self.pods[self._wiped].replica() is not None:
+                self._phase = _Phase.CATCHING_UP
+                self._next_ms = now + rng.uniform(*CRASH_AFTER_RECREATE_MS)
+            elif now >= self._next_ms:
+                self._end()
+        elif self._phase is _Phase.CATCHING_UP and now >= self._next_ms:
+            leader = self.pods[self._leader]
+            if leader.up:
+                leader.lose_power()
+                leader.down_until_ms = now + rng.uniform(*LEADER_DOWN_MS)
+                self.count("hole 1 leaders lost")
+            self._end()
+
+    def _begin(self) -> None:
+        record, rng = self.record(), self.rng
+        if record is None or record.leader is None or rng.random() >= self.HISTORY_PROBABILITY:
+            return
+        followers = sorted(set(record.ensemble) - {record.leader})
+        if len(followers) != 2 or not all(self.pods[name].up for name in followers):
+            return
+        self._lagging, self._wiped = rng.sample(followers, 2)
+        self._leader = record.leader
+        self._phase = _Phase.LAGGING
+        self._next_ms = self.now_ms + rng.uniform(*LAG_BEFORE_WIPE_MS)
+        # Cut off until the history ends, however long it takes.
+        forever = self.now_ms + 10 * RECREATE_WAIT_MS
+        self.net.isolate(self._lagging, [*self.pods, *CONTROLLERS], forever)
+        self.count("hole 1 histories")
+
+    def _end(self) -> None:
+        self.net.rejoin(self._lagging)
+        self._phase = _Phase.IDLE
+
+
+class CrashAfterShrink(Cluster):
+    """A removal's worst moment ("remove a member the commit needs"): whenever
+    the leader's ensemble shrinks while its commit offset is held by fewer
+    than a majority of the voters left, the leader loses power at once and
+    stays down past failure detection, so the members that remain elect among
+    themselves. The real leader never shrinks its ensemble then
+    (QuorumTracker.remove): with the real code this only adds faults."""
+
+    def __init__(self, seed: int, faults: Faults | None = None) -> None:
+        super().__init__(seed, faults)
+        # (leader, term) -> how many followers it had at the last step
+        self._followers: dict[tuple[str, int], int] = {}
+
+    def _faults(self) -> None:
+        super()._faults()
+        for pod in self.pods.values():
+            replica = pod.replica()
+            core = replica.core.leading if replica is not None else None
+            if replica is None or core is None:
+                continue
+            key = (pod.name, replica.term)
+            count, before = len(core.followers), self._followers.get(key)
+            self._followers[key] = count
+            if before is None or count >= before:
+                continue
+            quorum = core.quorum
+            holding = sum(
+                1 for v in quorum.voters if quorum.acked.get(v, NO_OFFSET) >= quorum.commit_offset
+            )
+            if holding * 2 > len(quorum.voters):
+                continue
+            pod.lose_power()
+            pod.down_until_ms = self.now_ms + self.rng.uniform(*LEADER_DOWN_MS)
+            self.count("leaders lost after shrinking past their commit offset")
+
+
+@dataclasses.dataclass(frozen=True)
+class Targeted:
+    faults: Faults
+    cluster: type[Cluster] = Cluster
+
+
+TARGETED: dict[str, Targeted] = {
+    # Hole 2: a learner still catching up elected. The replication factor
+    # cycles through even sizes often (3 -> 2 -> 4 -> 3: a learner added each
+    # time it grows), operators ask for leader moves often, learners stop
+    # part-way, bursts of writes keep learners behind, short lags keep a
+    # follower behind too.
+    "even-learners": Targeted(
+        Faults(
+            operator=0.015,
+            leader_move=0.005,
+            learner_stop=0.002,
+            burst=0.02,
+            long_lag=0.0005,
+            long_lag_ms=(40.0, 150.0),
+            slow_sync_share=0.5,
+        )
+    ),
+    # A member the commit still needs removed (CrashAfterShrink): the
+    # replication factor changes often under steady writes, so followers are a
+    # few entries apart when a removal lands; fewer other faults, which would
+    # end the history first.
+    "shrink-then-crash": Targeted(
+        Faults(
+            operator=0.015,
+            burst=0.02,
+            power_loss=0.0001,
+            correlated_power_loss=0.0,
+            cut=0.0001,
+            isolation=0.0,
+            controller_crash=0.0,
+            leader_move=0.0001,
+            slow_sync_share=0.5,
+        ),
+        CrashAfterShrink,
+    ),
+    # Hole 1: a wiped member keeps its vote (WipeWhileLagging). The
+    # replication factor stays 3: the history needs a leader and two followers.
+    "wipe-while-lagging": Targeted(Faults(burst=0.02), WipeWhileLagging),
+}
