@@ -26,6 +26,7 @@ from cairn.storage.core.meta import INCARNATION_KEY, decode_u64
 from cairn.storage.core.replication.replica import Member
 from cairn.storage.directory import ShardDirectory
 from cairn.storage.kv.store import Column
+from cairn.storage.replicas import Replicas
 from cairn.storage.rpc.coordination import CoordinationService, coordination_handlers
 from cairn.storage.rpc.health import HealthService, add_health_service
 from cairn.storage.rpc.replication import ReplicationService, replication_handlers
@@ -94,6 +95,7 @@ class Pod:
         self.epoch = NO_EPOCH
         self.loop: VirtualLoop | None = None
         self.directory = ShardDirectory(pushed_map=True)
+        self.replicas = Replicas(self.directory, SimShardStorage(self))
         self.peers = SimPeers(cluster.net, name)
         self.health = HealthService()
         self.down_until_ms = 0.0
@@ -125,9 +127,10 @@ class Pod:
         self.directory = ShardDirectory(pushed_map=True)
         self.health = HealthService()
 
+        self.replicas = Replicas(self.directory, SimShardStorage(self))
+
         async def reopen() -> None:
-            for shard_id in sorted(self.disks):
-                self.directory.add_replica(self._open(shard_id))
+            self.replicas.reopen()
 
         try:
             loop.run_until_complete(reopen())
@@ -148,7 +151,7 @@ class Pod:
         net_pod.loop = loop
         net_pod.handlers = handlers
 
-    def _open(self, shard_id: int) -> ShardReplica:
+    def open_replica(self, shard_id: int) -> ShardReplica:
         disk = self.disks[shard_id]
         clock = self.clock_ms
         return ShardReplica(
@@ -231,21 +234,29 @@ class Pod:
         self.epoch = admit(self.epoch, epoch)
 
     def replica_for(self, shard_id: int, spec: ShardSpec | None) -> ShardReplica:
-        replica = self.directory._replicas.get(shard_id)
-        if replica is not None:
-            return replica
-        if spec is None:
-            return self.directory.replica(shard_id)  # ShardNotFound
-        self.disks[shard_id] = ShardDisk(spec)
-        replica = self._open(shard_id)
-        self.directory.add_replica(replica)
-        self.cluster.count("replicas created")
-        return replica
+        return self.replicas.replica_for(shard_id, spec)
 
     async def delete_replica(self, shard_id: int) -> None:
-        replica = self.directory.replica(shard_id)
-        self.directory.remove_replica(shard_id)
-        self._tally(replica)
-        await replica.close()
-        del self.disks[shard_id]
-        self.cluster.count("replicas deleted")
+        self._tally(self.directory.replica(shard_id))
+        await self.replicas.delete(shard_id)
+
+
+class SimShardStorage:
+    """A pod's replicas on its simulated disks (replicas.ShardStorage)."""
+
+    def __init__(self, pod: Pod) -> None:
+        self.pod = pod
+
+    def stored(self) -> list[tuple[int, ShardSpec]]:
+        return [(shard_id, disk.spec) for shard_id, disk in self.pod.disks.items()]
+
+    def create(self, shard_id: int, spec: ShardSpec) -> None:
+        self.pod.disks[shard_id] = ShardDisk(spec)
+        self.pod.cluster.count("replicas created")
+
+    def open(self, shard_id: int, spec: ShardSpec) -> ShardReplica:
+        return self.pod.open_replica(shard_id)
+
+    def delete(self, shard_id: int) -> None:
+        del self.pod.disks[shard_id]
+        self.pod.cluster.count("replicas deleted")

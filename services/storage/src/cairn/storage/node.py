@@ -2,10 +2,9 @@
 
 Two gRPC servers: the client API (Oxia-compatible) on the public port, the
 coordination and replication APIs on the internal port; both serve the standard
-gRPC health service (the controller watches it on the internal port). A replica is created by
-the controller's first NewTerm for it (which carries the shard's spec, stored in
-`shards/<id>/shard.json`) and removed by DeleteShard. After a restart every
-stored replica comes back fenced, to be given a role again by the controller.
+gRPC health service (the controller watches it on the internal port). The
+replicas it hosts (replicas.py) are kept in `shards/<id>/`, each with its spec
+in `shard.json`.
 The highest controller epoch seen is kept in `controller-epoch` (calls of older
 controllers are refused, see cairn.storage.controller_epoch).
 
@@ -25,7 +24,6 @@ from pathlib import Path
 
 import grpc
 
-from cairn.common.errors import ShardNotFound
 from cairn.common.files import write_atomically
 from cairn.common.grpc_access import InternalAccessInterceptor
 from cairn.common.keyorder import KeyOrder
@@ -35,6 +33,7 @@ from cairn.storage.config import NodeConfig, ShardSpec
 from cairn.storage.controller_epoch import EPOCH_FILE, ControllerEpochFence
 from cairn.storage.core.replication.replica import Member
 from cairn.storage.directory import ShardDirectory
+from cairn.storage.replicas import Replicas
 from cairn.storage.replication.peers import PeerChannels
 from cairn.storage.rpc import new_server
 from cairn.storage.rpc.access import AccessControl
@@ -73,6 +72,46 @@ def _read_spec(path: Path) -> ShardSpec:
     )
 
 
+class FileShardStorage:
+    """Replicas in `shards/<id>/` under the data directory, each with its spec in
+    `shard.json` (replicas.ShardStorage)."""
+
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
+        self.shards_dir = config.data_dir / SHARDS_DIR
+
+    def stored(self) -> list[tuple[int, ShardSpec]]:
+        self.shards_dir.mkdir(parents=True, exist_ok=True)
+        return [
+            (int(spec_path.parent.name), _read_spec(spec_path))
+            for spec_path in sorted(self.shards_dir.glob(f"*/{SPEC_FILE}"))
+        ]
+
+    def create(self, shard_id: int, spec: ShardSpec) -> None:
+        directory = self.shards_dir / str(shard_id)
+        directory.mkdir(parents=True, exist_ok=True)
+        write_atomically(directory / SPEC_FILE, _spec_document(spec))
+
+    def open(self, shard_id: int, spec: ShardSpec) -> ShardReplica:
+        config = self.config
+        return ShardReplica.open(
+            shard_id,
+            spec,
+            self.shards_dir / str(shard_id),
+            config.limits,
+            config.wal_segment_size_bytes,
+            config.wal_retention,
+            config.replication,
+            wal_zero_fill_bytes=config.wal_zero_fill_bytes,
+            wal_spare_segments=config.wal_spare_segments,
+        )
+
+    def delete(self, shard_id: int) -> None:
+        directory = self.shards_dir / str(shard_id)
+        (directory / SPEC_FILE).unlink(missing_ok=True)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 class NodeServer:
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
@@ -88,11 +127,8 @@ class NodeServer:
         self.me = Member("", "")
         self.health = HealthService()
         self.epochs = ControllerEpochFence(config.data_dir / EPOCH_FILE)
+        self.replicas = Replicas(self.directory, FileShardStorage(config))
         self._servers: list[grpc.aio.Server] = []
-
-    @property
-    def shards_dir(self) -> Path:
-        return self.config.data_dir / SHARDS_DIR
 
     async def start(self) -> Member:
         config = self.config
@@ -122,11 +158,8 @@ class NodeServer:
             config.internal_advertised_address
             or advertised_address(config.bind_host, internal_port),
         )
-        self.shards_dir.mkdir(parents=True, exist_ok=True)
-        for spec_path in sorted(self.shards_dir.glob(f"*/{SPEC_FILE}")):
-            shard_id = int(spec_path.parent.name)
-            self.directory.add_replica(self._open(shard_id, _read_spec(spec_path)))
-        log.info("reopened %d shard replicas (fenced)", len(self.directory.replicas()))
+        reopened = self.replicas.reopen()
+        log.info("reopened %d shard replicas (fenced)", reopened)
         public.add_generic_rpc_handlers(generic_handlers(self.client_service))
         internal.add_generic_rpc_handlers(
             [
@@ -143,51 +176,16 @@ class NodeServer:
         self.health.set_serving()
         return self.me
 
-    def _open(self, shard_id: int, spec: ShardSpec) -> ShardReplica:
-        config = self.config
-        return ShardReplica.open(
-            shard_id,
-            spec,
-            self.shards_dir / str(shard_id),
-            config.limits,
-            config.wal_segment_size_bytes,
-            config.wal_retention,
-            config.replication,
-            wal_zero_fill_bytes=config.wal_zero_fill_bytes,
-            wal_spare_segments=config.wal_spare_segments,
-        )
-
     # -- coordination.ReplicaHost ----------------------------------------------------
 
     def admit_controller(self, epoch: int) -> None:
         self.epochs.admit(epoch)
 
     def replica_for(self, shard_id: int, spec: ShardSpec | None) -> ShardReplica:
-        """The shard's replica here, created (empty) if there is none and `spec` is
-        given."""
-        try:
-            return self.directory.replica(shard_id)
-        except ShardNotFound:
-            if spec is None:
-                raise
-        directory = self.shards_dir / str(shard_id)
-        directory.mkdir(parents=True, exist_ok=True)
-        # The spec is durable before the replica exists: a restart reopens it.
-        write_atomically(directory / SPEC_FILE, _spec_document(spec))
-        replica = self._open(shard_id, spec)
-        self.directory.add_replica(replica)
-        log.info("shard %d: replica created for namespace %r", shard_id, spec.namespace)
-        return replica
+        return self.replicas.replica_for(shard_id, spec)
 
     async def delete_replica(self, shard_id: int) -> None:
-        replica = self.directory.replica(shard_id)
-        self.directory.remove_replica(shard_id)
-        await replica.close()
-        directory = self.shards_dir / str(shard_id)
-        # The spec goes first: a crash part way leaves no replica to reopen.
-        (directory / SPEC_FILE).unlink(missing_ok=True)
-        shutil.rmtree(directory, ignore_errors=True)
-        log.info("shard %d: replica deleted", shard_id)
+        await self.replicas.delete(shard_id)
 
     # -- lifecycle -------------------------------------------------------------------
 
