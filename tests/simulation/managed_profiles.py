@@ -19,6 +19,9 @@ LAG_BEFORE_WIPE_MS = (200.0, 1_200.0)
 RECREATE_WAIT_MS = 3_000.0
 # From the re-creation to the leader's loss: the follower is still catching up.
 CRASH_AFTER_RECREATE_MS = (0.0, 120.0)
+# A shrink past the commit offset the controller does not record within this
+# long is let go.
+SHRINK_RECORDED_WITHIN_MS = 500.0
 # The leader stays down this long, past the controller's failure detection:
 # the members left may elect without it.
 LEADER_DOWN_MS = (400.0, 1_500.0)
@@ -99,10 +102,12 @@ class WipeWhileLagging(Cluster):
 
 
 class CrashAfterShrink(Cluster):
-    """A removal's worst moment ("remove a member the commit needs"): whenever
-    the leader's ensemble shrinks while its commit offset is held by fewer
-    than a majority of the voters left, the leader loses power at once and
-    stays down past failure detection, so the members that remain elect among
+    """A removal's worst moment ("remove a member the commit needs"): when the
+    leader's ensemble shrinks while its commit offset is held by fewer than a
+    majority of the voters left, the leader loses power as soon as the
+    controller has recorded the removal (the removed member no longer counts
+    in an election) if a member left still lacks what was committed, and
+    stays down past failure detection: the members that remain elect among
     themselves. The real leader never shrinks its ensemble then
     (QuorumTracker.remove): with the real code this only adds faults."""
 
@@ -110,6 +115,8 @@ class CrashAfterShrink(Cluster):
         super().__init__(seed, faults)
         # (leader, term) -> how many followers it had at the last step
         self._followers: dict[tuple[str, int], int] = {}
+        # A shrink past the commit offset: (leader, term, commit offset, until ms).
+        self._shrunk: tuple[str, int, int, float] | None = None
 
     def _faults(self) -> None:
         super()._faults()
@@ -127,8 +134,31 @@ class CrashAfterShrink(Cluster):
             holding = sum(
                 1 for v in quorum.voters if quorum.acked.get(v, NO_OFFSET) >= quorum.commit_offset
             )
-            if holding * 2 > len(quorum.voters):
-                continue
+            if holding * 2 <= len(quorum.voters):
+                until = self.now_ms + SHRINK_RECORDED_WITHIN_MS
+                self._shrunk = (pod.name, replica.term, quorum.commit_offset, until)
+        self._crash_once_recorded()
+
+    def _crash_once_recorded(self) -> None:
+        if self._shrunk is None:
+            return
+        name, term, commit, until = self._shrunk
+        record, replica = self.record(), self.pods[name].replica()
+        if self.now_ms > until or replica is None or replica.term != term:
+            self._shrunk = None
+            return
+        if record is None or record.term != term or record.leaving:
+            return  # not recorded yet
+        self._shrunk = None
+        lacking = [
+            member
+            for member in record.ensemble
+            if member != name
+            and (disk := self.pods[member].disk()) is not None
+            and disk.wal.synced_offset < commit
+        ]
+        if lacking:
+            pod = self.pods[name]
             pod.lose_power()
             pod.down_until_ms = self.now_ms + self.rng.uniform(*LEADER_DOWN_MS)
             self.count("leaders lost after shrinking past their commit offset")

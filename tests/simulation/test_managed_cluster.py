@@ -15,12 +15,20 @@ import pytest
 from simulation import managed_pod, summary
 from simulation import replica as sim_replica
 from simulation.managed_cluster import PROFILES, Cluster
+from simulation.managed_profiles import TARGETED, Targeted
 from simulation.mutants import MUTANTS
 from simulation.real_cluster import Violation
 
+# The broad profiles and the targeted histories (managed_profiles.py).
+HISTORIES: dict[str, Targeted] = {
+    **{name: Targeted(faults) for name, faults in PROFILES.items()},
+    **TARGETED,
+}
+
 
 def run_history(seed: int, steps: int, profile: str) -> Cluster:
-    cluster = Cluster(seed, PROFILES[profile])
+    history = HISTORIES[profile]
+    cluster = history.cluster(seed, history.faults)
     try:
         cluster.run(steps)
         cluster.heal_and_settle()
@@ -31,7 +39,7 @@ def run_history(seed: int, steps: int, profile: str) -> Cluster:
     return cluster
 
 
-@pytest.mark.parametrize("profile", sorted(PROFILES))
+@pytest.mark.parametrize("profile", sorted(HISTORIES))
 def test_the_shipped_controller_keeps_acknowledged_writes(
     profile: str, sim_seed: int, sim_steps: int
 ) -> None:
@@ -51,9 +59,18 @@ CAUGHT_WITHIN: dict[str, tuple[str, int, int]] = {
     "elect the lowest head": ("churn", 0, 3),
     # (c): a member removed before the rest caught up; a leader elected
     # without what was committed with it.
-    "ensemble changes without waiting": ("wipes", 7, 15),
+    "ensemble changes without waiting": ("wipes", 10, 15),
     # (g): a paused controller, resumed, elects in a term the next one gave.
     "hole 3: no controller-epoch fencing": ("wipes", 8, 15),
+    # (c): B's replica, re-created empty after its disk was lost, counted as
+    # holding what it held; with the lagging C it elects (managed_profiles.py).
+    "hole 1: a wiped member keeps its vote": ("wipe-while-lagging", 0, 5),
+    # Not caught within a CI budget yet, and left to world.py's simulation:
+    # "hole 2: a learner is elected" (even-learners, caught at seed 46 of
+    # seeds 21-66 at 20000 steps: a member elected without a committed entry)
+    # and "remove a member the commit needs" (shrink-then-crash: none in 60
+    # seeds of 20000 steps; the member left catches up before the controller
+    # records the removal).
 }
 
 
