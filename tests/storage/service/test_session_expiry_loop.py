@@ -39,25 +39,26 @@ async def _expiry_survives(tmp_path: Path, failure: Exception) -> None:
     )
     try:
         await lead_alone(replica, ME)
-        first = await replica.create_session(TIMEOUT_MS, "first")
-        second = await replica.create_session(TIMEOUT_MS, "second")
-        real_close = replica._close_session
+        first = await replica.sessions.create(TIMEOUT_MS, "first")
+        second = await replica.sessions.create(TIMEOUT_MS, "second")
+        sessions = replica.sessions
+        real_close = sessions._close
         failed: list[int] = []
 
         async def failing_once(session_id: int, reason: int) -> None:
             if not failed:
                 failed.append(session_id)
-                replica.sessions.forget(session_id)  # as the real close does on any failure
+                sessions.tracker.forget(session_id)  # as the real close does on any failure
                 raise failure
             await real_close(session_id, reason)
 
-        replica._close_session = failing_once  # type: ignore[method-assign]
+        sessions._close = failing_once  # type: ignore[method-assign]
         now[0] += TIMEOUT_MS + 1
         assert await eventually(lambda: bool(failed)), "no expired session was closed"
         survivor = {first, second} - set(failed)
         await _until_gone(replica, survivor)
         # Later expiries are still served.
-        third = await replica.create_session(TIMEOUT_MS, "third")
+        third = await replica.sessions.create(TIMEOUT_MS, "third")
         now[0] += TIMEOUT_MS + 1
         await _until_gone(replica, {third})
         assert set(failed) <= {first, second}

@@ -47,11 +47,8 @@ from google.protobuf.message import Message
 
 from cairn.common import tracing
 from cairn.common.errors import (
-    CairnError,
-    InvalidRequest,
     InvalidTerm,
     OffsetPassed,
-    SessionNotFound,
     Unavailable,
     WriteOutcomeUnknown,
 )
@@ -70,13 +67,8 @@ from cairn.storage.config import (
     ReplicationSettings,
     ShardSpec,
 )
-from cairn.storage.core.apply import (
-    CloseOutcome,
-)
 from cairn.storage.core.entries import (
     CLIENT_WRITE,
-    CLOSE_SESSION,
-    CREATE_SESSION,
     TERM_START,
     Folded,
     encode_entry,
@@ -112,19 +104,13 @@ from cairn.storage.core.replication.terms import (
     history_of,
 )
 from cairn.storage.core.retention import WalRetention, trim_target
-from cairn.storage.core.sessions import (
-    MAX_SESSION_TIMEOUT_MS,
-    MIN_SESSION_TIMEOUT_MS,
-    SessionTracker,
-    session_key,
-    stored_sessions,
-)
 from cairn.storage.core.shard_core import ShardCore
 from cairn.storage.core.state_digest import DigestBuilder, StateDigest
 from cairn.storage.kv import Column, KvStore
 from cairn.storage.ports import DiskWork, LogStore, ThreadDiskWork
 from cairn.storage.replication.wire import entry_id_message, node_message, spec_message
 from cairn.storage.shard_files import ShardFiles
+from cairn.storage.shard_sessions import ShardSessions
 from cairn.storage.snapshot import SnapshotInstaller
 from cairn.storage.wal import LogEntry, WalError, WalOptions
 
@@ -135,7 +121,6 @@ log = logging.getLogger(__name__)
 
 # How often the leader looks for expired sessions; expiry happens at most this
 # late after a full timeout without a heartbeat.
-SESSION_CHECK_INTERVAL_S = 0.25
 # A state digest hashes this many records between turns of the event loop.
 _DIGEST_ITEMS_PER_TURN = 1000
 # How often a shard compares its WAL size with the retention.
@@ -215,7 +200,6 @@ class ShardReplica:
         self.replication = replication or ReplicationSettings()
         self.files = files
         self._clock_ms = clock_ms
-        self._session_clock_ms = session_clock_ms
         self._rules = ShardRules(
             shard_id,
             spec.key_order,
@@ -232,7 +216,7 @@ class ShardReplica:
         self._sequence_advanced = asyncio.Event()
         self._load_state(incarnation_source)
         self._apply_step = ApplyStep(self.core, kv, self._rules, limits, self.replication)
-        self.sessions = SessionTracker()
+        self.sessions = ShardSessions(self, session_clock_ms)
         self._leader: LeaderRole | None = None
         # Set while core.taken_over: a leader has applied its term's first entry.
         self._serving = asyncio.Event()
@@ -274,7 +258,6 @@ class ShardReplica:
         # Metrics (metrics.py reads them): latencies in fixed buckets, plain ints.
         self.write_latency, self.read_latency = LatencyCounter(), LatencyCounter()
         self.wal_sync_latency, self.wal_trims = LatencyCounter(), 0
-        self.sessions_created = self.sessions_expired = 0
         self.folds = self.folded_requests = self.folded_operations = 0
         self.snapshots_started = self.snapshots_completed = self.snapshot_bytes = 0
         self.snapshot_latency = LatencyCounter(SNAPSHOT_DURATION_BOUNDS_S)
@@ -342,7 +325,9 @@ class ShardReplica:
         self._tasks = [
             loop.create_task(self._sync_loop(), name=f"syncer-{shard}"),
             loop.create_task(self._apply_loop(), name=f"applier-{shard}"),
-            loop.create_task(self._expiry_loop(), name=f"session-expiry-{shard}"),
+            loop.create_task(
+                self.sessions.expire(lambda: self._closing), name=f"session-expiry-{shard}"
+            ),
             loop.create_task(self._retention_loop(), name=f"wal-retention-{shard}"),
         ]
 
@@ -489,7 +474,7 @@ class ShardReplica:
             body = internal_pb.TermStartEntry(leader=me.internal_address)
             # Never waits for room: what fills the pipeline may be inherited entries
             # that only this entry lets commit.
-            await self._append(TERM_START, body.SerializeToString(), body, wait_for_space=False)
+            await self.append(TERM_START, body.SerializeToString(), body, wait_for_space=False)
         log.info("shard %d: leading term %d from offset %d", self.shard_id, term, term_start.offset)
         return term_start
 
@@ -542,7 +527,7 @@ class ShardReplica:
                     wait_ms / 1000, self._takeover_timer_fired, term
                 )
             return
-        self._rearm_sessions()
+        self.sessions.rearm()
         self._serving.set()
 
     def _takeover_timer_fired(self, term: int) -> None:
@@ -805,7 +790,7 @@ class ShardReplica:
             await self._space_freed.wait()
             self._check_writable()
 
-    async def _append(
+    async def append(
         self,
         kind: int,
         raw_body: bytes,
@@ -981,96 +966,6 @@ class ShardReplica:
             found.append(entry)
             size += len(entry.payload)
         return found
-
-    # ---- sessions -------------------------------------------------------------------
-
-    async def create_session(self, timeout_ms: int, client_identity: str, owner: str = "") -> int:
-        """`owner`: the authenticated principal, recorded in the replicated state."""
-        if not MIN_SESSION_TIMEOUT_MS <= timeout_ms <= MAX_SESSION_TIMEOUT_MS:
-            raise InvalidRequest(
-                f"session timeout {timeout_ms} ms is outside "
-                f"[{MIN_SESSION_TIMEOUT_MS}, {MAX_SESSION_TIMEOUT_MS}] ms"
-            )
-        await self.wait_taken_over()
-        entry = internal_pb.CreateSessionEntry(
-            timeout_ms=timeout_ms, client_identity=client_identity, owner=owner
-        )
-        future = await self._append(CREATE_SESSION, entry.SerializeToString(), entry)
-        session_id: int = await future
-        self.sessions.open(session_id, timeout_ms, self._session_clock_ms(), owner)
-        self.sessions_created += 1
-        return session_id
-
-    def session_owner(self, session_id: int) -> str | None:
-        """Who opened the session: the leader's tracker, else the replicated state
-        (a session an inherited entry created after this leader took over); None
-        if it exists in neither."""
-        owner = self.sessions.owner(session_id)
-        if owner is not None:
-            return owner
-        stored = self.kv.get(Column.META, session_key(session_id))
-        return None if stored is None else internal_pb.SessionState.FromString(stored).owner
-
-    async def keep_alive(self, session_id: int) -> None:
-        await self.wait_serving()
-        if not self.sessions.heartbeat(session_id, self._session_clock_ms()):
-            raise SessionNotFound(f"session {session_id} does not exist on shard {self.shard_id}")
-
-    async def close_session(self, session_id: int) -> None:
-        """Delete the session's ephemeral records, through the log, then answer."""
-        await self.wait_serving()
-        if not self.sessions.start_closing(session_id):
-            raise SessionNotFound(f"session {session_id} does not exist on shard {self.shard_id}")
-        await self._close_session(session_id, internal_pb.CLOSED_BY_CLIENT)
-
-    async def _close_session(self, session_id: int, reason: int) -> None:
-        """Append CloseSession entries until one reports the session gone (each
-        deletes a bounded number of its records)."""
-        entry = internal_pb.CloseSessionEntry(session_id=session_id, reason=reason)  # type: ignore[arg-type]
-        raw = entry.SerializeToString()
-        try:
-            while await (await self._append(CLOSE_SESSION, raw, entry)) is CloseOutcome.MORE:
-                pass
-        finally:
-            self.sessions.forget(session_id)
-
-    def _rearm_sessions(self) -> None:
-        """A new leader gives every stored session a fresh full timeout."""
-        self.sessions = SessionTracker()
-        now = self._session_clock_ms()
-        for session_id, state in stored_sessions(self.kv):
-            # A close interrupted by a crash or failover is finished at once (as an expiry).
-            self.sessions.open(
-                session_id, 0 if state.closing else state.timeout_ms, now, state.owner
-            )
-
-    async def _expiry_loop(self) -> None:
-        while not self._closing:
-            await asyncio.sleep(SESSION_CHECK_INTERVAL_S)
-            if not self.serving:
-                continue
-            for session_id in self.sessions.expired(self._session_clock_ms()):
-                if self.sessions.start_closing(session_id):
-                    log.info("shard %d: session %d expired", self.shard_id, session_id)
-                    self.sessions_expired += 1
-                    # Expiry waits its turn in the log like any write; a failure leaves
-                    # the session for the next leader (it restarts the timeout), and
-                    # never ends this loop: this replica may lead again.
-                    try:
-                        await self._close_session(session_id, internal_pb.EXPIRED)
-                    except CairnError as error:  # not leading any more, closing, ...
-                        log.info(
-                            "shard %d: session %d not closed here: %s",
-                            self.shard_id,
-                            session_id,
-                            error,
-                        )
-                    except Exception:
-                        log.exception(
-                            "shard %d: closing expired session %d failed",
-                            self.shard_id,
-                            session_id,
-                        )
 
     # ---- WAL retention ----------------------------------------------------------------
 

@@ -165,7 +165,7 @@ class ClientService:
         validate_write(request, self.limits, len(raw), plain_puts)
         # Checked before the entry is logged: a refused write changes nothing.
         self._check(
-            caller, "Write", write_problem(caller, shard.namespace, request, shard.session_owner)
+            caller, "Write", write_problem(caller, shard.namespace, request, shard.sessions.owner)
         )
         routing_key = routing_key_of_write(request)
         if misrouted(routing_key, self.directory.hash_range(shard_id)):
@@ -591,7 +591,7 @@ class ClientService:
                 raise InvalidRequest("client identity is too long")
             self._check_session_cap(caller)
             # The owner is the authenticated caller, never the client_identity it sent.
-            session_id = await shard.create_session(
+            session_id = await shard.sessions.create(
                 request.session_timeout_ms, request.client_identity, caller.owner
             )
         except CairnError as error:
@@ -607,9 +607,9 @@ class ClientService:
             self._check(
                 caller,
                 "KeepAlive",
-                session_problem(caller, shard.session_owner(request.session_id)),
+                session_problem(caller, shard.sessions.owner(request.session_id)),
             )
-            await shard.keep_alive(request.session_id)
+            await shard.sessions.keep_alive(request.session_id)
         except CairnError as error:
             await abort(context, error)
         return pb.KeepAliveResponse()
@@ -623,9 +623,9 @@ class ClientService:
             self._check(
                 caller,
                 "CloseSession",
-                session_problem(caller, shard.session_owner(request.session_id)),
+                session_problem(caller, shard.sessions.owner(request.session_id)),
             )
-            await shard.close_session(request.session_id)
+            await shard.sessions.close(request.session_id)
         except CairnError as error:
             await abort(context, error)
         return pb.CloseSessionResponse()
