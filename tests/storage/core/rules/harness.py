@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cairn.storage.core.events import NewTerm, Truncate
+from cairn.storage.core.events import BecomeLeader, NewTerm, Truncate
 from cairn.storage.core.ready import Ready
 from cairn.storage.core.replication.applied_changes import commit_for_followers
 from cairn.storage.core.replication.leader import FollowerPhase, LeaderCore
@@ -69,6 +69,8 @@ def _ready(ready: Ready[None]) -> str:
         steps.append(f"cut after {ready.cut_log_after}")
     if ready.sync_log:
         steps.append("sync")
+    if ready.lead is not None:
+        steps.append(f"lead, first entry for {ready.lead.first_entry.leader}")
     return ", ".join(steps) or "nothing to do"
 
 
@@ -147,19 +149,17 @@ class Cluster:
         leader = self.replicas[args[0]]
         term = _option(args, "term")
         core = leader.core
-        term_start = core.become_leader(term, leader.member)
+        followers = tuple(r.member for r in self.replicas.values() if r is not leader)
+        ready = core.step(BecomeLeader(term, leader.member, followers, None, MAX_IN_FLIGHT_ENTRIES))
+        assert ready.lead is not None
+        leader.leading = ready.lead.quorum
+        # The driver logs the term's first entry.
+        term_start = EntryId(term, core.term_start_offset)
         core.log.append(term_start.term, term_start.offset)
-        followers = [r.member for r in self.replicas.values() if r is not leader]
-        leader.leading = LeaderCore(
-            term,
-            leader.member,
-            followers,
-            core.commit_offset,
-            term_start.offset,
-            MAX_IN_FLIGHT_ENTRIES,
-        )
-        core.on_leading(term_start, leader.leading)
-        return [f"{leader.name} leads term {term}; its first entry is {_entry(term_start)}"]
+        return [
+            f"{leader.name} leads term {term} ({_ready(ready)}); "
+            f"its first entry is {_entry(term_start)}"
+        ]
 
     def _write(self, args: list[str]) -> list[str]:
         leader = self.replicas[args[0]]

@@ -56,7 +56,6 @@ from cairn.common.keyorder import KeyOrder
 from cairn.common.telemetry import LatencyCounter
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import replication_pb2 as rpb
-from cairn.proto import storage_internal_pb2 as internal_pb
 from cairn.storage import folding
 from cairn.storage.apply_step import ApplyFailed, ApplyStep, WaitForCommit, WroteLeaderChanges
 from cairn.storage.clock import monotonic_ms, wall_clock_ms
@@ -74,7 +73,7 @@ from cairn.storage.core.entries import (
     encode_entry,
 )
 from cairn.storage.core.entry_apply import ShardRules
-from cairn.storage.core.events import Closing, NewTerm, SnapshotOffered, Truncate
+from cairn.storage.core.events import BecomeLeader, Closing, NewTerm, SnapshotOffered, Truncate
 from cairn.storage.core.folding import WriteFold
 from cairn.storage.core.meta import (
     COMMIT_OFFSET_KEY,
@@ -457,24 +456,17 @@ class ShardReplica:
         (`make_leader` builds the replication side around the term's quorum)."""
         async with self._storage_lock:
             self._check_writable()
-            term_start = self.core.become_leader(term, me)
-            leading = LeaderCore(
-                term,
-                me,
-                followers,
-                self.core.commit_offset,
-                term_start.offset,
-                self.replication.max_in_flight_entries,
-                incarnations,
+            event = BecomeLeader(
+                term, me, tuple(followers), incarnations, self.replication.max_in_flight_entries
             )
-            self.core.on_leading(term_start, leading)
+            lead = self.core.step(event).lead
+            assert lead is not None
             self._serving.clear()
             self._apply_step.on_leading()
-            self._leader = make_leader(self, leading)
-            body = internal_pb.TermStartEntry(leader=me.internal_address)
-            # Never waits for room: what fills the pipeline may be inherited entries
-            # that only this entry lets commit.
+            self._leader = make_leader(self, lead.quorum)
+            body = lead.first_entry
             await self.append(TERM_START, body.SerializeToString(), body, wait_for_space=False)
+        term_start = EntryId(term, self.core.term_start_offset)
         log.info("shard %d: leading term %d from offset %d", self.shard_id, term, term_start.offset)
         return term_start
 

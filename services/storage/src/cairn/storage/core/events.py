@@ -9,6 +9,7 @@ to do.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from cairn.storage.core.replication.replica import Member
@@ -21,6 +22,19 @@ class NewTerm:
     the answer is the replica's head and commit offset."""
 
     term: int
+
+
+@dataclass(frozen=True, slots=True)
+class BecomeLeader:
+    """The controller makes the fenced replica (`me`) leader of `term`, with
+    `followers` (`incarnations`: of their data, as the controller recorded
+    them); each follower's stream has at most `window` entries in flight."""
+
+    term: int
+    me: Member
+    followers: tuple[Member, ...]
+    incarnations: Mapping[str, int] | None
+    window: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,4 +61,4 @@ class Closing:
     """The replica shuts down: it stops leading, if it did."""
 
 
-Event = NewTerm | Truncate | SnapshotOffered | Closing
+Event = NewTerm | BecomeLeader | Truncate | SnapshotOffered | Closing

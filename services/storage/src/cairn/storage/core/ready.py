@@ -11,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Generic
 
+from cairn.proto import storage_internal_pb2 as internal_pb
 from cairn.storage.core.folding import WriteFold
 from cairn.storage.core.pending import W
+from cairn.storage.core.replication.leader import LeaderCore
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +31,17 @@ class SteppedDown(Generic[W]):
 
 
 @dataclass(frozen=True, slots=True)
+class Leading:
+    """A leadership begins: replicate to the followers with `quorum` (the
+    term's), then log `first_entry` (the term's first), without waiting for room
+    in the write buffer: what fills it may be inherited entries that only this
+    entry lets commit."""
+
+    quorum: LeaderCore
+    first_entry: internal_pb.TermStartEntry
+
+
+@dataclass(frozen=True, slots=True)
 class Ready(Generic[W]):
     """1. `persist_term`: write the core's term durably (nobody may hear of a
           term the replica could forget after a crash);
@@ -38,10 +51,12 @@ class Ready(Generic[W]):
     4. `cut_log_after`: drop the log's entries after this offset, then tell the
           core (`on_log_cut`);
     5. `sync_log`: make the whole log durable: the answer reports the head as
-          held."""
+          held;
+    6. `lead`: start leading (see Leading)."""
 
     persist_term: bool = False
     stepped_down: SteppedDown[W] | None = None
     new_stream: bool = False
     cut_log_after: int | None = None
     sync_log: bool = False
+    lead: Leading | None = None

@@ -40,6 +40,7 @@ from google.protobuf.message import Message
 
 from cairn.common.errors import Overloaded
 from cairn.proto import oxia_client_pb2 as pb
+from cairn.proto import storage_internal_pb2 as internal_pb
 from cairn.storage.core.apply import MAX_RECORDS_PER_CLOSE_ENTRY
 from cairn.storage.core.entries import (
     CLIENT_WRITE,
@@ -48,10 +49,17 @@ from cairn.storage.core.entries import (
     Folded,
     LogEntry,
 )
-from cairn.storage.core.events import Closing, Event, NewTerm, SnapshotOffered, Truncate
+from cairn.storage.core.events import (
+    BecomeLeader,
+    Closing,
+    Event,
+    NewTerm,
+    SnapshotOffered,
+    Truncate,
+)
 from cairn.storage.core.folding import WriteFold, keys_of, may_fold, starts_fold
 from cairn.storage.core.pending import PendingEntry, PendingQueue, ReadLog, W, decoded
-from cairn.storage.core.ready import Ready, SteppedDown
+from cairn.storage.core.ready import Leading, Ready, SteppedDown
 from cairn.storage.core.replication.leader import LeaderCore
 from cairn.storage.core.replication.replica import Member, ReplicaCore, Role
 from cairn.storage.core.replication.terms import NO_OFFSET, EntryId, TermHistory
@@ -119,6 +127,8 @@ class ShardCore(ReplicaCore, Generic[W]):
         match event:
             case NewTerm(term):
                 return self._fence(term)
+            case BecomeLeader():
+                return self._lead(event)
             case Truncate(term, leader, leader_log):
                 return self._truncate(term, leader, leader_log)
             case SnapshotOffered(term, leader):
@@ -138,6 +148,21 @@ class ShardCore(ReplicaCore, Generic[W]):
         # The controller elects by the head this answers: it must survive a power
         # loss, or the elected replica could lead with a shorter log than it claimed.
         return Ready(persist_term=changed, stepped_down=self._step_down(was_leading), sync_log=True)
+
+    def _lead(self, event: BecomeLeader) -> Ready[W]:
+        term_start = self.become_leader(event.term, event.me)
+        quorum = LeaderCore(
+            event.term,
+            event.me,
+            event.followers,
+            self.commit_offset,
+            term_start.offset,
+            event.window,
+            event.incarnations,
+        )
+        self.on_leading(term_start, quorum)
+        first_entry = internal_pb.TermStartEntry(leader=event.me.internal_address)
+        return Ready(lead=Leading(quorum, first_entry))
 
     def _truncate(self, term: int, leader: Member, leader_log: TermHistory) -> Ready[W]:
         # Both checked before anything changes.
