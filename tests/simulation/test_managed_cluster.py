@@ -87,3 +87,11 @@ def test_the_checks_catch_a_broken_rule(mutant: str, monkeypatch: pytest.MonkeyP
 def _first_violation(profile: str, seeds: list[int]) -> None:
     for seed in seeds:
         run_history(seed, MUTANT_STEPS, profile)
+
+
+@pytest.mark.parametrize(("profile", "seed"), [("wipe-while-lagging", 310)])
+def test_histories_a_campaign_found_stuck(profile: str, seed: int) -> None:
+    """310: a cut-off follower replaced on the word of a leader that had not
+    heard the other follower lost its disk; once the leader crashed, the shard
+    could not elect (tests/controller/test_no_replacement_past_a_lost_disk.py)."""
+    run_history(seed, MUTANT_STEPS, profile)

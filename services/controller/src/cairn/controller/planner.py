@@ -716,15 +716,34 @@ class _Planner:
     def _holding(self, record: ShardRecord, report: ReplicaReport) -> set[str]:
         """The members holding every committed entry: the leader, and the
         voting followers that acknowledged `everything_committed_at` in this
-        term."""
+        term, still with the data the record says they hold. The leader learns
+        that a follower lost its disk only once the follower answers again: a
+        follower whose own report says so (no replica, or another incarnation
+        of its data) holds nothing, whatever its leader last heard from it;
+        and it counts again once its new incarnation is recorded, as an
+        election would count it."""
         by_address = {follower.internal_address: follower for follower in report.followers}
         needed = everything_committed_at(report)
         holding = {record.leader} if record.leader is not None else set()
         for name in record.ensemble:
             follower = by_address.get(self._address(name) or "")
-            if follower is not None and follower.voting and follower.acked_offset >= needed:
+            if (
+                follower is not None
+                and follower.voting
+                and follower.acked_offset >= needed
+                and record.intact(name, follower.incarnation)
+                and not self._lost_data(record, name)
+            ):
                 holding.add(name)
         return holding
+
+    def _lost_data(self, record: ShardRecord, name: str) -> bool:
+        """Does `name`'s own latest report show it lost the data it is recorded
+        to hold (no replica any more, or another incarnation of it)?"""
+        if self._lost_replica(name, record.shard):
+            return True
+        own = self.observed.report(name, record.shard)
+        return own is not None and not record.intact(name, own.incarnation)
 
     def _ensemble_change(
         self,
