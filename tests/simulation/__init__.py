@@ -47,6 +47,21 @@ The whole cluster runs in one process under one `random.Random(seed)`:
                     checkers bite
     scenario.py     scripted runs, for histories random search rarely reaches
 
+The shipped code, on simulated pods (the runtime above is to go, issue 45):
+
+    managed_cluster.py   the shipped controller (runtime.Controller) and storage
+                         pods together: elections, replacements, operators,
+                         controller pauses, lost disks; managed_profiles.py adds
+                         the targeted histories
+    managed_pod.py       a pod: node.py's replica lifecycle (replicas.py) and the
+                         real coordination, replication and health services
+    managed_controller.py  controller processes and their lease
+    pod_checks.py        the invariants, on the pods' real state
+    pod_clients.py       writes and reads as the client API makes them
+    script.py            scripted runs of the shipped pods (test_pod_scenarios.py)
+    real_cluster.py      pods elected by a script, under random faults
+    grpc_net.py, disk.py, virtual_loop.py   the simulated network, disks and time
+
 Run long: uv run --frozen pytest tests/simulation --sim-seeds 500 --sim-steps 5000
 (see conftest.py). A failure prints its seed and step, every replica's state and
 the tail of the trace.
