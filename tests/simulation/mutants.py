@@ -26,6 +26,7 @@ from cairn.storage.core.replication.quorum import QuorumTracker
 from cairn.storage.core.replication.terms import NO_OFFSET
 from cairn.storage.core.shard_core import ShardCore
 from cairn.storage.replication.leader import ReplicatingLeader
+from cairn.storage.shard import ShardReplica
 from simulation import replica
 from simulation.context import RuntimeRules
 from simulation.world import SimConfig
@@ -233,6 +234,12 @@ def _takes_over_at_once(self: ShardCore[Any], now_ms: int, serves_from_ms: int) 
 _takeover_wait_ms = ShardCore.takeover_wait_ms
 
 
+def _appended(replica: ShardReplica) -> int:
+    """shard.py: a replica counts what it appended as durable before its fsync
+    covers it (as leader, and in its acknowledgements as follower)."""
+    return replica.core.log.last_offset
+
+
 def _rules(**changes: bool) -> RuntimeRules:
     return dataclasses.replace(RuntimeRules(), **changes)
 
@@ -270,7 +277,10 @@ MUTANTS: dict[str, Mutant] = {
         SimConfig(rules=_rules(term_start_rule=False)),
         patches=((QuorumTracker, "for_new_term", classmethod(_quorum_without_term_start)),),
     ),
-    "acknowledge unsynced entries": Mutant(SimConfig(rules=_rules(ack_only_durable=False))),
+    "acknowledge unsynced entries": Mutant(
+        SimConfig(rules=_rules(ack_only_durable=False)),
+        patches=((ShardReplica, "durable_offset", property(_appended)),),
+    ),
     # Rules of the shard's own core (ShardCore.step): what its answer to a
     # controller's NewTerm or a leader's Truncate reports is not made durable.
     "NewTerm answers an unsynced head": Mutant(

@@ -55,6 +55,8 @@ MUTANT_STEPS = 5000
 CAUGHT_WITHIN: dict[str, tuple[str, int, int]] = {
     # (e): a replica applies an entry its disk does not hold durably yet.
     "apply past the durable offset": ("steady", 0, 3),
+    # (e): a replica takes what it appended for durable (and applies it).
+    "acknowledge unsynced entries": ("steady", 0, 3),
     # (c): the new leader's first entry replaces one a member committed.
     "elect the lowest head": ("churn", 0, 3),
     # (c): a member removed before the rest caught up; a leader elected

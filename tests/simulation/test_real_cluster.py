@@ -10,14 +10,10 @@ Seeds and steps are the simulation's options (conftest.py): a campaign is
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
-from cairn.storage.core.shard_core import ShardCore
-from cairn.storage.replication.leader import ReplicatingLeader
-from cairn.storage.shard import ShardReplica
 from simulation import summary
+from simulation.mutants import MUTANTS
 from simulation.real_cluster import Cluster, Violation
 
 
@@ -41,46 +37,23 @@ def test_acknowledged_writes_survive_on_the_shipped_code(
     assert cluster.counters.get("writes acknowledged", 0) > 0
 
 
-def _count_unsynced_as_durable(monkeypatch: pytest.MonkeyPatch) -> None:
-    """shard.py: a replica counts what it appended as durable before its fsync
-    covers it (as leader, and in its acknowledgements as follower)."""
-    unsynced = property(lambda replica: replica.core.log.last_offset)
-    monkeypatch.setattr(ShardReplica, "durable_offset", unsynced)
-
-
-def _reads_without_the_lease(monkeypatch: pytest.MonkeyPatch) -> None:
-    """replication/leader.py: a leader takes its lease as always held, and
-    answers reads cut off from the rest."""
-    monkeypatch.setattr(ReplicatingLeader, "lease_holds", lambda leader: True)
-
-
-def _serve_before_older_leases_end(monkeypatch: pytest.MonkeyPatch) -> None:
-    """ShardCore: a new leader takes over as soon as its first entry is
-    applied, while an older leader's lease may still let it answer reads."""
-    takeover_wait_ms = ShardCore.takeover_wait_ms
-
-    def at_once(core: ShardCore[object], now_ms: int, serves_from_ms: int) -> int | None:
-        return takeover_wait_ms(core, now_ms, now_ms)
-
-    monkeypatch.setattr(ShardCore, "takeover_wait_ms", at_once)
-
-
-# Each mutant of the shipped code, the seed that first catches it (run first)
-# and how many seeds it is given; MUTANT_STEPS steps each.
-MUTANTS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], int, int]] = {
-    "count unsynced entries as durable": (_count_unsynced_as_durable, 3, 30),
-    "reads without the lease": (_reads_without_the_lease, 3, 30),
-    "a new leader serves before older leases end": (_serve_before_older_leases_end, 0, 30),
+# Each mutant of the shipped code (mutants.py), the seed that first catches it
+# (run first) and how many seeds it is given; MUTANT_STEPS steps each.
+CAUGHT_WITHIN: dict[str, tuple[int, int]] = {
+    "acknowledge unsynced entries": (3, 30),
+    "reads without the lease": (3, 30),
+    "a new leader serves before older leases end": (0, 30),
 }
 MUTANT_STEPS = 5000
 
 
-@pytest.mark.parametrize("mutant", sorted(MUTANTS))
+@pytest.mark.parametrize("mutant", sorted(CAUGHT_WITHIN))
 def test_the_checks_catch_a_broken_rule_of_the_shipped_code(
     mutant: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    breaks, first, seeds = MUTANTS[mutant]
-    breaks(monkeypatch)
+    for target, name, value in MUTANTS[mutant].patches:
+        monkeypatch.setattr(target, name, value)
+    first, seeds = CAUGHT_WITHIN[mutant]
     with pytest.raises(Violation):
         _first_violation([first, *(seed for seed in range(seeds) if seed != first)])
 
