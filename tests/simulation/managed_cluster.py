@@ -48,6 +48,7 @@ from simulation.managed_controller import ControllerProcess, Lease
 from simulation.managed_pod import SHARD, Pod
 from simulation.pod_checks import PodChecks
 from simulation.pod_clients import Clients
+from simulation.pod_lockers import Lockers
 from simulation.real_cluster import LIMITS, SETTINGS, STEP_MS, Violation, sync_latency_ms
 from simulation.virtual_loop import VirtualLoop
 
@@ -90,6 +91,8 @@ class Faults:
     # Per step and learner that has taken something: it loses power.
     learner_stop: float = 0.0
     burst: float = 0.005
+    # Chance per step that the lockers act (0: no lockers).
+    lockers: float = 0.0
     # Of the pods' syncs, the share that is slow (5-40 ms, not 0.2-2 ms).
     slow_sync_share: float = 0.1
 
@@ -108,6 +111,9 @@ PROFILES: dict[str, Faults] = {
     "lagging": Faults(long_lag=0.001),
     "churn": CHURN,
     "wipes": dataclasses.replace(CHURN, lost_disk=0.001),
+    # Clients with sessions taking an ephemeral lock (pod_lockers.py), and
+    # more cuts, which may leave them with an old leader.
+    "sessions": Faults(lockers=0.3, cut=0.005),
 }
 
 
@@ -134,6 +140,7 @@ class Cluster:
         self.checks = PodChecks()
         self.violations = self.checks.violations
         self.clients = Clients(self.count, self.violations)
+        self.lockers = Lockers(2, self.rng, lambda: self.now_ms, self.count, self.violations)
         # The highest commit offset a leader had when it acknowledged a write:
         # a replica durable up to here holds every acknowledged write.
         self.acknowledged_within = -1
@@ -263,6 +270,10 @@ class Cluster:
         if leader is not None and self.rng.random() < 0.9:
             return leader
         return self.pods[self.rng.choice(sorted(self.pods))]
+
+    def _up_client_target(self) -> Pod | None:
+        pod = self._client_target()
+        return pod if pod.up else None
 
     def client_write(self, pod: Pod | None = None) -> None:
         pod = pod or self._client_target()
@@ -473,6 +484,8 @@ class Cluster:
                     self.client_write(pod)
             if self.rng.random() < 0.2:
                 self.client_read()
+            if self.faults.lockers and self.rng.random() < self.faults.lockers:
+                self.lockers.act(self._up_client_target)
             self.step()
 
     def heal_and_settle(self, within_ms: float = 10_000) -> None:

@@ -24,9 +24,11 @@ from cairn.storage.core.ready import Ready
 from cairn.storage.core.replication.leader import FollowerPhase, FollowerProgress, LeaderCore
 from cairn.storage.core.replication.quorum import QuorumTracker
 from cairn.storage.core.replication.terms import NO_OFFSET
+from cairn.storage.core.sessions import SessionTracker, stored_sessions
 from cairn.storage.core.shard_core import ShardCore
 from cairn.storage.replication.leader import ReplicatingLeader
 from cairn.storage.shard import ShardReplica
+from cairn.storage.shard_sessions import ShardSessions
 from simulation import replica
 from simulation.context import RuntimeRules
 from simulation.world import SimConfig
@@ -240,6 +242,15 @@ def _appended(replica: ShardReplica) -> int:
     return replica.core.log.last_offset
 
 
+def _rearm_expired(sessions: ShardSessions) -> None:
+    """A new leader takes every stored session as expired (no fresh timeout):
+    their ephemeral records go while their clients still keep them alive."""
+    sessions.tracker = SessionTracker()
+    now = sessions.clock_ms()
+    for session_id, state in stored_sessions(sessions.replica.kv):
+        sessions.tracker.open(session_id, 0, now, state.owner)
+
+
 def _rules(**changes: bool) -> RuntimeRules:
     return dataclasses.replace(RuntimeRules(), **changes)
 
@@ -345,6 +356,9 @@ MUTANTS: dict[str, Mutant] = {
     # entries a crash takes from the log.
     "apply past the durable offset": Mutant(
         patches=((ShardCore, "appliable_offset", _apply_past_durable),)
+    ),
+    "sessions expire when a leader takes over": Mutant(
+        patches=((ShardSessions, "rearm", _rearm_expired),)
     ),
     "hole 3: no controller-epoch fencing": Mutant(
         patches=(

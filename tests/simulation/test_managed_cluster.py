@@ -57,6 +57,9 @@ CAUGHT_WITHIN: dict[str, tuple[str, int, int]] = {
     "apply past the durable offset": ("steady", 0, 3),
     # (e): a replica takes what it appended for durable (and applies it).
     "acknowledge unsynced entries": ("steady", 0, 3),
+    # (h): a new leader expires the sessions at once; another locker takes
+    # the lock while its holder still keeps its session alive.
+    "sessions expire when a leader takes over": ("sessions", 0, 3),
     # (c): the new leader's first entry replaces one a member committed.
     "elect the lowest head": ("churn", 0, 3),
     # (c): a member removed before the rest caught up; a leader elected
