@@ -106,9 +106,9 @@ class CrashAfterShrink(Cluster):
     leader's ensemble shrinks while its commit offset is held by fewer than a
     majority of the voters left, the leader loses power as soon as the
     controller has recorded the removal (the removed member no longer counts
-    in an election) if a member left still lacks what was committed, and
-    stays down past failure detection: the members that remain elect among
-    themselves. The real leader never shrinks its ensemble then
+    in an election) if a member left has not synced what was committed, and
+    that member with it; the leader stays down past failure detection: the
+    members that remain elect among themselves. The real leader never shrinks its ensemble then
     (QuorumTracker.remove): with the real code this only adds faults."""
 
     def __init__(self, seed: int, faults: Faults | None = None) -> None:
@@ -158,9 +158,16 @@ class CrashAfterShrink(Cluster):
             and disk.wal.synced_offset < commit
         ]
         if lacking:
+            # The leader and the members that lack what it committed lose power
+            # together (a rack): those come back soon, without what they had not
+            # synced; the leader stays down past failure detection.
             pod = self.pods[name]
             pod.lose_power()
             pod.down_until_ms = self.now_ms + self.rng.uniform(*LEADER_DOWN_MS)
+            for member in lacking:
+                if self.pods[member].up:
+                    self.pods[member].lose_power()
+                    self.pods[member].down_until_ms = self.now_ms + self.rng.uniform(5, 50)
             self.count("leaders lost after shrinking past their commit offset")
 
 

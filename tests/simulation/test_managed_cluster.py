@@ -77,10 +77,10 @@ CAUGHT_WITHIN: dict[str, tuple[str, int, int]] = {
     # seeds 0-45 of 20000 steps do not catch it (the world's simulation needs
     # 31 seeds of 20 simulated seconds too).
     "hole 2: a learner is elected": ("even-learners", 46, 60),
-    # Not caught yet, and left to world.py's simulation: "remove a member the
-    # commit needs" (shrink-then-crash: none in 60 seeds of 20000 steps; the
-    # leader is lost while the member left lacks what it committed, but the
-    # shard waits for the leader rather than electing that member alone).
+    # (f), (b): the leader dropped a member whose acknowledgement its commit
+    # offset needed; it lost power with the member left, which had not synced
+    # what was committed; that member, back first, was elected without it.
+    "remove a member the commit needs": ("shrink-then-crash", 0, 5),
 }
 
 
