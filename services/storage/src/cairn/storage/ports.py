@@ -6,6 +6,8 @@ simulated disk on a virtual clock (tests/simulation).
     KvStore    the key-value store (kv/store.py; RocksKv, MemoryKv)
     DiskWork   where blocking disk work runs (fsync, a cut, a trim) off the loop
     Peers      channels to the other pods (replication/peers.py)
+    ReplicaFiles  where the KV and log live, opened again after a snapshot
+               install replaced them (shard_files.py)
     clocks     plain callables returning milliseconds (clock.py)
 """
 
@@ -18,7 +20,10 @@ from typing import Protocol, TypeVar
 
 import grpc
 
+from cairn.proto.replication_pb2 import SnapshotChunk
 from cairn.storage.core.entries import LogEntry
+from cairn.storage.core.replication.terms import EntryId
+from cairn.storage.kv.store import KvStore
 
 T = TypeVar("T")
 
@@ -97,3 +102,28 @@ class Peers(Protocol):
     """A channel to each other pod, by internal address, reused."""
 
     def get(self, address: str) -> grpc.aio.Channel: ...
+
+
+class SnapshotInstall(Protocol):
+    """One snapshot stream being received (snapshot.py's SnapshotInstaller)."""
+
+    def add(self, chunk: SnapshotChunk) -> None: ...
+
+    def finish(self) -> EntryId:
+        """Verify the stream and install it (the replica's KV and log closed);
+        the last entry it includes."""
+        ...
+
+    def abort(self) -> None: ...
+
+
+class ReplicaFiles(Protocol):
+    """Where a replica's KV and log live (shard_files.py's ShardFiles on a pod):
+    opened again after a snapshot replaced them."""
+
+    def open(self) -> tuple[KvStore, LogStore]: ...
+
+    def installer(self, local_meta: Sequence[tuple[bytes, bytes]]) -> SnapshotInstall:
+        """A snapshot install; `local_meta`: this replica's own META records,
+        kept through it."""
+        ...

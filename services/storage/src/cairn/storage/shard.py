@@ -106,11 +106,10 @@ from cairn.storage.core.retention import WalRetention, trim_target
 from cairn.storage.core.shard_core import ShardCore
 from cairn.storage.core.state_digest import DigestBuilder, StateDigest
 from cairn.storage.kv import Column, KvStore
-from cairn.storage.ports import DiskWork, LogStore, ThreadDiskWork
+from cairn.storage.ports import DiskWork, LogStore, ReplicaFiles, SnapshotInstall, ThreadDiskWork
 from cairn.storage.replication.wire import entry_id_message, node_message, spec_message
 from cairn.storage.shard_files import ShardFiles
 from cairn.storage.shard_sessions import ShardSessions
-from cairn.storage.snapshot import SnapshotInstaller
 from cairn.storage.wal import LogEntry, WalError, WalOptions
 
 if TYPE_CHECKING:
@@ -180,7 +179,7 @@ class ShardReplica:
         disk: DiskWork | None = None,
         maintenance: DiskWork = _MAINTENANCE,
         replication: ReplicationSettings | None = None,
-        files: ShardFiles | None = None,
+        files: ReplicaFiles | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
         session_clock_ms: Callable[[], int] = monotonic_ms,
         wal_retention: WalRetention | None = None,
@@ -698,9 +697,7 @@ class ShardReplica:
                 await self._carry_out(self.core.step(SnapshotOffered(term, leader)))
             # Received without the lock (it may take long): the replica keeps
             # answering fences meanwhile, and the install checks nothing changed.
-            installer = SnapshotInstaller(
-                self.files.directory, [(INCARNATION_KEY, encode_u64(self.incarnation))]
-            )
+            installer = self.files.installer([(INCARNATION_KEY, encode_u64(self.incarnation))])
             try:
                 async for chunk in chunks:
                     installer.add(chunk)
@@ -723,7 +720,7 @@ class ShardReplica:
         finally:
             self._snapshot_receiving = False
 
-    async def _install(self, installer: SnapshotInstaller) -> EntryId:
+    async def _install(self, installer: SnapshotInstall) -> EntryId:
         # The KV and WAL are replaced under the pipeline: stop it first.
         self._log_busy = True
         await self._pause_pipeline()

@@ -7,11 +7,12 @@ again through the same `ShardFiles` it was opened with, so the options a pod cho
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from cairn.storage.kv import KvStore, RocksKv
-from cairn.storage.snapshot import finish_pending_install
+from cairn.storage.snapshot import SnapshotInstaller, finish_pending_install
 from cairn.storage.wal import Wal, WalOptions
 
 
@@ -30,3 +31,6 @@ class ShardFiles:
         except BaseException:
             kv.close()
             raise
+
+    def installer(self, local_meta: Sequence[tuple[bytes, bytes]]) -> SnapshotInstaller:
+        return SnapshotInstaller(self.directory, local_meta)
