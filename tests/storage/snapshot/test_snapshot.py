@@ -498,8 +498,9 @@ def test_an_interrupted_transfer_is_removed(tmp_path: Path, chunks: list[Chunk])
     for chunk in chunks[:3]:
         installer.add(chunk)
     # The process dies mid-transfer: its RocksDB closes with it.
-    assert installer._kv is not None
-    installer._kv.close()
+    staged = installer._stream.staged
+    assert staged is not None
+    staged.close()
 
     assert finish_pending_install(shard_dir) is False
     assert staged_leftovers(shard_dir) == []

@@ -56,7 +56,7 @@ import json
 import shutil
 import struct
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from cairn.common.files import fsync_directory, temp_path, write_atomically
@@ -69,7 +69,7 @@ from cairn.storage.core.meta import (
     encode_entry_id,
 )
 from cairn.storage.core.replication.terms import EntryId
-from cairn.storage.kv import Change, Column, KvReader, RocksKv
+from cairn.storage.kv import Change, Column, KvReader, KvStore, RocksKv
 from cairn.storage.wal import Wal
 
 KV_DIR_NAME = "kv"
@@ -171,45 +171,30 @@ def _chunks(
 # -- receiving ---------------------------------------------------------------------------
 
 
-class SnapshotInstaller:
-    """Receives one snapshot stream for the shard replica in `shard_dir`.
+class SnapshotStream:
+    """Checks one snapshot stream, chunk by chunk, and writes its records into a
+    fresh KV (`open_staged`, called at the first chunk): the receiving side of
+    the protocol, whatever the KV is stored in (a staging RocksDB on a pod).
 
-    `add` each chunk in order, then `finish`; on any SnapshotError the staged data is
-    already deleted. `abort` drops a transfer that will not complete.
-    """
+    `add` each chunk in order (SnapshotError for one out of protocol), then
+    `seal`: SnapshotError if the stream is incomplete or damaged; otherwise
+    `local_meta` (the receiver's own META records, LOCAL_META_KEYS) is written
+    and the staged KV synced, and it is the caller's to install."""
 
-    def __init__(self, shard_dir: Path, local_meta: Sequence[tuple[bytes, bytes]] = ()) -> None:
-        """`local_meta`: the receiving replica's own META records (LOCAL_META_KEYS),
-        written into the staged KV so the install keeps them atomically."""
+    def __init__(
+        self, open_staged: Callable[[], KvStore], local_meta: Sequence[tuple[bytes, bytes]] = ()
+    ) -> None:
         if any(key not in LOCAL_META_KEYS for key, _ in local_meta):
             raise ValueError(f"not local META keys: {[key for key, _ in local_meta]}")
+        self._open_staged = open_staged
         self._local_meta = list(local_meta)
-        self._shard_dir = shard_dir
-        self._staging_dir = shard_dir / STAGING_DIR_NAME
-        if (shard_dir / MARKER_FILE_NAME).exists():
-            # Its staged KV is committed: a new transfer must not overwrite it.
-            raise SnapshotError(
-                f"{shard_dir}: an earlier snapshot install is pending;"
-                " run finish_pending_install first"
-            )
-        # A staging directory without a marker is an interrupted transfer.
-        _remove_dir(self._staging_dir)
-        self._kv: RocksKv | None = None
+        self.staged: KvStore | None = None
         self._header: replication_pb2.SnapshotHeader | None = None
         self._record_count = 0
         self._crc = 0
         self._last: replication_pb2.SnapshotChunk | None = None  # without its records
-        self._closed = False  # finished or aborted
 
     def add(self, chunk: replication_pb2.SnapshotChunk) -> None:
-        self._check_open()
-        try:
-            self._add(chunk)
-        except SnapshotError:
-            self.abort()
-            raise
-
-    def _add(self, chunk: replication_pb2.SnapshotChunk) -> None:
         if self._last is not None:
             raise SnapshotError("a chunk after the last one")
         if self._header is None:
@@ -228,9 +213,9 @@ class SnapshotInstaller:
             if column is Column.META and key in LOCAL_META_KEYS:
                 continue  # the sender's own, not ours (see _shard_state)
             changes.append((column, key, value))
-        assert self._kv is not None
+        assert self.staged is not None
         if changes:
-            self._kv.write(changes)
+            self.staged.write(changes)
         self._crc = crc
         self._record_count += len(chunk.records)
         if chunk.last:
@@ -245,36 +230,10 @@ class SnapshotInstaller:
             raise SnapshotError("the header has no last included entry")
         self._header = replication_pb2.SnapshotHeader()
         self._header.CopyFrom(chunk.header)
-        self._kv = RocksKv(self._staging_dir)
+        self.staged = self._open_staged()
 
-    def finish(self) -> EntryId:
-        """Verify the stream, then install it; returns the last included entry.
-
-        SnapshotError if the stream is incomplete or damaged (staging deleted, replica
-        untouched). Any other error after the marker is written leaves an install that
-        `finish_pending_install` completes.
-        """
-        self._check_open()
-        try:
-            last_included = self._verify()
-            kv = self._kv
-            assert kv is not None
-            if self._local_meta:
-                kv.write([(Column.META, key, value) for key, value in self._local_meta])
-            # Durable before the marker: the marker says the staged KV is complete.
-            kv.sync()
-            kv.close()
-            self._kv = None
-        except BaseException:
-            self.abort()
-            raise
-        self._closed = True
-        # Once the marker may exist the staged KV is never deleted, even on error here.
-        _write_marker(self._shard_dir, last_included)
-        finish_pending_install(self._shard_dir)
-        return last_included
-
-    def _verify(self) -> EntryId:
+    def seal(self) -> EntryId:
+        """Verify the stream and make the staged KV durable; the last included entry."""
         if self._header is None or self._last is None:
             raise SnapshotError("the stream ended before its last chunk")
         if self._record_count != self._last.record_count:
@@ -288,13 +247,84 @@ class SnapshotInstaller:
                 f" the sender computed {self._last.checksum:#010x}"
             )
         last_included = EntryId(self._header.last_included.term, self._header.last_included.offset)
-        assert self._kv is not None
-        commit_offset = decode_i64(self._kv.get(Column.META, COMMIT_OFFSET_KEY), -1)
+        staged = self.staged
+        assert staged is not None
+        commit_offset = decode_i64(staged.get(Column.META, COMMIT_OFFSET_KEY), -1)
         if commit_offset != last_included.offset:
             raise SnapshotError(
                 f"the snapshot's commit offset {commit_offset} is not its last included"
                 f" offset {last_included.offset}"
             )
+        if self._local_meta:
+            staged.write([(Column.META, key, value) for key, value in self._local_meta])
+        staged.sync()
+        return last_included
+
+
+def log_base_change(last_included: EntryId) -> Change:
+    """The META record that makes `last_included` the replica's head while its
+    log is empty (after an install)."""
+    return (
+        Column.META,
+        LOG_BASE_KEY,
+        encode_entry_id(last_included.term, last_included.offset),
+    )
+
+
+class SnapshotInstaller:
+    """Receives one snapshot stream for the shard replica in `shard_dir`, staged
+    in `kv.incoming` (SnapshotStream), then installed crash-safely.
+
+    `add` each chunk in order, then `finish`; on any SnapshotError the staged data is
+    already deleted. `abort` drops a transfer that will not complete.
+    """
+
+    def __init__(self, shard_dir: Path, local_meta: Sequence[tuple[bytes, bytes]] = ()) -> None:
+        """`local_meta`: the receiving replica's own META records (LOCAL_META_KEYS),
+        written into the staged KV so the install keeps them atomically."""
+        self._shard_dir = shard_dir
+        self._staging_dir = shard_dir / STAGING_DIR_NAME
+        self._stream = SnapshotStream(lambda: RocksKv(self._staging_dir), local_meta)
+        if (shard_dir / MARKER_FILE_NAME).exists():
+            # Its staged KV is committed: a new transfer must not overwrite it.
+            raise SnapshotError(
+                f"{shard_dir}: an earlier snapshot install is pending;"
+                " run finish_pending_install first"
+            )
+        # A staging directory without a marker is an interrupted transfer.
+        _remove_dir(self._staging_dir)
+        self._closed = False  # finished or aborted
+
+    def add(self, chunk: replication_pb2.SnapshotChunk) -> None:
+        self._check_open()
+        try:
+            self._stream.add(chunk)
+        except SnapshotError:
+            self.abort()
+            raise
+
+    def finish(self) -> EntryId:
+        """Verify the stream, then install it; returns the last included entry.
+
+        SnapshotError if the stream is incomplete or damaged (staging deleted, replica
+        untouched). Any other error after the marker is written leaves an install that
+        `finish_pending_install` completes.
+        """
+        self._check_open()
+        try:
+            # Durable before the marker: the marker says the staged KV is complete.
+            last_included = self._stream.seal()
+            staged = self._stream.staged
+            assert staged is not None
+            staged.close()
+            self._stream.staged = None
+        except BaseException:
+            self.abort()
+            raise
+        self._closed = True
+        # Once the marker may exist the staged KV is never deleted, even on error here.
+        _write_marker(self._shard_dir, last_included)
+        finish_pending_install(self._shard_dir)
         return last_included
 
     def abort(self) -> None:
@@ -302,9 +332,9 @@ class SnapshotInstaller:
         if self._closed:
             return
         self._closed = True
-        if self._kv is not None:
-            self._kv.close()
-            self._kv = None
+        if self._stream.staged is not None:
+            self._stream.staged.close()
+            self._stream.staged = None
         _remove_dir(self._staging_dir)
 
     def _check_open(self) -> None:
@@ -373,8 +403,7 @@ def _reset_wal(shard_dir: Path, next_offset: int) -> None:
 def _store_log_base(shard_dir: Path, last_included: EntryId) -> None:
     kv = RocksKv(shard_dir / KV_DIR_NAME)
     try:
-        value = encode_entry_id(last_included.term, last_included.offset)
-        kv.write([(Column.META, LOG_BASE_KEY, value)])
+        kv.write([log_base_change(last_included)])
         kv.sync()
     finally:
         kv.close()
