@@ -42,6 +42,7 @@ from cairn.controller.runtime import Controller
 from cairn.controller.state.memory_store import MemoryCluster
 from cairn.proto import replication_pb2 as rpb
 from cairn.storage.core.replication.replica import Role
+from cairn.storage.core.retention import WalRetention
 from simulation.disk import DiskGone
 from simulation.grpc_net import SimNet
 from simulation.managed_controller import ControllerProcess, Lease
@@ -93,6 +94,9 @@ class Faults:
     burst: float = 0.005
     # Chance per step that the lockers act (0: no lockers).
     lockers: float = 0.0
+    # Pods trim their logs past this many bytes (None: never), so that a
+    # follower back from a long outage is sent a snapshot.
+    wal_max_bytes: int | None = None
     # Of the pods' syncs, the share that is slow (5-40 ms, not 0.2-2 ms).
     slow_sync_share: float = 0.1
 
@@ -114,6 +118,9 @@ PROFILES: dict[str, Faults] = {
     # Clients with sessions taking an ephemeral lock (pod_lockers.py), and
     # more cuts, which may leave them with an old leader.
     "sessions": Faults(lockers=0.3, cut=0.005),
+    # Logs trimmed (a second's check of 4 KiB), outages long enough to need a
+    # snapshot to catch up, and bursts of writes meanwhile.
+    "snapshots": Faults(wal_max_bytes=4096, long_outage_share=0.6, burst=0.01),
 }
 
 
@@ -123,6 +130,8 @@ class Cluster:
         self.faults = faults or Faults()
         self.now_ms = 0.0
         self.replication, self.limits = SETTINGS, LIMITS
+        max_bytes = self.faults.wal_max_bytes
+        self.wal_retention = None if max_bytes is None else WalRetention(max_bytes=max_bytes)
         self.net = SimNet(self.rng)
         self.net.on_request = self._request_sent
         self.pods = {f"pod-{i}": Pod(f"pod-{i}", self) for i in range(PODS)}

@@ -12,7 +12,7 @@ outlives its processes; a power loss keeps what the disks' contracts keep
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -20,10 +20,13 @@ import grpc
 
 from cairn.common.keyorder import KeyOrder
 from cairn.controller.pods import PodAddress
+from cairn.proto import replication_pb2 as rpb
 from cairn.storage.config import Limits, ReplicationSettings, ShardSpec
 from cairn.storage.core.controller_epoch import NO_EPOCH, admit
 from cairn.storage.core.meta import INCARNATION_KEY, decode_u64
 from cairn.storage.core.replication.replica import Member
+from cairn.storage.core.replication.terms import EntryId
+from cairn.storage.core.retention import WalRetention
 from cairn.storage.directory import ShardDirectory
 from cairn.storage.kv.store import Column
 from cairn.storage.replicas import Replicas
@@ -31,6 +34,7 @@ from cairn.storage.rpc.coordination import CoordinationService, coordination_han
 from cairn.storage.rpc.health import HealthService, add_health_service
 from cairn.storage.rpc.replication import ReplicationService, replication_handlers
 from cairn.storage.shard import ShardReplica
+from cairn.storage.snapshot import SnapshotStream, log_base_change
 from simulation.disk import SimKv, SimWal, VirtualDiskWork, ignore_lost_power
 from simulation.grpc_net import SimNet, SimPeers
 from simulation.virtual_loop import VirtualLoop
@@ -45,6 +49,8 @@ class PodWorld(Protocol):
     now_ms: float
     replication: ReplicationSettings
     limits: Limits
+    # None keeps every replica's whole log.
+    wal_retention: WalRetention | None
 
     def count(self, what: str, n: int = 1) -> None: ...
 
@@ -162,6 +168,9 @@ class Pod:
             self.cluster.limits,
             replication=self.cluster.replication,
             disk=VirtualDiskWork(disk.wal, self.cluster.sync_latency_ms),
+            maintenance=VirtualDiskWork(disk.wal, self.cluster.sync_latency_ms),
+            files=SimReplicaFiles(disk),
+            wal_retention=self.cluster.wal_retention,
             clock_ms=clock,
             session_clock_ms=clock,
             incarnation_source=self.cluster.next_incarnation,
@@ -194,6 +203,8 @@ class Pod:
         count(
             "entries applied from the leader's changes", replica.entries_applied_from_leader_changes
         )
+        count("log trims", replica.wal_trims)
+        count("snapshots installed", replica.snapshots_completed)
 
     def spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         assert self.loop is not None
@@ -260,3 +271,44 @@ class SimShardStorage:
     def delete(self, shard_id: int) -> None:
         del self.pod.disks[shard_id]
         self.pod.cluster.count("replicas deleted")
+
+
+class SimReplicaFiles:
+    """A replica's KV and log on its simulated disk, and snapshots installed
+    there (ports.ReplicaFiles): the stream checked as a pod checks it
+    (snapshot.SnapshotStream), staged in a fresh simulated KV, then swapped in
+    with the log reset past the last included entry (at once: the install on
+    a pod survives a crash part way through, which is its own tests' concern)."""
+
+    def __init__(self, disk: ShardDisk) -> None:
+        self.disk = disk
+
+    def open(self) -> tuple[SimKv, SimWal]:
+        return self.disk.kv.reopen(), self.disk.wal.reopen()
+
+    def installer(self, local_meta: Sequence[tuple[bytes, bytes]]) -> SimSnapshotInstall:
+        return SimSnapshotInstall(self.disk, local_meta)
+
+
+class SimSnapshotInstall:
+    def __init__(self, disk: ShardDisk, local_meta: Sequence[tuple[bytes, bytes]]) -> None:
+        self.disk = disk
+        self.stream = SnapshotStream(SimKv, local_meta)
+
+    def add(self, chunk: rpb.SnapshotChunk) -> None:
+        self.stream.add(chunk)
+
+    def finish(self) -> EntryId:
+        last_included = self.stream.seal()
+        staged = self.stream.staged
+        assert isinstance(staged, SimKv)
+        staged.write([log_base_change(last_included)])
+        staged.persist()
+        self.disk.kv = staged
+        wal = self.disk.wal.reopen()
+        wal.reset(last_included.offset + 1)
+        wal.close()
+        return last_included
+
+    def abort(self) -> None:
+        self.stream.staged = None

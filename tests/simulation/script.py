@@ -43,6 +43,7 @@ class Script:
         self.rng = random.Random(0)
         self.now_ms = 0.0
         self.replication, self.limits = replication, limits
+        self.wal_retention = None
         self.net = SimNet(self.rng, latency_ms=(LATENCY_MS, LATENCY_MS))
         self.counters: dict[str, int] = {}
         self.checks = PodChecks()
