@@ -54,9 +54,6 @@ from simulation.real_cluster import LIMITS, SETTINGS, STEP_MS, Violation, sync_l
 from simulation.virtual_loop import VirtualLoop
 
 CONTROLLERS = ("controller", "controller-2")
-PODS = 5
-REPLICATION_FACTOR = 3
-NAMESPACE = NamespaceSpec("default", shards=1, replication_factor=REPLICATION_FACTOR)
 # Calls of the controller that change a pod: a pause right after one is when a
 # stale controller can do harm.
 CHANGING_CALLS = ("NewTerm", "BecomeLeader", "AddFollower", "RemoveFollower", "DeleteShard")
@@ -97,6 +94,11 @@ class Faults:
     # Pods trim their logs past this many bytes (None: never), so that a
     # follower back from a long outage is sent a snapshot.
     wal_max_bytes: int | None = None
+    # Storage pods, and the shard's replication factor (the rest are spares).
+    pods: int = 5
+    replication_factor: int = 3
+    # How long notifications are kept (ms; trimmed every 256th entry).
+    notification_retention_ms: int = LIMITS.notification_retention_ms
     # Of the pods' syncs, the share that is slow (5-40 ms, not 0.2-2 ms).
     slow_sync_share: float = 0.1
 
@@ -121,6 +123,9 @@ PROFILES: dict[str, Faults] = {
     # Logs trimmed (a second's check of 4 KiB), outages long enough to need a
     # snapshot to catch up, and bursts of writes meanwhile.
     "snapshots": Faults(wal_max_bytes=4096, long_outage_share=0.6, burst=0.01),
+    # Five replicas of seven pods, operators and controller pauses as in churn;
+    # notifications kept 100 ms, so that their trims meet apply groups.
+    "five": dataclasses.replace(CHURN, pods=7, replication_factor=5, notification_retention_ms=100),
 }
 
 
@@ -129,19 +134,26 @@ class Cluster:
         self.rng = random.Random(seed)
         self.faults = faults or Faults()
         self.now_ms = 0.0
-        self.replication, self.limits = SETTINGS, LIMITS
+        self.replication = SETTINGS
+        self.limits = dataclasses.replace(
+            LIMITS, notification_retention_ms=self.faults.notification_retention_ms
+        )
         max_bytes = self.faults.wal_max_bytes
         self.wal_retention = None if max_bytes is None else WalRetention(max_bytes=max_bytes)
         self.net = SimNet(self.rng)
         self.net.on_request = self._request_sent
-        self.pods = {f"pod-{i}": Pod(f"pod-{i}", self) for i in range(PODS)}
+        faults = self.faults
+        self.pods = {f"pod-{i}": Pod(f"pod-{i}", self) for i in range(faults.pods)}
         rng, conflicts = self.rng, self.faults.state_conflict
         self.state = MemoryCluster(interfere=lambda: conflicts > 0 and rng.random() < conflicts)
-        spec = ClusterSpec(namespaces=(NAMESPACE,), storage_pods=PODS)
+        namespace = NamespaceSpec("default", shards=1, replication_factor=faults.replication_factor)
+        spec = ClusterSpec(namespaces=(namespace,), storage_pods=faults.pods)
         self.controllers = [ControllerProcess(name, self, self.state, spec) for name in CONTROLLERS]
         self.lease = Lease()
         self.resume_at: dict[str, float] = {}
-        self.replication_factors = (REPLICATION_FACTOR - 1, REPLICATION_FACTOR + 1)
+        rf = faults.replication_factor
+        # An operator's replication factor changes, in turn.
+        self.replication_factors = (rf - 1, rf + 1, rf)
         self.operator_changes = 0
         self.lag_ends_ms: float | None = None
         self.incarnations = 0
@@ -456,7 +468,7 @@ class Cluster:
         turn) or scales the storage pods in by one (or back out)."""
         kind = self.rng.randrange(2)
         if kind == 0:
-            cycle = (*self.replication_factors, REPLICATION_FACTOR)
+            cycle = self.replication_factors
             factor = cycle[self.operator_changes % len(cycle)]
             self.operator_changes += 1
 
@@ -468,7 +480,8 @@ class Cluster:
         else:
 
             def change(spec: ClusterSpec) -> ClusterSpec:
-                pods = PODS - 1 if spec.storage_pods == PODS else PODS
+                most = self.faults.pods
+                pods = most - 1 if spec.storage_pods == most else most
                 return replace(spec, storage_pods=pods)
 
             self.count("scale changes")
