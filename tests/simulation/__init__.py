@@ -1,68 +1,40 @@
-"""Deterministic simulation of one shard under the real controller (see STYLE.md,
-tests, item 3, and ARCHITECTURE.md section 7: what is simulated is what ships).
+"""Deterministic simulation of the shipped code (see STYLE.md, tests, item 3, and
+ARCHITECTURE.md section 7: what is simulated is what ships).
 
-The whole cluster runs in one process under one `random.Random(seed)`:
-- storage pods whose replica of the shard wraps the real pure cores (the
-  replica's `ShardCore`: terms, commit, apply limit, takeover, timestamps,
-  backpressure; the leader's `LeaderCore` and `LeaderLease`; issue 45 has the
-  storage pod's driver itself run here next) over a simulated WAL that loses its unsynced
-  tail on a crash (and everything, with the KV and the controller epoch it kept,
-  when its disk is lost); pods beyond the ensemble start without a replica;
-- the real controller: the real planner (`plan`), executor (with `steps.py` and
-  `choose_leader`) and `StateKeeper`, run on a virtual-time asyncio loop, over
-  the in-memory cluster-state store (versioned compare-and-set, with conflicts
-  injected as another writer would cause them), calling the pods and observing
-  them through the simulated network; two controller processes, one of which
-  may be paused past its lease and resumed (the controller epoch must fence it);
-- operators: leader moves, replication factor changes (n -> n-1 -> n+1 -> n),
-  scale-in and back out of the storage pods (members drained, added, removed);
-- a network that drops, delays, duplicates, reorders and partitions; crashes,
-  power losses, lost disks, long lags;
-- writing clients and readers, and checkers that assert the safety invariants
-  after every step: one leader per term (on the pods, and (g) across every
-  controller's claims), no acknowledged write lost, replicas agreeing on
-  committed entries and states, and reads no older than a write acknowledged
-  before they began.
+The whole cluster runs in one process under one `random.Random(seed)`: the
+shipped controller (cairn.controller.runtime.Controller: its observer,
+planner, executor and keeper) in two processes sharing a lease, and storage
+pods running the shipped storage code (shard.py over ShardCore, the
+replication sender and servicer, the lease, the coordination and health
+services, node.py's replica lifecycle), each process on an asyncio loop on
+simulated time, their disks simulated (a WAL that loses its unsynced tail on a
+power loss, a KV with RocksDB's durability), talking gRPC through their real
+handler tables over a simulated network. Faults: power losses (several pods at
+once too), lost disks (within the fault model), cuts, isolated pods, long
+lags, controller crashes and pauses past the lease, conflicting state writes,
+operators (leader moves, replication factor changes, scaling), log trims and
+snapshots. Clients write, read, and hold sessions and an ephemeral lock, as the
+client API does. Checks after every step: one leader per term, on the pods and
+across the controllers' calls; no acknowledged write lost; committed entries
+agree; one state per applied offset; nothing applied past the durable offset;
+reads fresh; an ephemeral lock never held by two live sessions; and liveness
+once healed.
 
-    world.py        the driver: one step = deliver due messages, inject faults, pump
-    replica.py      a storage pod's replica around ShardCore: coordination and
-                    follower side
-    leading.py      the leader's runtime around LeaderCore and LeaderLease
-    storage.py      the simulated WAL and KV, and entry application
-    network.py      messages in flight, faults, partitions, stream sessions
-    messages.py     the wire messages (mirrors proto/cairn/proto/replication.proto)
-    context.py      what all nodes share (random source, clock, network) and the
-                    runtime's rules (RuntimeRules)
-    controller.py   the real controller under simulation: the virtual-time loop,
-                    pod calls and observations over the simulated network, the
-                    reconcile loop, two controller processes, operators
-    coordinator.py  a scripted controller, only for scripted scenarios (they elect
-                    exactly whom they name, when they say)
-    clients.py      write requests, and a simple oracle of what they do (reads are
-                    world.py's: a reader and the step the read began)
-    observer.py     what happened, as the checkers need it
-    checkers.py     the invariants
-    mutants.py      deliberately broken variants (of the runtime's rules, the
-                    leader core, and the real controller's code), to show that the
-                    checkers bite
-    scenario.py     scripted runs, for histories random search rarely reaches
-
-The shipped code, on simulated pods (the runtime above is to go, issue 45):
-
-    managed_cluster.py   the shipped controller (runtime.Controller) and storage
-                         pods together: elections, replacements, operators,
-                         controller pauses, lost disks; managed_profiles.py adds
-                         the targeted histories
-    managed_pod.py       a pod: node.py's replica lifecycle (replicas.py) and the
-                         real coordination, replication and health services
+    managed_cluster.py   the cluster and its faults; PROFILES
+    managed_profiles.py  targeted histories (issue 38's holes)
+    managed_pod.py       a pod: the replica lifecycle (replicas.py) and the real
+                         coordination, replication and health services; its
+                         files (snapshots) on the simulated disk
     managed_controller.py  controller processes and their lease
     pod_checks.py        the invariants, on the pods' real state
     pod_clients.py       writes and reads as the client API makes them
+    pod_lockers.py       sessions and an ephemeral lock
     script.py            scripted runs of the shipped pods (test_pod_scenarios.py)
     real_cluster.py      pods elected by a script, under random faults
+    mutants.py           broken variants of the shipped code, to show the checks bite
     grpc_net.py, disk.py, virtual_loop.py   the simulated network, disks and time
+    summary.py           what the seeds did, printed at the end of a session
 
 Run long: uv run --frozen pytest tests/simulation --sim-seeds 500 --sim-steps 5000
-(see conftest.py). A failure prints its seed and step, every replica's state and
-the tail of the trace.
+(see conftest.py). A failure prints its seed and what broke.
 """

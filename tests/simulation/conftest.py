@@ -2,8 +2,8 @@
 
     uv run --frozen pytest tests/simulation --sim-seeds 500 --sim-steps 5000
 
-runs 500 seeds (from --sim-first-seed, default 0) of 5000 faulty steps for each
-ensemble size and fault profile. A failure names its seed: rerun just it with
+runs 500 seeds (from --sim-first-seed, default 0) of 5000 faulty steps (simulated
+milliseconds) for each profile. A failure names its seed: rerun just it with
 --sim-first-seed SEED --sim-seeds 1 (and the same --sim-steps).
 """
 
@@ -13,11 +13,9 @@ import pytest
 
 from simulation import summary
 
-# The CI set: seeds x steps for each of (3, 5 replicas) x world.PROFILES (steady,
-# lagging, reading, churn, wipes), each under the real controller. 15 seeds (150
-# runs), not 25: every seed costs seconds on CI's two cores, and the mutants of
-# test_checkers_catch_a_broken_variant show what the checkers catch and how soon;
-# longer campaigns are --sim-seeds N.
+# The CI set: seeds x steps for each profile of the managed cluster (and for 3 and
+# 5 pods of real_cluster.py). 15 seeds: the mutants show what the checks catch
+# and how soon; longer campaigns are --sim-seeds N.
 DEFAULT_SEEDS = 15
 DEFAULT_STEPS = 2000
 

@@ -1,20 +1,20 @@
-"""Deliberately broken variants: each must be caught by a checker within a few
-seeds, which shows that the checkers fail when they should.
+"""Deliberately broken variants of the shipped code: each must be caught by a
+check within a few seeds, which shows that the checks fail when they should.
 
-Each is a SimConfig change (a runtime rule switched off, a leader core with a
-rule undone) and, for the real controller, `patches`: attributes of the real
-controller's code replaced while the mutant runs (test_simulation.py sets them
-with pytest's monkeypatch), each undoing one rule of the planner, the executor,
-`choose_leader` or the keeper. Three of them revert the fixes of issue 38's
-holes: "hole 1: ...", "hole 2: ...", "hole 3: ..."; "remove a member the
-commit needs" reverts the fix of a fourth, found by a longer campaign.
+Each is a tuple of patches: (object, attribute name, replacement), set with
+pytest's monkeypatch while the mutant runs, each undoing one rule of the
+controller (planner, executor, `choose_leader`, keeper), of the shard's core
+(ShardCore, LeaderCore, QuorumTracker) or of its driver. Three of them revert
+the fixes of issue 38's holes: "hole 1: ...", "hole 2: ...", "hole 3: ...";
+"remove a member the commit needs" reverts the fix of a fourth, found by a
+longer campaign. Where each is caught: test_managed_cluster.py,
+test_pod_scenarios.py and test_real_cluster.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from cairn.controller import executor, keeper, planner
@@ -29,16 +29,10 @@ from cairn.storage.core.shard_core import ShardCore
 from cairn.storage.replication.leader import ReplicatingLeader
 from cairn.storage.shard import ShardReplica
 from cairn.storage.shard_sessions import ShardSessions
-from simulation import replica
-from simulation.context import RuntimeRules
-from simulation.world import SimConfig
+from simulation import managed_pod
 
-
-@dataclass(frozen=True)
-class Mutant:
-    config: SimConfig = field(default_factory=SimConfig)
-    # (object, attribute name, replacement)
-    patches: tuple[tuple[object, str, Any], ...] = ()
+# (object, attribute name, replacement)
+Patches = tuple[tuple[object, str, Any], ...]
 
 
 def _lowest_head(
@@ -114,51 +108,6 @@ async def _update_status_from_stale_state(
 def _admit_any(highest: int, epoch: int) -> int:
     """Hole 3 (pods): every controller's call is taken, whatever its epoch."""
     return max(highest, epoch)
-
-
-class IncarnationBlindLeaderCore(LeaderCore):
-    """Hole 1 (leader): a follower that answers with another incarnation of its
-    data keeps its progress and its vote (it is not readmitted as a learner)."""
-
-    def _check_incarnation(self, progress: FollowerProgress, incarnation: int | None) -> None:
-        if incarnation is not None:
-            progress.incarnation = incarnation
-
-    def on_ack(
-        self,
-        member: str,
-        term: int,
-        durable_offset: int,
-        applied_offset: int | None = None,
-        incarnation: int | None = None,
-    ) -> int:
-        return super().on_ack(member, term, durable_offset, applied_offset, None)
-
-
-class WindowFromAppliedLeaderCore(LeaderCore):
-    """Bounds what it sends a follower by what the follower applied, which cannot
-    pass the commit offset: a new leader whose term-start entry lies more than a
-    window past it never commits again (the leader's window rule undone)."""
-
-    def to_send(self, member: str, our_last_offset: int) -> tuple[int, int] | None:
-        progress = self.followers.get(member)
-        if progress is None or progress.phase is not FollowerPhase.STREAMING:
-            return None
-        window_end = min(progress.acked_offset, progress.applied_offset)
-        last = min(our_last_offset, window_end + self.max_in_flight_entries)
-        return (progress.next_offset, last) if progress.next_offset <= last else None
-
-    def on_ack(
-        self,
-        member: str,
-        term: int,
-        durable_offset: int,
-        applied_offset: int | None = None,
-        incarnation: int | None = None,
-    ) -> int:
-        # A head without an applied offset (Truncate's answer) counted as applied.
-        applied = durable_offset if applied_offset is None else applied_offset
-        return super().on_ack(member, term, durable_offset, applied, incarnation)
 
 
 def _keep_any_incarnation(
@@ -251,10 +200,6 @@ def _rearm_expired(sessions: ShardSessions) -> None:
         sessions.tracker.open(session_id, 0, now, state.owner)
 
 
-def _rules(**changes: bool) -> RuntimeRules:
-    return dataclasses.replace(RuntimeRules(), **changes)
-
-
 def _apply_past_durable(self: ShardCore, durable_offset: int) -> int:
     """ShardCore's apply limit without its durable half: a replica applies what
     is committed whether or not its own log holds it durably."""
@@ -270,101 +215,69 @@ def _without_sync(rule: Callable[..., Ready[Any]]) -> Callable[..., Ready[Any]]:
     return unsynced
 
 
-MUTANTS: dict[str, Mutant] = {
-    "elect the lowest head": Mutant(patches=((executor, "choose_leader", _lowest_head),)),
+MUTANTS: dict[str, Patches] = {
+    "elect the lowest head": ((executor, "choose_leader", _lowest_head),),
     # The planner changes the ensemble again without waiting for the leader's
     # voters to match it and a majority to hold the commit offset, and the
     # leader drops whom it is told to at once (else it waits for the rest
     # itself: "remove a member the commit needs").
-    "ensemble changes without waiting": Mutant(
-        patches=(
-            (planner._Planner, "_in_step", _always),
-            (planner._Planner, "_learners", _no_learners),
-            (planner._Planner, "_holding", _all_hold_the_commit_offset),
-            (QuorumTracker, "_held_without", _always),
-        )
+    "ensemble changes without waiting": (
+        (planner._Planner, "_in_step", _always),
+        (planner._Planner, "_learners", _no_learners),
+        (planner._Planner, "_holding", _all_hold_the_commit_offset),
+        (QuorumTracker, "_held_without", _always),
     ),
-    "commit before the term-start entry": Mutant(
-        SimConfig(rules=_rules(term_start_rule=False)),
-        patches=((QuorumTracker, "for_new_term", classmethod(_quorum_without_term_start)),),
+    "commit before the term-start entry": (
+        (QuorumTracker, "for_new_term", classmethod(_quorum_without_term_start)),
     ),
-    "acknowledge unsynced entries": Mutant(
-        SimConfig(rules=_rules(ack_only_durable=False)),
-        patches=((ShardReplica, "durable_offset", property(_appended)),),
-    ),
+    "acknowledge unsynced entries": ((ShardReplica, "durable_offset", property(_appended)),),
     # Rules of the shard's own core (ShardCore.step): what its answer to a
     # controller's NewTerm or a leader's Truncate reports is not made durable.
-    "NewTerm answers an unsynced head": Mutant(
-        patches=((ShardCore, "_fence", _without_sync(ShardCore._fence)),)
+    "NewTerm answers an unsynced head": ((ShardCore, "_fence", _without_sync(ShardCore._fence)),),
+    "Truncate answers an unsynced head": (
+        (ShardCore, "_truncate", _without_sync(ShardCore._truncate)),
     ),
-    "Truncate answers an unsynced head": Mutant(
-        patches=((ShardCore, "_truncate", _without_sync(ShardCore._truncate)),)
+    "reads without the lease": ((ReplicatingLeader, "lease_holds", _always),),
+    "a new leader serves before older leases end": (
+        (ShardCore, "takeover_wait_ms", _takes_over_at_once),
     ),
-    "act on stale Truncates": Mutant(SimConfig(rules=_rules(ignore_stale_truncates=False))),
-    "reads without the lease": Mutant(
-        SimConfig(rules=_rules(reads_need_lease=False)),
-        patches=((ReplicatingLeader, "lease_holds", _always),),
-    ),
-    "a new leader serves before older leases end": Mutant(
-        SimConfig(rules=_rules(takeover_waits_for_old_leases=False)),
-        patches=((ShardCore, "takeover_wait_ms", _takes_over_at_once),),
-    ),
-    "send window anchored at the applied offset": Mutant(
-        SimConfig(leader_core_class=WindowFromAppliedLeaderCore),
-        patches=(
-            (LeaderCore, "to_send", _from_applied_to_send),
-            (LeaderCore, "on_ack", _head_counts_as_applied),
-        ),
-    ),
-    "acknowledge old streams after a new term": Mutant(
-        SimConfig(rules=_rules(end_streams_on_new_term=False))
+    "send window anchored at the applied offset": (
+        (LeaderCore, "to_send", _from_applied_to_send),
+        (LeaderCore, "on_ack", _head_counts_as_applied),
     ),
     # Hole 1: incarnations ignored. The controller takes a member that lost its
     # disk for the replica it was (its empty or partly rebuilt log counts toward
     # an election's majority), and the leader keeps its pre-wipe vote.
-    "hole 1: a wiped member keeps its vote": Mutant(
-        SimConfig(leader_core_class=IncarnationBlindLeaderCore),
-        patches=(
-            (ShardRecord, "intact", _always),
-            (LeaderCore, "_check_incarnation", _keep_any_incarnation),
-            (LeaderCore, "on_ack", _ack_of_any_incarnation),
-        ),
+    "hole 1: a wiped member keeps its vote": (
+        (ShardRecord, "intact", _always),
+        (LeaderCore, "_check_incarnation", _keep_any_incarnation),
+        (LeaderCore, "on_ack", _ack_of_any_incarnation),
     ),
     # Hole 2: choose_leader counts the majority over every member, learners
     # included (no report of who the leader counted), and leader moves and
     # handovers target members that have not caught up, in ensembles that are
     # not in step (a learner still catching up).
-    "hole 2: a learner is elected": Mutant(
-        patches=(
-            (executor, "counted_voters", _nothing),
-            (planner._Planner, "_may_take_over", _any_follower_may_take_over),
-            (planner._Planner, "_in_step", _in_step_with_learners),
-            (planner._Planner, "_learners", _no_learners),
-            (planner._Planner, "_commit_unrecorded", _never),
-        )
+    "hole 2: a learner is elected": (
+        (executor, "counted_voters", _nothing),
+        (planner._Planner, "_may_take_over", _any_follower_may_take_over),
+        (planner._Planner, "_in_step", _in_step_with_learners),
+        (planner._Planner, "_learners", _no_learners),
+        (planner._Planner, "_commit_unrecorded", _never),
     ),
     # The leader drops any member it is told to, even one whose acknowledgement
     # committed entries still need (the controller judged from an older
     # report): those entries are then on fewer than a majority of the rest.
-    "remove a member the commit needs": Mutant(
-        patches=((QuorumTracker, "_held_without", _always),)
-    ),
-    # Hole 3: no controller-epoch fencing: the state takes a stale controller's
-    # writes (computed from the state it held, and re-applied after a
-    # conflict), pods its calls.
+    "remove a member the commit needs": ((QuorumTracker, "_held_without", _always),),
     # A rule of the shard's own core (ShardCore), not of replication: applied
     # entries a crash takes from the log.
-    "apply past the durable offset": Mutant(
-        patches=((ShardCore, "appliable_offset", _apply_past_durable),)
-    ),
-    "sessions expire when a leader takes over": Mutant(
-        patches=((ShardSessions, "rearm", _rearm_expired),)
-    ),
-    "hole 3: no controller-epoch fencing": Mutant(
-        patches=(
-            (keeper.StateKeeper, "_update_status", _update_status_from_stale_state),
-            (keeper.StateKeeper, "fence", _nothing),
-            (replica, "admit", _admit_any),
-        )
+    "apply past the durable offset": ((ShardCore, "appliable_offset", _apply_past_durable),),
+    "sessions expire when a leader takes over": ((ShardSessions, "rearm", _rearm_expired),),
+    # Hole 3: no controller-epoch fencing: the state takes a stale controller's
+    # writes (computed from the state it held, and re-applied after a
+    # conflict), pods their calls (the fence a managed pod admits with).
+    "hole 3: no controller-epoch fencing": (
+        (keeper.StateKeeper, "_update_status", _update_status_from_stale_state),
+        (keeper.StateKeeper, "fence", _nothing),
+        (managed_pod, "admit", _admit_any),
     ),
 }

@@ -12,7 +12,7 @@ too), network cuts, pods isolated from everyone, and elections. Checked:
 The controller here is a script of the election rule (fence every pod it
 reaches, elect the highest head of a majority, the rest follow), and a node of
 the network: a pod cut off from it is taken for dead, though it may lead on.
-The real controller's own rules are simulated in world.py.
+The shipped controller drives the shipped pods in managed_cluster.py.
 """
 
 from __future__ import annotations

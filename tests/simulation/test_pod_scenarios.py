@@ -49,7 +49,7 @@ def new_script() -> Iterator[Callable[..., Script]]:
 
 
 def broken(monkeypatch: pytest.MonkeyPatch, mutant: str) -> None:
-    for target, name, value in MUTANTS[mutant].patches:
+    for target, name, value in MUTANTS[mutant]:
         monkeypatch.setattr(target, name, value)
 
 

@@ -51,7 +51,7 @@ MUTANT_STEPS = 5000
 def test_the_checks_catch_a_broken_rule_of_the_shipped_code(
     mutant: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for target, name, value in MUTANTS[mutant].patches:
+    for target, name, value in MUTANTS[mutant]:
         monkeypatch.setattr(target, name, value)
     first, seeds = CAUGHT_WITHIN[mutant]
     with pytest.raises(Violation):
