@@ -117,8 +117,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# How often the leader looks for expired sessions; expiry happens at most this
-# late after a full timeout without a heartbeat.
 # A state digest hashes this many records between turns of the event loop.
 _DIGEST_ITEMS_PER_TURN = 1000
 # How often a shard compares its WAL size with the retention.

@@ -31,7 +31,8 @@ from cairn.storage.core.sessions import (
 from cairn.storage.kv.store import Column, KvReader
 
 log = logging.getLogger(__name__)
-# How often expired sessions are looked for.
+# How often the leader looks for expired sessions; expiry happens at most this
+# late after a full timeout without a heartbeat.
 SESSION_CHECK_INTERVAL_S = 0.25
 
 
