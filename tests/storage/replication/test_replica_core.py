@@ -225,3 +225,15 @@ def test_answers_of_a_member_whose_removal_finished_end_its_stream() -> None:
         with pytest.raises(NotAFollower):
             answer()
     assert leader.on_ack(B.internal_address, 1, 6) == 5  # counted for nothing
+
+
+def test_a_snapshot_is_installed_only_while_its_leader_is_still_followed() -> None:
+    replica = ReplicaCore(0, term=3, log=log_of([1, 3]))
+    replica.follow(3, A)
+    replica.check_still_following(3, A)
+    replica.fence(4)  # a newer term began during the transfer
+    with pytest.raises(InvalidTerm, match="began during the snapshot of term 3"):
+        replica.check_still_following(3, A)
+    replica.follow(4, B)
+    with pytest.raises(InvalidTerm):
+        replica.check_still_following(4, A)

@@ -705,12 +705,11 @@ class ShardReplica:
                 installer.abort()
                 raise
             async with self._storage_lock:
-                if self.core.term != term or self.core.leader != leader:
+                try:
+                    self.core.check_still_following(term, leader)
+                except InvalidTerm:
                     installer.abort()
-                    raise InvalidTerm(
-                        f"shard {self.shard_id}: term {self.core.term} began during the "
-                        f"snapshot of term {term}"
-                    )
+                    raise
                 head = await self._install(installer)
                 self.snapshots_completed += 1
                 self.snapshot_latency.record_since(started_ns)
@@ -860,7 +859,7 @@ class ShardReplica:
         no write while an older leader may still answer reads."""
         self._check_writable()
         self.core.check_leader()
-        if not self._serving.is_set():
+        if not self.core.taken_over:
             await self.wait_taken_over()
         await self._make_room(len(raw_request) + 1)
         future: asyncio.Future[bytes]

@@ -101,6 +101,15 @@ class ReplicaCore:
                 f"not leader of term {term}"
             )
 
+    def check_still_following(self, term: int, leader: Member) -> None:
+        """A snapshot received from the leader of `term` is installed only if this
+        replica still follows that leader in that term: a newer term may have
+        begun during the transfer, whose leader's log it may not match."""
+        if self.term != term or self.leader != leader:
+            raise InvalidTerm(
+                f"shard {self.shard_id}: term {self.term} began during the snapshot of term {term}"
+            )
+
     def follows(self, term: int) -> bool:
         """Whether this replica follows the leader of `term`."""
         return self.role is Role.FOLLOWER and term == self.term
