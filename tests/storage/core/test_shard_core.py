@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cairn.common.errors import InvalidTerm, Overloaded
+from cairn.common.errors import InvalidTerm, OffsetPassed, Overloaded
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.storage.core.apply import MAX_RECORDS_PER_CLOSE_ENTRY
 from cairn.storage.core.entries import (
@@ -374,3 +374,19 @@ def test_closing_a_leader_steps_it_down() -> None:
     stepped_down = core.step(Closing()).stepped_down
     assert stepped_down == SteppedDown((), None)
     assert core.step(Closing()) == Ready()
+
+
+def test_a_state_digest_waits_at_its_offset_unless_applied_past_it() -> None:
+    core = _core(last_offset=9, applied=5)
+    core.stop_applying_at(7)
+    assert core.apply_limit(durable_offset=9) == 5  # committed only up to 5
+    core.commit_offset = 9
+    assert core.apply_limit(durable_offset=9) == 7  # stops at the digest's offset
+    core.applied_offset = 7
+    core.check_digest_offset(7, reached=True)
+    core.resume_applying_at(7)
+    with pytest.raises(OffsetPassed):
+        core.stop_applying_at(6)
+    core.applied_offset = 9  # a snapshot moved past it while waiting
+    with pytest.raises(OffsetPassed):
+        core.check_digest_offset(8, reached=True)

@@ -48,7 +48,6 @@ from google.protobuf.message import Message
 from cairn.common import tracing
 from cairn.common.errors import (
     InvalidTerm,
-    OffsetPassed,
     Unavailable,
     WriteOutcomeUnknown,
 )
@@ -1079,10 +1078,6 @@ class ShardReplica:
         never straddles it), so that replicas reaching it at different times all
         describe the same state. OffsetPassed once applied beyond it; TimeoutError
         if it is not reached within `timeout_s` (nothing is committed up to it)."""
-        if self.applied_offset > offset:
-            raise OffsetPassed(
-                f"shard {self.shard_id}: applied up to {self.applied_offset}, past {offset}"
-            )
         self.core.stop_applying_at(offset)
         try:
             async with asyncio.timeout(timeout_s):
@@ -1090,11 +1085,7 @@ class ShardReplica:
                     if self.closing:
                         raise Unavailable(f"shard {self.shard_id} is closing")
                     await self._commit_advanced.wait()
-            if self.applied_offset != offset:
-                # A snapshot was installed past it meanwhile.
-                raise OffsetPassed(
-                    f"shard {self.shard_id}: applied up to {self.applied_offset}, past {offset}"
-                )
+            self.core.check_digest_offset(offset, reached=True)
             # Taken now, with no await since applying stopped at `offset`: the view
             # holds exactly the state at `offset`.
             items = self.kv.scan(Column.RECORDS, b"", None, bulk=True)

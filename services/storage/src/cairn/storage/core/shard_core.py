@@ -38,7 +38,7 @@ from typing import Any, Generic, assert_never
 
 from google.protobuf.message import Message
 
-from cairn.common.errors import Overloaded
+from cairn.common.errors import OffsetPassed, Overloaded
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import storage_internal_pb2 as internal_pb
 from cairn.storage.core.apply import MAX_RECORDS_PER_CLOSE_ENTRY
@@ -247,7 +247,20 @@ class ShardCore(ReplicaCore, Generic[W]):
         self.leader_commit_offset = max(self.leader_commit_offset, base.offset)
 
     def stop_applying_at(self, offset: int) -> None:
+        """A state digest at `offset` waits for it: applying stops there until
+        the view is taken (`resume_applying_at`). OffsetPassed if applied past it
+        already: the state at `offset` is gone."""
+        self.check_digest_offset(offset, reached=False)
         self.digest_stops.append(offset)
+
+    def check_digest_offset(self, offset: int, *, reached: bool) -> None:
+        """OffsetPassed if applied past `offset` (and, once `reached`, if not
+        exactly at it: a snapshot installed meanwhile moved past it)."""
+        passed = self.applied_offset > offset or (reached and self.applied_offset != offset)
+        if passed:
+            raise OffsetPassed(
+                f"shard {self.shard_id}: applied up to {self.applied_offset}, past {offset}"
+            )
 
     def resume_applying_at(self, offset: int) -> None:
         self.digest_stops.remove(offset)
