@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from cairn.controller.model import (
@@ -43,14 +42,12 @@ from cairn.controller.state.memory_store import MemoryCluster
 from cairn.proto import replication_pb2 as rpb
 from cairn.storage.core.replication.replica import Role
 from cairn.storage.core.retention import WalRetention
-from simulation.disk import DiskGone
 from simulation.grpc_net import SimNet
 from simulation.managed_controller import ControllerProcess, Lease
 from simulation.managed_pod import SHARD, Pod
-from simulation.pod_checks import PodChecks
-from simulation.pod_clients import Clients
 from simulation.pod_lockers import Lockers
-from simulation.real_cluster import LIMITS, SETTINGS, STEP_MS, Violation, sync_latency_ms
+from simulation.pod_world import SimulatedPods
+from simulation.real_cluster import LIMITS, SETTINGS, Violation, sync_latency_ms
 from simulation.virtual_loop import VirtualLoop
 
 CONTROLLERS = ("controller", "controller-2")
@@ -129,22 +126,21 @@ PROFILES: dict[str, Faults] = {
 }
 
 
-class Cluster:
+class Cluster(SimulatedPods):
     def __init__(self, seed: int, faults: Faults | None = None) -> None:
-        self.rng = random.Random(seed)
-        self.faults = faults or Faults()
-        self.now_ms = 0.0
-        self.replication = SETTINGS
-        self.limits = dataclasses.replace(
-            LIMITS, notification_retention_ms=self.faults.notification_retention_ms
+        rng = random.Random(seed)
+        self.faults = faults = faults or Faults()
+        max_bytes = faults.wal_max_bytes
+        super().__init__(
+            rng,
+            SimNet(rng),
+            SETTINGS,
+            dataclasses.replace(LIMITS, notification_retention_ms=faults.notification_retention_ms),
+            None if max_bytes is None else WalRetention(max_bytes=max_bytes),
         )
-        max_bytes = self.faults.wal_max_bytes
-        self.wal_retention = None if max_bytes is None else WalRetention(max_bytes=max_bytes)
-        self.net = SimNet(self.rng)
         self.net.on_request = self._request_sent
-        faults = self.faults
         self.pods = {f"pod-{i}": Pod(f"pod-{i}", self) for i in range(faults.pods)}
-        rng, conflicts = self.rng, self.faults.state_conflict
+        conflicts = faults.state_conflict
         self.state = MemoryCluster(interfere=lambda: conflicts > 0 and rng.random() < conflicts)
         namespace = NamespaceSpec("default", shards=1, replication_factor=faults.replication_factor)
         spec = ClusterSpec(namespaces=(namespace,), storage_pods=faults.pods)
@@ -156,11 +152,6 @@ class Cluster:
         self.replication_factors = (rf - 1, rf + 1, rf)
         self.operator_changes = 0
         self.lag_ends_ms: float | None = None
-        self.incarnations = 0
-        self.counters: dict[str, int] = {}
-        self.checks = PodChecks()
-        self.violations = self.checks.violations
-        self.clients = Clients(self.count, self.violations)
         self.lockers = Lockers(2, self.rng, lambda: self.now_ms, self.count, self.violations)
         # The highest commit offset a leader had when it acknowledged a write:
         # a replica durable up to here holds every acknowledged write.
@@ -172,17 +163,10 @@ class Cluster:
             pod.start()
         self.lease.take(self.controllers[0], self.now_ms)
 
-    def count(self, what: str, n: int = 1) -> None:
-        self.counters[what] = self.counters.get(what, 0) + n
-
-    def next_incarnation(self) -> int:
-        self.incarnations += 1
-        return self.incarnations
-
     def sync_latency_ms(self) -> float:
         return sync_latency_ms(self.rng, self.faults.slow_sync_share)
 
-    def _loops(self) -> list[VirtualLoop]:
+    def loops(self) -> list[VirtualLoop]:
         processes: list[Pod | ControllerProcess] = [*self.pods.values(), *self.controllers]
         return [process.loop for process in processes if process.loop is not None]
 
@@ -207,26 +191,9 @@ class Cluster:
 
     # -- time ------------------------------------------------------------------------------
 
-    def step(self) -> None:
-        self.now_ms += STEP_MS
-        self.net.now_ms = self.now_ms
-        self.net.deliver_due()
-        for loop in self._loops():
-            loop.advance_to(self.now_ms)
+    def after_processes_ran(self) -> None:
         self._controllers_step()
         self._note_acknowledged()
-        self.checks.check(list(self.pods.values()), self.clients.acknowledged, self.now_ms)
-        self.violations += self.net.take_servicer_errors(expected=(DiskGone,))
-        if self.violations:
-            raise Violation(self.violations[0])
-
-    def run_until(self, done: Callable[[], bool], limit_ms: float) -> bool:
-        deadline = self.now_ms + limit_ms
-        while not done():
-            if self.now_ms >= deadline:
-                return False
-            self.step()
-        return True
 
     def _controllers_step(self) -> None:
         """The lease: renewed by a running holder; when it runs out (the holder
@@ -520,7 +487,7 @@ class Cluster:
         for process in self.controllers:
             if process.paused:
                 process.resume(None if self.lease.holder is process else 0.0)
-        if not self.run_until(self._steady, within_ms):
+        if not self.steps_until(self._steady, within_ms):
             raise Violation(
                 f"no serving leader within {within_ms:g} ms of a healed cluster "
                 f"(record: {self.record()})"
@@ -551,7 +518,7 @@ class Cluster:
             if leader is not None:
                 for _ in range(wanted - len(acknowledged)):
                     self.client_write(leader)
-            self.run_until(lambda: len(acknowledged) >= wanted, RESEND_MS)
+            self.steps_until(lambda: len(acknowledged) >= wanted, RESEND_MS)
 
     def check_members_converge(self, within_ms: float = 5_000) -> None:
         """Every member applies what its leader committed (and (d) holds their
@@ -572,7 +539,7 @@ class Cluster:
                     return False
             return True
 
-        if not self.run_until(converged, within_ms):
+        if not self.steps_until(converged, within_ms):
             raise Violation(f"the members did not converge within {within_ms:g} ms")
 
     def close(self) -> None:

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import grpc
 
+from cairn.common.errors import ShardNotFound
 from cairn.common.keyorder import KeyOrder
 from cairn.controller.pods import PodAddress
 from cairn.proto import replication_pb2 as rpb
@@ -211,7 +212,13 @@ class Pod:
         return self.loop.create_task(coroutine)
 
     def replica(self) -> ShardReplica | None:
-        return self.directory._replicas.get(SHARD) if self.up else None
+        """The shard's replica in the running process (None: down, or none here)."""
+        if not self.up:
+            return None
+        try:
+            return self.directory.replica(SHARD)
+        except ShardNotFound:
+            return None
 
     def disk(self) -> ShardDisk | None:
         return self.disks.get(SHARD)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import grpc
 
@@ -20,12 +21,10 @@ from cairn.controller.model import NamespaceSpec
 from cairn.controller.pods import Fenced, PodClient
 from cairn.storage.config import Limits, ReplicationSettings
 from cairn.storage.shard import ShardReplica
-from simulation.disk import DiskGone
 from simulation.grpc_net import SimNet, SimPeers
 from simulation.managed_pod import SHARD, Pod
-from simulation.pod_checks import PodChecks
-from simulation.pod_clients import Clients
-from simulation.real_cluster import LIMITS, SETTINGS, STEP_MS, Violation
+from simulation.pod_world import SimulatedPods
+from simulation.real_cluster import LIMITS, SETTINGS
 from simulation.virtual_loop import VirtualLoop
 
 CONTROLLER = "controller"
@@ -36,20 +35,12 @@ SYNC_MS = 0.5
 EPOCH = 1
 
 
-class Script:
+class Script(SimulatedPods):
     def __init__(
         self, pods: int, replication: ReplicationSettings = SETTINGS, limits: Limits = LIMITS
     ) -> None:
-        self.rng = random.Random(0)
-        self.now_ms = 0.0
-        self.replication, self.limits = replication, limits
-        self.wal_retention = None
-        self.net = SimNet(self.rng, latency_ms=(LATENCY_MS, LATENCY_MS))
-        self.counters: dict[str, int] = {}
-        self.checks = PodChecks()
-        self.violations = self.checks.violations
-        self.clients = Clients(self.count, self.violations)
-        self.incarnations = 0
+        rng = random.Random(0)
+        super().__init__(rng, SimNet(rng, latency_ms=(LATENCY_MS, LATENCY_MS)), replication, limits)
         self.pods = {f"pod-{i}": Pod(f"pod-{i}", self) for i in range(pods)}
         for pod in self.pods.values():
             pod.start()
@@ -62,39 +53,21 @@ class Script:
 
     # -- what pods need (managed_pod.PodWorld) ---------------------------------------------
 
-    def count(self, what: str, n: int = 1) -> None:
-        self.counters[what] = self.counters.get(what, 0) + n
-
-    def next_incarnation(self) -> int:
-        self.incarnations += 1
-        return self.incarnations
-
     def sync_latency_ms(self) -> float:
         return SYNC_MS
 
     # -- time ------------------------------------------------------------------------------
 
-    def step(self) -> None:
-        self.now_ms += STEP_MS
-        self.net.now_ms = self.now_ms
-        self.net.deliver_due()
-        for loop in [self.loop, *(pod.loop for pod in self.pods.values() if pod.loop)]:
-            loop.advance_to(self.now_ms)
-        self.checks.check(list(self.pods.values()), self.clients.acknowledged, self.now_ms)
-        self.violations += self.net.take_servicer_errors(expected=(DiskGone,))
-        if self.violations:
-            raise Violation(self.violations[0])
+    def loops(self) -> list[VirtualLoop]:
+        return [self.loop, *(pod.loop for pod in self.pods.values() if pod.loop)]
 
     def steps(self, count: int) -> None:
         for _ in range(count):
             self.step()
 
     def run_until(self, condition: Callable[[], bool], max_ms: float = 200) -> None:
-        deadline = self.now_ms + max_ms
-        while not condition():
-            if self.now_ms >= deadline:
-                raise AssertionError(f"not reached in {max_ms:g} ms:\n{self.describe()}")
-            self.step()
+        if not self.steps_until(condition, max_ms):
+            raise AssertionError(f"not reached in {max_ms:g} ms:\n{self.describe()}")
 
     def describe(self) -> str:
         lines = []
@@ -113,8 +86,8 @@ class Script:
 
     # -- the scripted controller ------------------------------------------------------------
 
-    def _call(self, coroutine: object) -> asyncio.Task[object]:
-        return self.loop.create_task(coroutine)  # type: ignore[arg-type]
+    def _call(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        return self.loop.create_task(coroutine)
 
     def fence(self) -> int:
         """A new term: NewTerm to every pod; returns the term once a majority

@@ -383,10 +383,10 @@ def test_a_state_digest_waits_at_its_offset_unless_applied_past_it() -> None:
     core.commit_offset = 9
     assert core.apply_limit(durable_offset=9) == 7  # stops at the digest's offset
     core.applied_offset = 7
-    core.check_digest_offset(7, reached=True)
+    core.check_view_at(7)
     core.resume_applying_at(7)
     with pytest.raises(OffsetPassed):
         core.stop_applying_at(6)
     core.applied_offset = 9  # a snapshot moved past it while waiting
     with pytest.raises(OffsetPassed):
-        core.check_digest_offset(8, reached=True)
+        core.check_view_at(8)

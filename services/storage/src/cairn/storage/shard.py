@@ -1085,7 +1085,7 @@ class ShardReplica:
                     if self.closing:
                         raise Unavailable(f"shard {self.shard_id} is closing")
                     await self._commit_advanced.wait()
-            self.core.check_digest_offset(offset, reached=True)
+            self.core.check_view_at(offset)
             # Taken now, with no await since applying stopped at `offset`: the view
             # holds exactly the state at `offset`.
             items = self.kv.scan(Column.RECORDS, b"", None, bulk=True)

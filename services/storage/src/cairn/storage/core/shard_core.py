@@ -250,17 +250,20 @@ class ShardCore(ReplicaCore, Generic[W]):
         """A state digest at `offset` waits for it: applying stops there until
         the view is taken (`resume_applying_at`). OffsetPassed if applied past it
         already: the state at `offset` is gone."""
-        self.check_digest_offset(offset, reached=False)
+        if self.applied_offset > offset:
+            raise self._passed(offset)
         self.digest_stops.append(offset)
 
-    def check_digest_offset(self, offset: int, *, reached: bool) -> None:
-        """OffsetPassed if applied past `offset` (and, once `reached`, if not
-        exactly at it: a snapshot installed meanwhile moved past it)."""
-        passed = self.applied_offset > offset or (reached and self.applied_offset != offset)
-        if passed:
-            raise OffsetPassed(
-                f"shard {self.shard_id}: applied up to {self.applied_offset}, past {offset}"
-            )
+    def check_view_at(self, offset: int) -> None:
+        """The digest's view is taken now: OffsetPassed unless applying stands
+        exactly at `offset` (a snapshot installed meanwhile moves past it)."""
+        if self.applied_offset != offset:
+            raise self._passed(offset)
+
+    def _passed(self, offset: int) -> OffsetPassed:
+        return OffsetPassed(
+            f"shard {self.shard_id}: applied up to {self.applied_offset}, past {offset}"
+        )
 
     def resume_applying_at(self, offset: int) -> None:
         self.digest_stops.remove(offset)
