@@ -197,15 +197,15 @@ class Pod:
     def _tally(self, replica: ShardReplica) -> None:
         """What paths a replica's process took (its counters end with it)."""
         count = self.cluster.count
-        count("client writes folded into one entry", replica.folded_requests)
-        count("folded entries", replica.folds)
+        count("client writes folded into one entry", replica.counters.folded_requests)
+        count("folded entries", replica.counters.folds)
         cache = replica.read_cache
         count("reads answered from the read cache", cache.lookups - cache.misses)
         count(
             "entries applied from the leader's changes", replica.entries_applied_from_leader_changes
         )
-        count("log trims", replica.wal_trims)
-        count("snapshots installed", replica.snapshots_completed)
+        count("log trims", replica.counters.wal_trims)
+        count("snapshots installed", replica.counters.snapshots_completed)
 
     def spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         assert self.loop is not None

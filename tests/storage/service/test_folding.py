@@ -48,10 +48,6 @@ class FollowerPlayedByTest:
         self.shard = shard
         self.core = core
 
-    @property
-    def has_followers(self) -> bool:
-        return True
-
     def entries_appended(self) -> None:
         pass
 

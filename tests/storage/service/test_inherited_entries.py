@@ -21,6 +21,7 @@ from cairn.storage.core.replication.terms import TermHistory, TermStart
 from cairn.storage.kv import RocksKv
 from cairn.storage.replication.leader import lead_alone
 from cairn.storage.shard import ShardReplica
+from cairn.storage.shard_status import shard_status
 from cairn.storage.wal import Wal
 
 ME = Member("me:6648", "me:6649")
@@ -56,7 +57,7 @@ async def _elected_with_a_gap(tmp_path: Path) -> None:
         assert keys <= records(replica.kv).keys()
         # Its commit offset is at its own term's first entry (what the controller
         # reads to know the term committed: ShardStatus.commit_term).
-        status = replica.status()
+        status = shard_status(replica)
         assert (status.term, status.commit_offset, status.commit_term) == (2, INHERITED, 2)
     finally:
         await replica.close()

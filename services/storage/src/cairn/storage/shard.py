@@ -52,7 +52,6 @@ from cairn.common.errors import (
     WriteOutcomeUnknown,
 )
 from cairn.common.keyorder import KeyOrder
-from cairn.common.telemetry import LatencyCounter
 from cairn.proto import oxia_client_pb2 as pb
 from cairn.proto import replication_pb2 as rpb
 from cairn.storage import folding
@@ -106,7 +105,7 @@ from cairn.storage.core.shard_core import ShardCore
 from cairn.storage.core.state_digest import DigestBuilder, StateDigest
 from cairn.storage.kv import Column, KvStore
 from cairn.storage.ports import DiskWork, LogStore, ReplicaFiles, SnapshotInstall, ThreadDiskWork
-from cairn.storage.replication.wire import entry_id_message, node_message, spec_message
+from cairn.storage.shard_counters import ShardCounters
 from cairn.storage.shard_files import ShardFiles
 from cairn.storage.shard_sessions import ShardSessions
 from cairn.storage.wal import LogEntry, WalError, WalOptions
@@ -120,8 +119,6 @@ log = logging.getLogger(__name__)
 _DIGEST_ITEMS_PER_TURN = 1000
 # How often a shard compares its WAL size with the retention.
 WAL_RETENTION_CHECK_INTERVAL_S = 1.0
-# Snapshot transfers last seconds to minutes: their own bucket bounds, in seconds.
-SNAPSHOT_DURATION_BOUNDS_S = (1.0, 5.0, 15.0, 60.0, 300.0, 1800.0)
 # WAL trimming for every shard of the process, beside (never behind) their fsyncs.
 _MAINTENANCE = ThreadDiskWork("wal-trim", threads=2)
 
@@ -151,9 +148,6 @@ class LeaderRole(Protocol):
     def lease_holds(self) -> bool: ...
 
     async def renew_lease(self, timeout_s: float) -> bool: ...
-
-    @property
-    def has_followers(self) -> bool: ...
 
     def entries_appended(self) -> None: ...
 
@@ -237,33 +231,7 @@ class ShardReplica:
         self._disk = disk if disk is not None else ThreadDiskWork(f"wal-sync-{shard_id}")
         self._maintenance = maintenance
         self._wal_retention = wal_retention
-        # Client requests taken in since this replica started, and the operations in
-        # them (GetStatus reports them): operations per request is what client-side
-        # batching achieves, seen from the server. Plain ints: one add per request.
-        self.write_requests = 0
-        self.write_operations = 0
-        self.read_requests = 0
-        self.read_gets = 0
-        # Range scans served and the records they sent (primary or through an index):
-        # what a reader that pushes a key range down is seen to read.
-        self.scan_requests = self.scan_records = 0
-        # Notification batches sent to subscribers, and their serialized bytes: a
-        # filtered subscriber (key prefixes) is sent fewer.
-        self.notification_batches_sent = self.notification_bytes_sent = 0
-        # Metrics (metrics.py reads them): latencies in fixed buckets, plain ints.
-        self.write_latency, self.read_latency = LatencyCounter(), LatencyCounter()
-        self.wal_sync_latency, self.wal_trims = LatencyCounter(), 0
-        self.folds = self.folded_requests = self.folded_operations = 0
-        self.snapshots_started = self.snapshots_completed = self.snapshot_bytes = 0
-        self.snapshot_latency = LatencyCounter(SNAPSHOT_DURATION_BOUNDS_S)
-        # The leader's side of snapshots (replication/sender.py counts them here, on
-        # the replica, so that they outlive the leader role that sent them).
-        self.snapshots_sent_started = self.snapshots_sent_completed = 0
-        self.snapshots_sent_failed = self.snapshot_sent_bytes = 0
-        self.snapshot_send_latency = LatencyCounter(SNAPSHOT_DURATION_BOUNDS_S)
-        # WAL appends (the write into the page cache; the fsync is wal_sync_latency):
-        # one per entry as leader, one per received batch as follower.
-        self.wal_append_latency = LatencyCounter()
+        self.counters = ShardCounters()
         self._tasks: list[asyncio.Task[None]] = []
         self._start_tasks()
 
@@ -423,12 +391,7 @@ class ShardReplica:
         """Answers reads now: taken over (its term's first entry applied, any older
         leader's lease over) and holding its own lease (lease.py)."""
         leader = self._leader
-        return (
-            self._serving.is_set()
-            and self.core.role is Role.LEADER
-            and leader is not None
-            and leader.lease_holds()
-        )
+        return leader is not None and self.core.serves_reads(leader.lease_holds)
 
     # ---- controller -------------------------------------------------------------------
 
@@ -566,36 +529,6 @@ class ShardReplica:
             await leader.stop()
         self._space_freed.set()
 
-    def status(self) -> rpb.ShardStatus:
-        core = self.core
-        status = rpb.ShardStatus(
-            shard=self.shard_id,
-            spec=spec_message(self.spec),
-            role=int(core.role),  # type: ignore[arg-type]
-            term=core.term,
-            head=entry_id_message(core.head),
-            commit_offset=core.commit_offset,
-            first_offset=core.log.first_offset,
-            durable_offset=self.durable_offset,
-            applied_offset=self.applied_offset,
-            write_requests=self.write_requests,
-            write_operations=self.write_operations,
-            read_requests=self.read_requests,
-            read_gets=self.read_gets,
-            entries_applied_from_leader_changes=self.entries_applied_from_leader_changes,
-            incarnation=self.incarnation,
-        )
-        commit_term = core.log.term_at(core.commit_offset)
-        if commit_term is not None:
-            status.commit_term = commit_term
-        if core.leader is not None:
-            status.leader.CopyFrom(node_message(core.leader))
-        leader = self._leader
-        if leader is not None:
-            status.followers.extend(leader.follower_status())
-            status.term_start_offset = self.core.term_start_offset
-        return status
-
     # ---- follower side ----------------------------------------------------------------
 
     async def truncate(self, term: int, leader: Member, leader_log: TermHistory) -> EntryId:
@@ -644,7 +577,7 @@ class ShardReplica:
                 self.wal.append_many(entries)
             except (OSError, WalError) as error:
                 raise Unavailable(f"shard {self.shard_id} cannot write its log: {error}") from error
-            self.wal_append_latency.record_since(started_ns)
+            self.counters.wal_append_latency.record_since(started_ns)
             self._wake_syncer.set()
         else:
             self.core.check_entries(term, self.core.log.last_offset + 1)
@@ -686,7 +619,7 @@ class ShardReplica:
         if self._snapshot_receiving:
             raise Unavailable(f"shard {self.shard_id} is already receiving a snapshot")
         self._snapshot_receiving = True
-        self.snapshots_started += 1
+        self.counters.snapshots_started += 1
         started_ns = time.perf_counter_ns()
         try:
             async with self._storage_lock:
@@ -698,7 +631,7 @@ class ShardReplica:
             try:
                 async for chunk in chunks:
                     installer.add(chunk)
-                    self.snapshot_bytes += chunk.ByteSize()
+                    self.counters.snapshot_bytes += chunk.ByteSize()
                     await asyncio.sleep(0)
             except BaseException:
                 installer.abort()
@@ -710,8 +643,8 @@ class ShardReplica:
                     installer.abort()
                     raise
                 head = await self._install(installer)
-                self.snapshots_completed += 1
-                self.snapshot_latency.record_since(started_ns)
+                self.counters.snapshots_completed += 1
+                self.counters.snapshot_latency.record_since(started_ns)
                 return head
         finally:
             self._snapshot_receiving = False
@@ -833,7 +766,7 @@ class ShardReplica:
             # shard stays consistent and takes the next one (a WAL that could not undo
             # a partial write refuses appends until reopened: WalError).
             raise Unavailable(f"shard {self.shard_id} cannot write its log: {error}") from error
-        self.wal_append_latency.record_since(started_ns)
+        self.counters.wal_append_latency.record_since(started_ns)
         # A caller that goes away may cancel this future; the entry still commits and
         # the pipeline skips answering it (it checks done()).
         future: asyncio.Future[Any] = self._loop.create_future()
@@ -862,9 +795,7 @@ class ShardReplica:
             await self.wait_taken_over()
         await self._make_room(len(raw_request) + 1)
         future: asyncio.Future[bytes]
-        leader = self._leader
-        has_followers = leader is not None and leader.has_followers
-        if self.core.folds(request, plain_puts, has_followers):
+        if self.core.folds(request, plain_puts, self.core.has_followers):
             future = self._fold_in(raw_request, request)
         else:
             future = self._log(
@@ -872,8 +803,8 @@ class ShardReplica:
             )
         # Counted once taken in; the request is parsed already, so counting its
         # operations is three C-level length reads, plain puts or not.
-        self.write_requests += 1
-        self.write_operations += (
+        self.counters.write_requests += 1
+        self.counters.write_operations += (
             len(request.puts) + len(request.deletes) + len(request.delete_ranges)
         )
         return future
@@ -899,8 +830,10 @@ class ShardReplica:
         except Exception as error:  # not logged: nothing was accepted
             folding.fail(fold.waiters, error)
             return
-        self.folds, self.folded_requests = self.folds + 1, self.folded_requests + len(fold.requests)
-        self.folded_operations += fold.operations
+        counters = self.counters
+        counters.folds += 1
+        counters.folded_requests += len(fold.requests)
+        counters.folded_operations += fold.operations
         logged.add_done_callback(functools.partial(folding.settle, fold.waiters))
 
     def _drop_fold(self, error: BaseException) -> None:
@@ -911,8 +844,8 @@ class ShardReplica:
 
     def count_read(self, gets: int) -> None:
         """A client read request with `gets` gets is being served."""
-        self.read_requests += 1
-        self.read_gets += gets
+        self.counters.read_requests += 1
+        self.counters.read_gets += gets
 
     async def write(
         self, raw_request: bytes, request: pb.WriteRequest, plain_puts: bool = False
@@ -991,7 +924,7 @@ class ShardReplica:
         is persisted, every applied entry survives power loss in it, and replay
         never needs it again. Returns the WAL's new first offset."""
         self.kv.persist()
-        self.wal_trims += 1
+        self.counters.wal_trims += 1
         return self.wal.trim_before(before_offset)
 
     # ---- notifications --------------------------------------------------------------
@@ -1035,9 +968,9 @@ class ShardReplica:
         """More is committed: apply it; as leader, the writes folded meanwhile go
         out now, and followers learn the new commit offset with the next message."""
         self._wake_applier.set()
+        self._seal_fold()
         leader = self._leader
         if leader is not None:
-            self._seal_fold()
             leader.entries_appended()
 
     async def _sync_loop(self) -> None:
@@ -1055,7 +988,7 @@ class ShardReplica:
             except Exception as error:  # an fsync failure leaves the disk state unknown
                 self._fail(error)
                 return
-            self.wal_sync_latency.record_since(started_ns)
+            self.counters.wal_sync_latency.record_since(started_ns)
             self._on_durable()
 
     def _on_durable(self) -> None:
@@ -1109,10 +1042,13 @@ class ShardReplica:
             self._wake_applier.clear()
             while step.has_more(self.durable_offset):
                 leader = self._leader
-                keep_for_followers = leader is not None and leader.has_followers
+                keep_for_followers = self.core.has_followers
                 try:
                     outcome = step.next(
-                        self.durable_offset, self.wal.read, leader is not None, keep_for_followers
+                        self.durable_offset,
+                        self.wal.read,
+                        self.core.leading is not None,
+                        keep_for_followers,
                     )
                 except ApplyFailed as failed:
                     self._fail(failed.__cause__ or failed, applying=failed.group)
@@ -1135,7 +1071,7 @@ class ShardReplica:
                     for pending, result in zip(outcome.group, outcome.results, strict=True):
                         if pending.waiter is not None and not pending.waiter.done():
                             pending.waiter.set_result(result)
-                    if leader is not None and not self._serving.is_set():
+                    if not self.core.taken_over:
                         self._finish_takeover(self.core.term)
                 # Let the loop take in more requests between groups.
                 await asyncio.sleep(0)

@@ -45,6 +45,7 @@ from cairn.storage.rpc.client_api import ClientService, generic_handlers
 from cairn.storage.rpc.health import HealthService, add_health_service
 from cairn.storage.rpc.status import abort
 from cairn.storage.shard import ShardReplica
+from cairn.storage.shard_status import shard_status
 
 log = logging.getLogger(__name__)
 LAYOUT_FILE = "layout.json"
@@ -214,7 +215,7 @@ class StatusOnlyCoordination:
         except CairnError as error:
             await abort(context, error)
         return rpb.GetStatusResponse(
-            shards=[replica.status() for replica in replicas], node=node_message(self.me)
+            shards=[shard_status(replica) for replica in replicas], node=node_message(self.me)
         )
 
     def handler(self) -> grpc.GenericRpcHandler:

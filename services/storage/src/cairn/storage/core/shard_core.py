@@ -32,7 +32,7 @@ its followers' streams with it and tells the counted commit offset through
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, assert_never
 
@@ -346,6 +346,17 @@ class ShardCore(ReplicaCore, Generic[W]):
         self.term_start_offset = term_start.offset
         self.taken_over = False
         self.leading = leading
+
+    @property
+    def has_followers(self) -> bool:
+        """Leading with followers: commits wait on them (so writes fold), and
+        what the apply step writes is kept for them (applied_changes.py)."""
+        return self.leading is not None and bool(self.leading.followers)
+
+    def serves_reads(self, lease_holds: Callable[[], bool]) -> bool:
+        """A leader answers reads once it has taken over (its term's first entry
+        applied, older leases over) and while its own lease holds (lease.py)."""
+        return self.taken_over and self.role is Role.LEADER and lease_holds()
 
     def on_stepped_down(self) -> list[W]:
         """This replica no longer leads: returns the writers still waiting for

@@ -60,10 +60,6 @@ class ReplicatingLeader:
 
     # -- shard.LeaderRole ------------------------------------------------------------
 
-    @property
-    def has_followers(self) -> bool:
-        return bool(self._senders)
-
     def entries_appended(self) -> None:
         for sender, _ in self._senders.values():
             sender.wake()

@@ -207,18 +207,18 @@ class FollowerSender:
         async def stream() -> AsyncIterator[rpb.SnapshotChunk]:
             for chunk in chunks:
                 # Once per chunk (bounded in size), not per record: cheap enough.
-                shard.snapshot_sent_bytes += chunk.ByteSize()
+                shard.counters.snapshot_sent_bytes += chunk.ByteSize()
                 yield chunk
 
-        shard.snapshots_sent_started += 1
+        shard.counters.snapshots_sent_started += 1
         started_ns = time.perf_counter_ns()
         try:
             answer = await self._stub.SendSnapshot(stream())
         except BaseException:  # a cancelled send failed too (the follower has none)
-            shard.snapshots_sent_failed += 1
+            shard.counters.snapshots_sent_failed += 1
             raise
-        shard.snapshots_sent_completed += 1
-        shard.snapshot_send_latency.record_since(started_ns)
+        shard.counters.snapshots_sent_completed += 1
+        shard.counters.snapshot_send_latency.record_since(started_ns)
         return entry_id_of(answer.head)
 
     async def _stream(self) -> None:

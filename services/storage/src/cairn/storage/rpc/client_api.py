@@ -204,7 +204,7 @@ class ClientService:
             response = await future
         except CairnError as error:
             await abort(context, error)
-        shard.write_latency.record_since(started_ns)
+        shard.counters.write_latency.record_since(started_ns)
         self.call_latency["Write"].record_since(started_ns)
         return response
 
@@ -227,7 +227,7 @@ class ClientService:
                 response = await future
         except CairnError as error:
             await abort(context, error)
-        shard.write_latency.record_since(started_ns)
+        shard.counters.write_latency.record_since(started_ns)
         self.call_latency["Write"].record_since(started_ns)
         return response
 
@@ -283,7 +283,7 @@ class ClientService:
                 except CairnError as error:
                     await abort(context, error)
                 if shard is not None:
-                    shard.write_latency.record_since(started_ns)
+                    shard.counters.write_latency.record_since(started_ns)
                     stream_latency.record_since(started_ns)
                 yield response
             await reader  # surfaces a failure to read the request stream
@@ -322,7 +322,7 @@ class ClientService:
                 yield chunk
         except CairnError as error:
             await abort(context, error)
-        shard.read_latency.record_since(started_ns)
+        shard.counters.read_latency.record_since(started_ns)
         self.call_latency["Read"].record_since(started_ns)
 
     async def list(
@@ -374,9 +374,9 @@ class ClientService:
                 (k, d, None) for k, d in reads.scan_records(shard.kv, start, end, shard.key_order)
             )
         )
-        shard.scan_requests += 1
+        shard.counters.scan_requests += 1
         for key, data, secondary in records:
-            shard.scan_records += 1
+            shard.counters.scan_records += 1
             if not allowed.allows(key):
                 continue
             record = reads.record_response(
@@ -413,8 +413,8 @@ class ClientService:
             _counted(self.notification_subscribers, request.shard),
         ):
             async for shard, batch in self._notifications(request, context):
-                shard.notification_batches_sent += 1
-                shard.notification_bytes_sent += len(batch)
+                shard.counters.notification_batches_sent += 1
+                shard.counters.notification_bytes_sent += len(batch)
                 yield batch
 
     @contextlib.asynccontextmanager

@@ -32,6 +32,7 @@ from cairn.storage.replication.wire import (
 )
 from cairn.storage.rpc.status import abort
 from cairn.storage.shard import ShardReplica
+from cairn.storage.shard_status import shard_status
 
 
 class ReplicaHost(Protocol):
@@ -160,7 +161,7 @@ class CoordinationService:
         except CairnError as error:
             await abort(context, error)
         return rpb.GetStatusResponse(
-            shards=[replica.status() for replica in replicas], node=node_message(self.host.me)
+            shards=[shard_status(replica) for replica in replicas], node=node_message(self.host.me)
         )
 
     async def get_state_digest(
