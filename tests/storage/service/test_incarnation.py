@@ -11,6 +11,7 @@ from pathlib import Path
 from cairn.storage.config import Limits, ShardSpec
 from cairn.storage.kv import RocksKv
 from cairn.storage.shard import ShardReplica
+from cairn.storage.shard_status import shard_status
 from cairn.storage.wal import Wal
 
 
@@ -30,7 +31,7 @@ async def _lifecycle(tmp_path: Path) -> None:
     try:
         assert replica.incarnation == 0x1111
         await replica.new_term(1)
-        assert replica.status().incarnation == 0x1111
+        assert shard_status(replica).incarnation == 0x1111
     finally:
         await replica.close()
     # Restarted with its disk: the same data, the same incarnation.
