@@ -8,6 +8,8 @@ simulated disk on a virtual clock (tests/simulation).
     Peers      channels to the other pods (replication/peers.py)
     ReplicaFiles  where the KV and log live, opened again after a snapshot
                install replaced them (shard_files.py)
+    LeaderRole what a replica runs while it leads: its followers' streams and
+               the lease (replication/leader.py's ReplicatingLeader)
     clocks     plain callables returning milliseconds (clock.py)
 """
 
@@ -20,7 +22,7 @@ from typing import Protocol, TypeVar
 
 import grpc
 
-from cairn.proto.replication_pb2 import SnapshotChunk
+from cairn.proto.replication_pb2 import FollowerStatus, SnapshotChunk
 from cairn.storage.core.entries import LogEntry
 from cairn.storage.core.replication.terms import EntryId
 from cairn.storage.kv.store import KvStore
@@ -127,3 +129,27 @@ class ReplicaFiles(Protocol):
         """A snapshot install; `local_meta`: this replica's own META records,
         kept through it."""
         ...
+
+
+class LeaderRole(Protocol):
+    """What a replica runs while it leads (replication/leader.py): its
+    followers' streams, woken when there is more to send, and the lease. The
+    term's quorum (LeaderCore) is the shard core's (ShardCore.leading); what
+    the followers acknowledge comes back through `commit_counted`."""
+
+    # When it may serve (any older leader's lease is over), by `clock_ms`.
+    serves_from_ms: int
+
+    def clock_ms(self) -> int: ...
+
+    def lease_holds(self) -> bool: ...
+
+    async def renew_lease(self, timeout_s: float) -> bool: ...
+
+    def entries_appended(self) -> None: ...
+
+    def own_durability_counted(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def follower_status(self) -> list[FollowerStatus]: ...

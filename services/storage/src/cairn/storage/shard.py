@@ -1,9 +1,12 @@
 """One shard replica: WAL + KV + the asyncio pipeline that drives them.
 
-The protocol decisions are the pure cores' (`core.replication`): who may lead or
-follow in which term, where a follower's log stops agreeing, what is committed.
-This module does the I/O they call for, in this order: persist, then send, then
-apply.
+Every decision is the shard core's (`core/shard_core.py`, over `core.replication`):
+who may lead or follow in which term, where a follower's log stops agreeing, what
+is committed, how far to apply, when a leader serves, whether writes fold, how
+much may wait. This module is its driver: it does the I/O the core calls for, in
+this order: persist, then send, then apply, over the ports of `ports.py`. Beside
+it: the apply step and the caches over the KV (`apply_step.py`), sessions
+(`shard_sessions.py`), opening (`shard_recovery.py`), counters and status.
 
     append   -> leader: a client write or session event becomes a log entry
                 (WAL append, no fsync); follower: entries from the leader
@@ -41,7 +44,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import Message
 
@@ -74,39 +77,38 @@ from cairn.storage.core.entry_apply import ShardRules
 from cairn.storage.core.events import BecomeLeader, Closing, NewTerm, SnapshotOffered, Truncate
 from cairn.storage.core.folding import WriteFold
 from cairn.storage.core.meta import (
-    COMMIT_OFFSET_KEY,
     INCARNATION_KEY,
-    LOG_BASE_KEY,
     TERM_KEY,
-    decode_entry_id,
-    decode_i64,
-    decode_u64,
     encode_i64,
     encode_u64,
 )
 from cairn.storage.core.pending import PendingEntry
 from cairn.storage.core.read_cache import ReadCache
 from cairn.storage.core.ready import Ready, SteppedDown
-from cairn.storage.core.recovery import LogExtent, plan_recovery, recovered_term
 from cairn.storage.core.replication.applied_changes import (
     KeptChanges,
 )
 from cairn.storage.core.replication.leader import LeaderCore
 from cairn.storage.core.replication.replica import Member, Role
 from cairn.storage.core.replication.terms import (
-    NO_OFFSET,
-    NO_TERM,
     EntryId,
     TermHistory,
-    history_of,
 )
 from cairn.storage.core.retention import WalRetention, trim_target
 from cairn.storage.core.shard_core import ShardCore
 from cairn.storage.core.state_digest import DigestBuilder, StateDigest
 from cairn.storage.kv import Column, KvStore
-from cairn.storage.ports import DiskWork, LogStore, ReplicaFiles, SnapshotInstall, ThreadDiskWork
+from cairn.storage.ports import (
+    DiskWork,
+    LeaderRole,
+    LogStore,
+    ReplicaFiles,
+    SnapshotInstall,
+    ThreadDiskWork,
+)
 from cairn.storage.shard_counters import ShardCounters
 from cairn.storage.shard_files import ShardFiles
+from cairn.storage.shard_recovery import recover
 from cairn.storage.shard_sessions import ShardSessions
 from cairn.storage.wal import LogEntry, WalError, WalOptions
 
@@ -132,30 +134,6 @@ def new_incarnation() -> int:
 
 # An entry logged and not applied yet, and the future of its writer, if any.
 _Pending = PendingEntry["asyncio.Future[Any]"]
-
-
-class LeaderRole(Protocol):
-    """What a replica runs while it leads (replication/leader.py): its
-    followers' streams, woken when there is more to send, and the lease. The
-    term's quorum (LeaderCore) is the shard core's (ShardCore.leading); what
-    the followers acknowledge comes back through `commit_counted`."""
-
-    # When it may serve (any older leader's lease is over), by `clock_ms`.
-    serves_from_ms: int
-
-    def clock_ms(self) -> int: ...
-
-    def lease_holds(self) -> bool: ...
-
-    async def renew_lease(self, timeout_s: float) -> bool: ...
-
-    def entries_appended(self) -> None: ...
-
-    def own_durability_counted(self) -> None: ...
-
-    async def stop(self) -> None: ...
-
-    def follower_status(self) -> list[rpb.FollowerStatus]: ...
 
 
 class ShardReplica:
@@ -203,7 +181,10 @@ class ShardReplica:
         # (and the old one set) at each, for GetSequenceUpdates subscribers.
         self.sequence_generation = 0
         self._sequence_advanced = asyncio.Event()
-        self._load_state(incarnation_source)
+        self.core: ShardCore[asyncio.Future[Any]]
+        self.core, self.incarnation = recover(
+            shard_id, kv, wal, limits.pipeline(), incarnation_source
+        )
         self._apply_step = ApplyStep(self.core, kv, self._rules, limits, self.replication)
         self.sessions = ShardSessions(self, session_clock_ms)
         self._leader: LeaderRole | None = None
@@ -234,54 +215,6 @@ class ShardReplica:
         self.counters = ShardCounters()
         self._tasks: list[asyncio.Task[None]] = []
         self._start_tasks()
-
-    def _load_state(self, incarnation_source: Callable[[], int]) -> None:
-        """Term, log history, applied offset and incarnation from the KV and WAL."""
-        kv, wal = self.kv, self.wal
-        incarnation = decode_u64(kv.get(Column.META, INCARNATION_KEY))
-        if incarnation is None:
-            # Storage created empty (a new replica, or one whose disk was lost):
-            # its data is a new incarnation, durable before anyone hears of it.
-            incarnation = incarnation_source()
-            kv.write([(Column.META, INCARNATION_KEY, encode_u64(incarnation))])
-            kv.sync()
-            log.info("shard %d: storage created, incarnation %#x", self.shard_id, incarnation)
-        self.incarnation = incarnation
-        applied = decode_i64(kv.get(Column.META, COMMIT_OFFSET_KEY), NO_OFFSET)
-        stored_base = decode_entry_id(kv.get(Column.META, LOG_BASE_KEY))
-        recovery = plan_recovery(
-            self.shard_id,
-            applied,
-            EntryId(*stored_base) if stored_base is not None else None,
-            LogExtent(wal.first_offset, wal.last_offset, wal.last_term),
-        )
-        if recovery.restart_log_at is not None:
-            log.warning(
-                "shard %d: WAL ends at %d but the KV has applied up to %d",
-                self.shard_id,
-                wal.last_offset,
-                applied,
-            )
-            wal.reset(recovery.restart_log_at)
-        history = history_of(
-            recovery.log.first_offset,
-            recovery.log.last_offset,
-            lambda offset: wal.get(offset).term,
-            recovery.base,
-        )
-        stored_term = decode_i64(kv.get(Column.META, TERM_KEY), NO_TERM)
-        term = recovered_term(stored_term, history.last_term)
-        self.core: ShardCore[asyncio.Future[Any]] = ShardCore(
-            self.shard_id,
-            term,
-            history,
-            commit_offset=applied,
-            applied_offset=applied,
-            last_timestamp_ms=(
-                wal.get(wal.last_offset).timestamp_ms if wal.first_offset != NO_OFFSET else 0
-            ),
-            limits=self.limits.pipeline(),
-        )
 
     def _start_tasks(self) -> None:
         loop, shard = self._loop, self.shard_id

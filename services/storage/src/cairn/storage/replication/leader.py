@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 
 class ReplicatingLeader:
-    """Implements `shard.LeaderRole`."""
+    """Implements `ports.LeaderRole`."""
 
     def __init__(
         self,
@@ -58,7 +58,7 @@ class ReplicatingLeader:
         for member in followers:
             self._start_sender(member)
 
-    # -- shard.LeaderRole ------------------------------------------------------------
+    # -- ports.LeaderRole ------------------------------------------------------------
 
     def entries_appended(self) -> None:
         for sender, _ in self._senders.values():
