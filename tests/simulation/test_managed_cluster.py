@@ -99,9 +99,12 @@ def _first_violation(profile: str, steps: int, seeds: list[int]) -> None:
         run_history(seed, steps, profile)
 
 
-@pytest.mark.parametrize(("profile", "seed"), [("wipe-while-lagging", 310)])
+@pytest.mark.parametrize(("profile", "seed"), [("wipe-while-lagging", 310), ("even-learners", 632)])
 def test_histories_a_campaign_found_stuck(profile: str, seed: int) -> None:
     """310: a cut-off follower replaced on the word of a leader that had not
     heard the other follower lost its disk; once the leader crashed, the shard
-    could not elect (tests/controller/test_no_replacement_past_a_lost_disk.py)."""
+    could not elect (tests/controller/test_no_replacement_past_a_lost_disk.py).
+    632: a DeleteShard whose call was cancelled left the replica's applier
+    asleep; the pod refused to re-create the replica until close gave up on it
+    (tests/storage/service/test_cancelled_close.py)."""
     run_history(seed, MUTANT_STEPS, profile)

@@ -1063,6 +1063,9 @@ class ShardReplica:
                 await asyncio.wait_for(asyncio.shield(task), timeout=30)
             except (TimeoutError, asyncio.CancelledError):
                 task.cancel()
+            # The applier ends once it sees the syncer done; a syncer cancelled here
+            # (not ending by itself, which wakes it) would leave it asleep.
+            self._wake_applier.set()
         await self._carry_out(self.core.step(Closing()))
         for pending in self.core.pending:
             if pending.waiter is not None and not pending.waiter.done():
