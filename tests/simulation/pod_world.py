@@ -5,6 +5,7 @@ their clients, and the checks after every step."""
 
 from __future__ import annotations
 
+import abc
 import random
 from collections.abc import Callable
 
@@ -19,7 +20,7 @@ from simulation.real_cluster import STEP_MS, Violation
 from simulation.virtual_loop import VirtualLoop
 
 
-class SimulatedPods:
+class SimulatedPods(abc.ABC):
     def __init__(
         self,
         rng: random.Random,
@@ -50,16 +51,17 @@ class SimulatedPods:
         self.incarnations += 1
         return self.incarnations
 
+    @abc.abstractmethod
     def sync_latency_ms(self) -> float:
-        raise NotImplementedError
+        """How long the next WAL sync of a pod takes."""
 
     # -- time ------------------------------------------------------------------------------
 
+    @abc.abstractmethod
     def loops(self) -> list[VirtualLoop]:
         """The running processes' loops, in the order they run each step."""
-        raise NotImplementedError
 
-    def after_processes_ran(self) -> None:
+    def after_processes_ran(self) -> None:  # noqa: B027 (a hook: nothing by default)
         """What the simulation does each step once its processes ran, before the checks."""
 
     def step(self) -> None:

@@ -1005,7 +1005,7 @@ class ShardReplica:
                     for pending, result in zip(outcome.group, outcome.results, strict=True):
                         if pending.waiter is not None and not pending.waiter.done():
                             pending.waiter.set_result(result)
-                    if not self.core.taken_over:
+                    if leader is not None and not self.core.taken_over:
                         self._finish_takeover(self.core.term)
                 # Let the loop take in more requests between groups.
                 await asyncio.sleep(0)
