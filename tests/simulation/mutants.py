@@ -27,7 +27,7 @@ from cairn.storage.core.replication.terms import NO_OFFSET
 from cairn.storage.core.sessions import SessionTracker, stored_sessions
 from cairn.storage.core.shard_core import ShardCore
 from cairn.storage.replication.leader import ReplicatingLeader
-from cairn.storage.shard import ShardReplica
+from cairn.storage.shard_context import ShardContext
 from cairn.storage.shard_sessions import ShardSessions
 from simulation import managed_pod
 
@@ -185,10 +185,10 @@ def _takes_over_at_once(self: ShardCore[Any], now_ms: int, serves_from_ms: int) 
 _takeover_wait_ms = ShardCore.takeover_wait_ms
 
 
-def _appended(replica: ShardReplica) -> int:
-    """shard.py: a replica counts what it appended as durable before its fsync
+def _appended(shard: ShardContext) -> int:
+    """shard_context.py: a replica counts what it appended as durable before its fsync
     covers it (as leader, and in its acknowledgements as follower)."""
-    return replica.core.log.last_offset
+    return shard.core.log.last_offset
 
 
 def _rearm_expired(sessions: ShardSessions) -> None:
@@ -230,7 +230,7 @@ MUTANTS: dict[str, Patches] = {
     "commit before the term-start entry": (
         (QuorumTracker, "for_new_term", classmethod(_quorum_without_term_start)),
     ),
-    "acknowledge unsynced entries": ((ShardReplica, "durable_offset", property(_appended)),),
+    "acknowledge unsynced entries": ((ShardContext, "durable_offset", property(_appended)),),
     # Rules of the shard's own core (ShardCore.step): what its answer to a
     # controller's NewTerm or a leader's Truncate reports is not made durable.
     "NewTerm answers an unsynced head": ((ShardCore, "_fence", _without_sync(ShardCore._fence)),),

@@ -21,6 +21,7 @@ from cairn.storage.core.replication.replica import Member
 from cairn.storage.kv.store import Column
 from cairn.storage.replication.leader import lead_alone
 from cairn.storage.shard import ShardReplica
+from cairn.storage.shard_context import ShardContext
 from simulation.disk import SimKv, SimWal, VirtualDiskWork, ignore_lost_power
 from simulation.virtual_loop import VirtualLoop
 
@@ -118,8 +119,8 @@ def test_a_leader_keeps_every_acknowledged_write_through_power_losses(seed: int)
 def test_the_check_catches_a_leader_that_counts_unsynced_entries_as_durable(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    unsynced = property(lambda replica: replica.core.log.last_offset)
-    monkeypatch.setattr(ShardReplica, "durable_offset", unsynced)
+    unsynced = property(lambda shard: shard.core.log.last_offset)
+    monkeypatch.setattr(ShardContext, "durable_offset", unsynced)
     with pytest.raises(AssertionError, match="lost"):
         _histories(range(6))
 

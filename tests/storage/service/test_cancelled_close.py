@@ -61,13 +61,13 @@ async def _cancelled_close(path: Path) -> None:
     await _until(lambda: disk.waiting == 1)  # the syncer is in its fsync
     closing = asyncio.create_task(replica.close())
     # Close cancels the background loops first, then waits for the syncer.
-    await _until(lambda: all(task.done() for task in replica._tasks[2:]))
+    await _until(lambda: all(task.done() for task in replica._background))
     await asyncio.sleep(0)
     closing.cancel()
     # Waited for without cancelling it again (close finishes what it started).
     done, _ = await asyncio.wait({closing}, timeout=10)
     assert closing in done, "close still waits for an applier nobody woke"
-    assert all(task.done() for task in replica._tasks)
+    assert all(task.done() for task in (*replica._background, *replica._pipeline.tasks))
 
 
 def test_a_cancelled_close_ends_at_once(tmp_path: Path) -> None:

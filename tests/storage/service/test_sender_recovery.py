@@ -20,7 +20,6 @@ from cairn.proto import replication_pb2_grpc as rpb_grpc
 from cairn.storage.config import NodeConfig
 from cairn.storage.core.replication.replica import Member
 from cairn.storage.node import NodeServer
-from cairn.storage.shard import ShardReplica
 from cairn.storage.wal import WalCorruptionError
 from support.polling import eventually
 
@@ -58,17 +57,15 @@ async def _caught_up_after_a_failed_read(tmp_path: Path, monkeypatch: pytest.Mon
         leader = nodes[0].directory.replica(SHARD)
         follower = nodes[1].directory.replica(SHARD)
         failures: list[int] = []
-        real_entries = ShardReplica.entries
+        real_entries = leader.entries
 
-        def failing_once(
-            self: ShardReplica, first_offset: int, last_offset: int, max_bytes: int
-        ) -> object:
-            if self is leader and not failures:
+        def failing_once(first_offset: int, last_offset: int, max_bytes: int) -> object:
+            if not failures:
                 failures.append(first_offset)
                 raise WalCorruptionError("injected: a read of the log failed")
-            return real_entries(self, first_offset, last_offset, max_bytes)
+            return real_entries(first_offset, last_offset, max_bytes)
 
-        monkeypatch.setattr(ShardReplica, "entries", failing_once)
+        monkeypatch.setattr(leader, "entries", failing_once)
         stub = rpb_grpc.CoordinationStub(channel)
         await stub.BecomeLeader(
             rpb.BecomeLeaderRequest(
