@@ -437,6 +437,7 @@ def _apply_plain_puts(
     the KV), and notifications are recorded in one dict per entry."""
     view = state.plain_put_view()
     records, headers, cached = view.records, view.headers, view.cached_headers
+    absent = _ABSENT  # a local: read up to three times a put
     unpack = HEADER.unpack_from
     pack = HEADER.pack
     append = parts.append
@@ -451,10 +452,10 @@ def _apply_plain_puts(
     for put in puts:
         key = put.key
         encoded_key = encode(key)
-        existing = headers.get(encoded_key, _ABSENT)
-        if existing is _ABSENT:
-            existing = cached.get(encoded_key, _ABSENT)
-            if existing is _ABSENT:
+        existing = headers.get(encoded_key, absent)
+        if existing is absent:
+            existing = cached.get(encoded_key, absent)
+            if existing is absent:
                 existing = state.get_header(encoded_key)
         if existing is None:
             if put.HasField("expected_version_id") and _expected_version_fails(put, None):
