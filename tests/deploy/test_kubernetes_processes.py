@@ -63,6 +63,7 @@ from support.topology import (
     bearer,
     gateway_round_trip,
     loopback_prefix,
+    released,
 )
 
 pytestmark = pytest.mark.e2e
@@ -129,7 +130,8 @@ def _probe(pod: Object, probe: Object, address: str) -> bool:
         if "tcpSocket" in probe:
             with socket.create_connection((address, _port(pod, probe["tcpSocket"]["port"])), 2):
                 return True
-    except OSError:
+    except OSError as error:
+        released(error)
         return False
     raise AssertionError(f"unsupported probe {probe}")
 
@@ -141,7 +143,7 @@ def _until(condition: Any, what: str, timeout_s: float = 90.0) -> Any:
         try:
             last = condition()
         except OSError as error:
-            last = error
+            last = released(error)
         if last:
             return last
         time.sleep(0.25)
@@ -363,7 +365,7 @@ def _run(fake: FakeKubeServer, cluster: Cluster, cluster_object: Object) -> None
     # Auth is on: a caller without a valid token is turned away.
     with pytest.raises(urllib.error.HTTPError) as refused:
         shards_as("not-a-token")
-    assert refused.value.code == 401
+    assert released(refused.value).code == 401
     gateway_address = cluster.addresses["gateway"]
     cluster.start_workload("Deployment", "cairn-gateway", gateway_address)
     # Every probe, as the kubelet asks it.

@@ -26,6 +26,7 @@ import re
 import ssl
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -138,6 +139,15 @@ class Topology:
         first = sorted(self.processes, key=lambda n: ("gateway" not in n, "controller" not in n))
         for name in first:
             self.processes[name].kill()
+
+
+def released(error: OSError) -> OSError:
+    """`error`, with the connection of an HTTP error answer closed: urllib's
+    HTTPError holds it open until the error is collected, and a TLS socket
+    collected later fails whatever test runs then with a ResourceWarning."""
+    if isinstance(error, urllib.error.HTTPError):
+        error.close()
+    return error
 
 
 def bearer(token: str | None) -> dict[str, str]:
