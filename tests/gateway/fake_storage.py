@@ -22,6 +22,8 @@ class _Servicer(pb_grpc.OxiaClientServicer):
     def __init__(self, address_of: Any, stopping: threading.Event) -> None:
         self._address_of = address_of
         self._stopping = stopping
+        self._lock = threading.Lock()
+        self.reads = 0
 
     def GetShardAssignments(
         self, request: pb.ShardAssignmentsRequest, context: grpc.ServicerContext
@@ -51,6 +53,8 @@ class _Servicer(pb_grpc.OxiaClientServicer):
     def Read(
         self, request: pb.ReadRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.ReadResponse]:
+        with self._lock:
+            self.reads += 1
         # Unavailable, forever: the client retries until its deadline.
         context.abort(grpc.StatusCode.UNAVAILABLE, "this fake never serves reads")
         yield from ()
@@ -62,9 +66,13 @@ class FakeStorage:
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
         self.port = self._server.add_insecure_port("127.0.0.1:0")
         self.address = f"127.0.0.1:{self.port}"
-        pb_grpc.add_OxiaClientServicer_to_server(
-            _Servicer(lambda: self.address, self._stopping), self._server
-        )
+        self._servicer = _Servicer(lambda: self.address, self._stopping)
+        pb_grpc.add_OxiaClientServicer_to_server(self._servicer, self._server)
+
+    @property
+    def reads(self) -> int:
+        """Read calls taken so far (each refused)."""
+        return self._servicer.reads
 
     def start(self) -> str:
         self._server.start()

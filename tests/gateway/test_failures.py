@@ -78,13 +78,17 @@ def test_storage_that_does_not_answer_is_503_with_retry_after(
     gateway = gateway_factory([fake_storage.address], extra_args=["--request-timeout-s", "1"])
     gateway.start()
     with gateway.client() as http:
+        reads_before = fake_storage.reads
         started = time.monotonic()
         answer = http.get("/v1/namespaces/default/keys/a")
         problem(answer, 503, "unavailable")
         assert answer.headers["retry-after"] == "1"
-        # Retried for about the request timeout (the client may give up a last
-        # backoff early), then answered.
-        assert 0.3 < time.monotonic() - started < 10
+        # Retried, then answered within the request timeout and its last backoff.
+        # (How long it retried varies: the backoff has full jitter, and the client
+        # gives up as soon as the next wait would pass the deadline, which may be
+        # well before it.)
+        assert time.monotonic() - started < 10
+        assert fake_storage.reads - reads_before > 1
 
 
 def test_no_storage_is_503_and_not_ready(gateway_factory: type[GatewayProcess]) -> None:
