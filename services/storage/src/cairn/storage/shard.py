@@ -134,7 +134,6 @@ class ShardReplica:
             wal,
             self._apply_step,
             disk if disk is not None else ThreadDiskWork(f"wal-sync-{shard_id}"),
-            limits,
             self.replication,
             clock_ms,
         )

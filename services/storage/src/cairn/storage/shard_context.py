@@ -14,7 +14,7 @@ from typing import Any
 
 from cairn.common.errors import Unavailable
 from cairn.storage.apply_step import ApplyStep
-from cairn.storage.config import Limits, ReplicationSettings
+from cairn.storage.config import ReplicationSettings
 from cairn.storage.core.shard_core import ShardCore
 from cairn.storage.kv import KvStore
 from cairn.storage.ports import DiskWork, LeaderRole, LogStore
@@ -30,7 +30,6 @@ class ShardContext:
         wal: LogStore,
         apply_step: ApplyStep[asyncio.Future[Any]],
         disk: DiskWork,
-        limits: Limits,
         replication: ReplicationSettings,
         clock_ms: Callable[[], int],
     ) -> None:
@@ -40,7 +39,6 @@ class ShardContext:
         self.wal = wal
         self.apply_step = apply_step
         self.disk = disk
-        self.limits = limits
         self.replication = replication
         self.clock_ms = clock_ms
         self.loop = asyncio.get_running_loop()

@@ -53,18 +53,22 @@ class ShardPipeline:
         # Replaced (and the old one set) whenever the durable or applied offset
         # advances (a follower reports both to its leader).
         self._progress = asyncio.Event()
-        self._syncer: asyncio.Task[None] | None = None
-        self._applier: asyncio.Task[None] | None = None
-        self.start()
+        self._syncer, self._applier = self._started()
 
     def start(self) -> None:
+        """Run the syncer and applier again (after `stop_for_new_storage`)."""
+        self._syncer, self._applier = self._started()
+
+    def _started(self) -> tuple[asyncio.Task[None], asyncio.Task[None]]:
         loop, shard_id = self._shard.loop, self._shard.shard_id
-        self._syncer = loop.create_task(self._sync_loop(), name=f"syncer-{shard_id}")
-        self._applier = loop.create_task(self._apply_loop(), name=f"applier-{shard_id}")
+        return (
+            loop.create_task(self._sync_loop(), name=f"syncer-{shard_id}"),
+            loop.create_task(self._apply_loop(), name=f"applier-{shard_id}"),
+        )
 
     @property
-    def tasks(self) -> tuple[asyncio.Task[None], ...]:
-        return tuple(task for task in (self._syncer, self._applier) if task is not None)
+    def tasks(self) -> tuple[asyncio.Task[None], asyncio.Task[None]]:
+        return self._syncer, self._applier
 
     # ---- the syncer -------------------------------------------------------------------
 
@@ -101,7 +105,7 @@ class ShardPipeline:
             self._commit_moved()
         # A leader's followers may have committed entries before its own fsync
         # covered them: those become appliable now, with no commit change to say so.
-        if shard.apply_step.has_more(shard.durable_offset):
+        if shard.apply_step.has_more(durable):
             shard.wake_applier.set()
 
     def commit_counted(self) -> None:
@@ -167,8 +171,7 @@ class ShardPipeline:
                         self._takeover.on_first_entry_applied(core.term)
                 # Let the loop take in more requests between groups.
                 await asyncio.sleep(0)
-            syncer = self._syncer
-            if shard.closing and syncer is not None and syncer.done():
+            if shard.closing and self._syncer.done():
                 return
 
     def fail(self, error: BaseException, applying: Sequence[PendingEntry[Any]] = ()) -> None:
