@@ -1,6 +1,9 @@
 """The retry budget of one call: a deadline, and exponential backoff with full
-jitter between attempts. Cheap to make (every call makes one): the message is
-formatted only if the deadline passes."""
+jitter between attempts. The whole budget is used: when a jittered wait would
+reach past the deadline, the call waits half of what is left and makes one last
+attempt in the other half, rather than giving up with time to spare. Cheap to
+make (every call makes one): the message is formatted only if the deadline
+passes."""
 
 from __future__ import annotations
 
@@ -13,7 +16,16 @@ from cairn.client.options import ClientOptions
 
 
 class Attempts:
-    __slots__ = ("_backoff_s", "_loop", "_options", "deadline", "last", "subject", "verb")
+    __slots__ = (
+        "_backoff_s",
+        "_last_attempt_due",
+        "_loop",
+        "_options",
+        "deadline",
+        "last",
+        "subject",
+        "verb",
+    )
 
     def __init__(
         self,
@@ -27,6 +39,7 @@ class Attempts:
         self.deadline = loop.time() + options.request_timeout_s
         self._options = options
         self._backoff_s = -1.0  # set at the first retry: most calls never retry
+        self._last_attempt_due = False
         self.verb = verb
         self.subject = subject
         self.last: Retry | None = None
@@ -51,14 +64,17 @@ class Attempts:
         return remaining
 
     def next_delay_s(self, retry: Retry) -> float:
-        """How long to wait before the next attempt (RequestTimeout if the deadline
-        would pass first)."""
+        """How long to wait before the next attempt (RequestTimeout once the last
+        attempt the deadline leaves room for has been made)."""
         self.last = retry
         remaining = self.check()
         if self._backoff_s < 0:
             self._backoff_s = self._options.retry_initial_backoff_s
         delay = random.uniform(0, self._backoff_s)
         self._backoff_s = min(self._backoff_s * 2, self._options.retry_max_backoff_s)
-        if delay >= remaining:
+        if delay < remaining:
+            return delay
+        if self._last_attempt_due:
             raise self.timeout()
-        return delay
+        self._last_attempt_due = True
+        return remaining / 2
