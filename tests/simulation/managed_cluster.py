@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from cairn.controller.model import (
@@ -417,8 +418,9 @@ class Cluster(SimulatedPods):
         others = [name for name in record.ensemble if name != record.leader]
         if not others:
             return
-        target = self.rng.choice(others)
+        self.request_leader_move(active, self.rng.choice(others))
 
+    def request_leader_move(self, active: ControllerProcess, target: str) -> None:
         def move(status: ClusterStatus) -> ClusterStatus:
             moves = tuple(m for m in status.leader_moves if m.shard != SHARD)
             return replace(status, leader_moves=(*moves, LeaderMove(SHARD, target)))
@@ -433,26 +435,32 @@ class Cluster(SimulatedPods):
     def _operate(self, active: ControllerProcess) -> None:
         """An operator changes the replication factor (n -> n-1 -> n+1 -> n, in
         turn) or scales the storage pods in by one (or back out)."""
-        kind = self.rng.randrange(2)
-        if kind == 0:
+        if self.rng.randrange(2) == 0:
             cycle = self.replication_factors
             factor = cycle[self.operator_changes % len(cycle)]
             self.operator_changes += 1
+            self.request_replication_factor(active, factor)
+            return
 
-            def change(spec: ClusterSpec) -> ClusterSpec:
-                namespace = replace(spec.namespaces[0], replication_factor=factor)
-                return replace(spec, namespaces=(namespace,))
+        def change(spec: ClusterSpec) -> ClusterSpec:
+            most = self.faults.pods
+            pods = most - 1 if spec.storage_pods == most else most
+            return replace(spec, storage_pods=pods)
 
-            self.count("replication factor changes")
-        else:
+        self._update_spec(active, change)
+        self.count("scale changes")
 
-            def change(spec: ClusterSpec) -> ClusterSpec:
-                most = self.faults.pods
-                pods = most - 1 if spec.storage_pods == most else most
-                return replace(spec, storage_pods=pods)
+    def request_replication_factor(self, active: ControllerProcess, factor: int) -> None:
+        def change(spec: ClusterSpec) -> ClusterSpec:
+            namespace = replace(spec.namespaces[0], replication_factor=factor)
+            return replace(spec, namespaces=(namespace,))
 
-            self.count("scale changes")
+        self._update_spec(active, change)
+        self.count("replication factor changes")
 
+    def _update_spec(
+        self, active: ControllerProcess, change: Callable[[ClusterSpec], ClusterSpec]
+    ) -> None:
         async def request(controller: Controller) -> object:
             assert controller.keeper is not None
             return await controller.keeper.update_spec(change)

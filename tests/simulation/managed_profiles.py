@@ -10,8 +10,10 @@ from __future__ import annotations
 import dataclasses
 import enum
 
+from cairn.controller.model import ShardRecord
 from cairn.storage.core.replication.terms import NO_OFFSET
 from simulation.managed_cluster import CONTROLLERS, Cluster, Faults
+from simulation.managed_controller import ControllerProcess
 
 # The phases' bounds (ms) of WipeWhileLagging's history.
 LAG_BEFORE_WIPE_MS = (200.0, 1_200.0)
@@ -25,6 +27,12 @@ SHRINK_RECORDED_WITHIN_MS = 500.0
 # The leader stays down this long, past the controller's failure detection:
 # the members left may elect without it.
 LEADER_DOWN_MS = (400.0, 1_500.0)
+# How long MoveToLaggingVoter's follower and spare pods are cut off from the
+# leader.
+LAGGING_VOTER_CUT_MS = (300.0, 1_500.0)
+# The leader move waits until the leader has committed this many entries past
+# what the target holds (so that the other member knows of the commit too).
+LAGGING_VOTER_MISSES = 4
 
 
 class _Phase(enum.Enum):
@@ -171,6 +179,89 @@ class CrashAfterShrink(Cluster):
             self.count("leaders lost after shrinking past their commit offset")
 
 
+class MoveToLaggingVoter(Cluster):
+    """Issue 38's hole 2 ("a learner is elected"). The leader L of three
+    members: follower C, once it holds an entry of L's term, is cut off from
+    L (it lags, still a voter, and the controller still reaches it), and so
+    are the spare pods (the member the controller adds next gets nothing);
+    the operator raises the replication factor to four, and once the new
+    member is in the ensemble asks for the leader to move to C. Counting the
+    new member as a voter, C's head is held by three of the four; counting
+    the voters L counted, only L and the third member hold what L committed:
+    electing C loses it. The real planner moves to C only once C has caught
+    up and the new member votes, after the cuts heal at the end of the
+    history; the factor then goes back to three."""
+
+    HISTORY_PROBABILITY = 0.002
+
+    def __init__(self, seed: int, faults: Faults | None = None) -> None:
+        super().__init__(seed, faults)
+        self._target = ""
+        self._ends_ms: float | None = None
+        self._move_requested = False
+
+    def _faults(self) -> None:
+        super()._faults()
+        active = self.active_controller()
+        if self._ends_ms is None:
+            if active is not None:
+                self._begin(active)
+            return
+        record = self.record()
+        if self.now_ms >= self._ends_ms:
+            if active is not None:
+                self._ends_ms = None
+                self.request_replication_factor(active, self.faults.replication_factor)
+        elif (
+            not self._move_requested
+            and active is not None
+            and record is not None
+            and len(record.ensemble) > self.faults.replication_factor
+            and self._target_lacks_a_commit(record)
+        ):
+            self._move_requested = True
+            self.request_leader_move(active, self._target)
+            self.count("hole 2 moves to a lagging voter")
+
+    def _target_lacks_a_commit(self, record: ShardRecord) -> bool:
+        """Has the leader committed entries the target does not hold?"""
+        replica = self.pods[record.leader].replica() if record.leader is not None else None
+        core = replica.core.leading if replica is not None else None
+        progress = core.followers.get(self._target) if core is not None else None
+        return (
+            progress is not None
+            and core is not None
+            and core.commit_offset >= progress.acked_offset + LAGGING_VOTER_MISSES
+        )
+
+    def _begin(self, active: ControllerProcess) -> None:
+        record, rng = self.record(), self.rng
+        if record is None or record.leader is None or rng.random() >= self.HISTORY_PROBABILITY:
+            return
+        if len(record.ensemble) != self.faults.replication_factor or record.leaving:
+            return
+        replica = self.pods[record.leader].replica()
+        core = replica.core.leading if replica is not None else None
+        if core is None or replica is None or replica.term != record.term:
+            return
+        term_start = core.quorum.term_start_offset
+        followers = sorted(
+            name
+            for name, progress in core.followers.items()
+            if core.is_voting(name) and progress.acked_offset >= term_start
+        )
+        if not followers or not all(self.pods[name].up for name in record.ensemble):
+            return
+        self._target = rng.choice(followers)
+        self._ends_ms = self.now_ms + rng.uniform(*LAGGING_VOTER_CUT_MS)
+        self._move_requested = False
+        spares = sorted(set(self.pods) - set(record.ensemble))
+        for name in [self._target, *spares]:
+            self.net.cut_apart(name, record.leader, self._ends_ms)
+        self.request_replication_factor(active, self.faults.replication_factor + 1)
+        self.count("hole 2 histories")
+
+
 @dataclasses.dataclass(frozen=True)
 class Targeted:
     faults: Faults
@@ -178,11 +269,12 @@ class Targeted:
 
 
 TARGETED: dict[str, Targeted] = {
-    # Hole 2: a learner still catching up elected. The replication factor
-    # cycles through even sizes often (3 -> 2 -> 4 -> 3: a learner added each
-    # time it grows), operators ask for leader moves often, learners stop
-    # part-way, bursts of writes keep learners behind, short lags keep a
-    # follower behind too.
+    # Hole 2 broadly (move-to-lagging-voter is its targeted history): a
+    # learner still catching up elected. The replication factor cycles
+    # through even sizes often (3 -> 2 -> 4 -> 3: a learner added each time it
+    # grows), operators ask for leader moves often, learners stop part-way,
+    # bursts of writes keep learners behind, short lags keep a follower behind
+    # too.
     "even-learners": Targeted(
         Faults(
             operator=0.015,
@@ -215,4 +307,18 @@ TARGETED: dict[str, Targeted] = {
     # Hole 1: a wiped member keeps its vote (WipeWhileLagging). The
     # replication factor stays 3: the history needs a leader and two followers.
     "wipe-while-lagging": Targeted(Faults(burst=0.02), WipeWhileLagging),
+    # Hole 2: a leader move to a lagging voter while the member just added
+    # has nothing (MoveToLaggingVoter). Few other faults, which would end the
+    # history first.
+    "move-to-lagging-voter": Targeted(
+        Faults(
+            power_loss=0.0002,
+            correlated_power_loss=0.0,
+            cut=0.0003,
+            isolation=0.0,
+            controller_crash=0.0002,
+            burst=0.02,
+        ),
+        MoveToLaggingVoter,
+    ),
 }
