@@ -245,11 +245,6 @@ class ShardReplica:
 
     @property
     def applied_offset(self) -> int:
-        """Every entry up to here is in the KV."""
-        return self.core.applied_offset
-
-    @property
-    def commit_offset(self) -> int:
         """What readers see: every entry up to here is in the KV."""
         return self.core.applied_offset
 
@@ -266,7 +261,7 @@ class ShardReplica:
         return self.core.log
 
     @property
-    def known_commit_offset(self) -> int:
+    def commit_offset(self) -> int:
         """The highest offset known committed (applied, or about to be)."""
         return self.core.commit_offset
 

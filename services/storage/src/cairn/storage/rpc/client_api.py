@@ -463,7 +463,7 @@ class ClientService:
             position = request.start_offset_exclusive
         else:
             # A new subscriber learns where "now" is at once.
-            position = shard.commit_offset
+            position = shard.applied_offset
             yield shard, self._progress(shard, position)
         limit = self.limits.max_notification_batches_per_read
         progress_interval_s = self.limits.notification_progress_interval_ms / 1000
@@ -481,7 +481,7 @@ class ClientService:
                     ),
                 )
             # Everything committed up to here is in the KV before the scan starts.
-            seen_commit = shard.commit_offset
+            seen_commit = shard.applied_offset
             batches = stored_batches(shard.kv, position, limit)
             for offset, batch in batches:
                 position = offset

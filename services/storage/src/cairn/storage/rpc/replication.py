@@ -47,7 +47,7 @@ class ReplicationService:
             await abort(context, error)
         return rpb.TruncateResponse(
             head=entry_id_message(head),
-            commit_offset=replica.known_commit_offset,
+            commit_offset=replica.commit_offset,
             first_offset=replica.log.first_offset,
             incarnation=replica.incarnation,
         )
