@@ -84,9 +84,7 @@ def test_storage_that_does_not_answer_is_503_with_retry_after(
         problem(answer, 503, "unavailable")
         assert answer.headers["retry-after"] == "1"
         # Retried, then answered within the request timeout and its last backoff.
-        # (How long it retried varies: the backoff has full jitter, and the client
-        # gives up as soon as the next wait would pass the deadline, which may be
-        # well before it.)
+        # (How long it retried is not asserted: the backoff has full jitter.)
         assert time.monotonic() - started < 10
         assert fake_storage.reads - reads_before > 1
 

@@ -41,6 +41,7 @@ from cairn.controller.model import (
 from cairn.controller.runtime import Controller
 from cairn.controller.state.memory_store import MemoryCluster
 from cairn.proto import replication_pb2 as rpb
+from cairn.storage.core.replication.leader import LeaderCore
 from cairn.storage.core.replication.replica import Role
 from cairn.storage.core.retention import WalRetention
 from simulation.grpc_net import SimNet
@@ -185,6 +186,12 @@ class Cluster(SimulatedPods):
         if record is None or record.leader is None:
             return None
         return self.pods.get(record.leader)
+
+    def leading_core(self, name: str | None) -> LeaderCore | None:
+        """The leader's side of `name`'s replica; None unless it leads."""
+        pod = self.pods.get(name) if name is not None else None
+        replica = pod.replica() if pod is not None else None
+        return replica.core.leading if replica is not None else None
 
     def active_controller(self) -> ControllerProcess | None:
         holder = self.lease.holder
@@ -392,9 +399,8 @@ class Cluster(SimulatedPods):
         self.count("long lags")
 
     def _stop_learners(self) -> None:
-        leader = self.leader_pod()
-        replica = leader.replica() if leader is not None else None
-        core = replica.core.leading if replica is not None else None
+        record = self.record()
+        core = self.leading_core(record.leader if record is not None else None)
         if core is None:
             return
         for name, progress in core.followers.items():

@@ -225,14 +225,11 @@ class MoveToLaggingVoter(Cluster):
 
     def _target_lacks_a_commit(self, record: ShardRecord) -> bool:
         """Has the leader committed entries the target does not hold?"""
-        replica = self.pods[record.leader].replica() if record.leader is not None else None
-        core = replica.core.leading if replica is not None else None
+        core = self.leading_core(record.leader)
         progress = core.followers.get(self._target) if core is not None else None
-        return (
-            progress is not None
-            and core is not None
-            and core.commit_offset >= progress.acked_offset + LAGGING_VOTER_MISSES
-        )
+        if core is None or progress is None:
+            return False
+        return core.commit_offset >= progress.acked_offset + LAGGING_VOTER_MISSES
 
     def _begin(self, active: ControllerProcess) -> None:
         record, rng = self.record(), self.rng
@@ -240,9 +237,8 @@ class MoveToLaggingVoter(Cluster):
             return
         if len(record.ensemble) != self.faults.replication_factor or record.leaving:
             return
-        replica = self.pods[record.leader].replica()
-        core = replica.core.leading if replica is not None else None
-        if core is None or replica is None or replica.term != record.term:
+        core = self.leading_core(record.leader)
+        if core is None or core.term != record.term:
             return
         term_start = core.quorum.term_start_offset
         followers = sorted(
