@@ -73,6 +73,12 @@ def test_every_process_serves_metrics(tmp_path: Path) -> None:
         ]
         assert roles.count("leader") == 2 and roles.count("follower") == 4, roles
 
+        # The servers froze what startup built (cairn.common.startup_objects): the
+        # full collections under load would otherwise scan it and stall the loop.
+        for name in ("gateway", "storage-0", "storage-1", "storage-2"):
+            frozen = samples(pages[name], "cairn_process_gc_frozen_objects")
+            assert frozen and min(frozen.values()) > 10_000, (name, frozen)
+
         gateway = pages["gateway"]
         counts = samples(gateway, "http_server_request_duration_seconds_count")
         puts = sum(

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+import select
+import socket
 from pathlib import Path
 
 import httpx
@@ -138,8 +140,46 @@ def test_workers_share_the_port_and_sessions(
             return all(_puts_served(url) > 0 for url in metrics)
 
         wait_until(both_workers_served, timeout_s=60.0, interval_s=0.0)
+
+        # A burst of connections, as a load generator opens them, is spread over
+        # the workers rather than taken in by whichever woke first.
+        before = [_puts_served(url) for url in metrics]
+        _put_over_a_burst_of_connections(
+            gateway.url, [key_url(f"{prefix}burst{n}") for n in range(64)]
+        )
+        served = [_puts_served(url) - earlier for url, earlier in zip(metrics, before, strict=True)]
+        assert sum(served) == 64 and min(served) >= 8, served
     finally:
         assert gateway.stop() == 0, gateway.log_text()
+
+
+def _put_over_a_burst_of_connections(url: str, paths: list[str]) -> None:
+    """PUT each path over a connection of its own, every connection opened before
+    any request is sent (non-blocking connects, completed by the kernel)."""
+    address = httpx.URL(url)
+    assert address.host and address.port
+    connections = [socket.socket() for _ in paths]
+    try:
+        for connection in connections:
+            connection.setblocking(False)
+            connection.connect_ex((address.host, address.port))
+        for connection, path in zip(connections, paths, strict=True):
+            select.select([], [connection], [], 30.0)
+            connection.setblocking(True)
+            connection.settimeout(30.0)
+            connection.sendall(
+                f"PUT {path} HTTP/1.1\r\nHost: {address.host}\r\n"
+                "Content-Type: application/octet-stream\r\nContent-Length: 1\r\n"
+                "Connection: close\r\n\r\nv".encode()
+            )
+        for connection in connections:
+            answer = b""
+            while chunk := connection.recv(65536):
+                answer += chunk
+            assert answer.startswith(b"HTTP/1.1 201 "), answer[:200]
+    finally:
+        for connection in connections:
+            connection.close()
 
 
 class _RecordingTransport(asyncio.Transport):

@@ -544,6 +544,13 @@ class Telemetry:
             unit="{collection}",
             description="garbage collections, by generation",
         )
+        meter.create_observable_up_down_counter(
+            "cairn.process.gc.frozen_objects",
+            [lambda _: [Observation(gc.get_freeze_count())]],
+            unit="{object}",
+            description="objects kept out of garbage collections (a server freezes "
+            "what startup built)",
+        )
         gc.callbacks.append(self._gc_callback)
         self.observe_histograms(
             "cairn.process.gc.pause.duration",

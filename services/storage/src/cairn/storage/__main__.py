@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import logging
 import signal
 import sys
@@ -29,6 +28,7 @@ from cairn.common import tracing
 from cairn.common.auth.arguments import add_auth_arguments, auth_config_from
 from cairn.common.keyorder import KeyOrder
 from cairn.common.logs import add_log_arguments, node_name, setup_logging
+from cairn.common.startup_objects import freeze_startup_objects
 from cairn.common.telemetry import (
     METRICS_PORT_STORAGE,
     Telemetry,
@@ -344,7 +344,7 @@ async def _run_standalone(config: StandaloneConfig, args: argparse.Namespace) ->
     print(f"cairn-storage transport: client port {transport}", flush=True)
     print(f"cairn-storage data in {config.data_dir.resolve()}", flush=True)
     telemetry = _start_metrics(args, address, server)
-    _freeze_startup_objects()
+    freeze_startup_objects()
     await stop.wait()
     log.info("shutting down")
     await server.stop()
@@ -367,22 +367,13 @@ async def _run_node(config: NodeConfig, args: argparse.Namespace) -> int:
     print(f"cairn-storage transport: client port {public}, internal port {internal}", flush=True)
     print(f"cairn-storage data in {config.data_dir.resolve()}", flush=True)
     telemetry = _start_metrics(args, me.internal_address, server)
-    _freeze_startup_objects()
+    freeze_startup_objects()
     await stop.wait()
     log.info("shutting down")
     await server.stop()
     telemetry.shutdown()
     tracing.shutdown()
     return 0
-
-
-def _freeze_startup_objects() -> None:
-    """Keep what startup created (modules, classes, functions, the servers) out of
-    every later garbage collection: they live as long as the process, and scanning
-    them made the full collections the loop pauses for several milliseconds long, a
-    p99-sized stall (measurements: docs/performance.md, "Frozen startup objects")."""
-    gc.collect()
-    gc.freeze()
 
 
 def main(argv: list[str] | None = None) -> int:
