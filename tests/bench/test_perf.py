@@ -6,6 +6,7 @@ add up. Nothing here asserts on speed."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import json
 import random
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from cairn.bench.perf.driver import interval_ends, mode_of, run
+from cairn.bench.perf.driver import CpuUse, interval_ends, mode_of, run
 from cairn.bench.perf.http import HttpEndpoint
 from cairn.bench.perf.options import PerfOptions
 from cairn.bench.perf.stats import (
@@ -24,6 +25,7 @@ from cairn.bench.perf.stats import (
     Window,
     format_interval,
     format_summary,
+    summarize,
 )
 from cairn.bench.perf.targets import HttpStatusError, HttpTarget, client_options, error_type
 from cairn.bench.perf.workload import (
@@ -151,6 +153,23 @@ def test_latency_figures_are_ordered() -> None:
     assert "20000" in format_interval(line)
 
 
+def test_server_cpu_is_reported_per_operation_or_as_unreadable() -> None:
+    used = CpuUse(3.0, (10.0, None, 4.0)).since(CpuUse(1.0, (9.5, 2.0, None)))
+    assert used == CpuUse(2.0, (0.5, None, None))
+    summary = summarize(
+        Tally(), target="x:1", mode="m", elapsed_s=1.0, warmup=Tally(), unfinished=0,
+        settings={}, client_cpu_s=0.2, server_cpu_s={12: 0.5, 13: None},
+    )  # fmt: skip
+    summary = dataclasses.replace(summary, ops=1000)
+    assert summary.to_dict()["servers"] == [
+        {"pid": 12, "cpu_s": 0.5, "cpu_us_per_op": 500.0},
+        {"pid": 13, "cpu_s": None, "cpu_us_per_op": None},
+    ]
+    text = format_summary(summary)
+    assert "server 12: 0.50 CPU s in the window = 500.0 us per op" in text
+    assert "server 13: CPU not readable" in text
+
+
 def test_options_are_checked() -> None:
     PerfOptions(target="127.0.0.1:1")
     for bad, problem in (
@@ -163,6 +182,7 @@ def test_options_are_checked() -> None:
         ({"interval_s": 0.0}, "--interval-s"),
         ({"warmup_s": -1.0}, "--warmup-s"),
         ({"max_batch_ops": 0}, "--max-batch-ops"),
+        ({"server_pids": (0,)}, "--server-pid"),
         ({"interval_s": 0.0001, "duration_s": 1000.0}, "intervals"),
     ):
         with pytest.raises(ValueError, match=problem):
@@ -509,13 +529,17 @@ def test_real_run_through_the_gateway_adds_up(
     from gateway.helpers import GatewayProcess
 
     server = standalone_factory(2)
-    gateway = GatewayProcess([server.address])
-    gateway.start()
+    gateway = GatewayProcess([server.address], extra_args=["--workers", "2"])
+    # Two workers start (each imports the gateway): a longer bound than one's.
+    gateway.start(timeout_s=120.0)
+    assert gateway.process is not None and server.process is not None
+    gateway_pid, server_pid = gateway.process.pid, server.process.pid
     try:
         code, summary, stderr = _cairn_json(
             "perf", "--json", "--target", gateway.url, "--preload",
             "--read-ratio", "0.3", "--keys", "100", "--concurrency", "8",
             "--duration-s", "1", "--warmup-s", "0", "--interval-s", "0.5",
+            "--server-pid", str(gateway_pid), "--server-pid", str(server_pid),
         )  # fmt: skip
     finally:
         gateway.kill()
@@ -526,3 +550,13 @@ def test_real_run_through_the_gateway_adds_up(
     assert _write_operations(server.address) == 100 + summary["puts"]
     figures = summary["latency_ms"]
     assert figures["p50"] <= figures["p99"] <= figures["max"]
+    # The servers' CPU over the window: the gateway's counts its workers (its own
+    # process only supervises them, a few milliseconds a second).
+    servers = {entry["pid"]: entry for entry in summary["servers"]}
+    assert set(servers) == {gateway_pid, server_pid}
+    assert servers[gateway_pid]["cpu_s"] >= 0.03, servers
+    assert servers[server_pid]["cpu_s"] > 0, servers
+    for entry in servers.values():
+        assert entry["cpu_us_per_op"] == pytest.approx(
+            entry["cpu_s"] / summary["ops"] * 1e6, rel=0.01, abs=0.01
+        )

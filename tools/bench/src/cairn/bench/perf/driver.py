@@ -18,6 +18,7 @@ import dataclasses
 import random
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from cairn.bench.perf.options import PerfOptions
@@ -37,6 +38,7 @@ from cairn.bench.perf.workload import (
     caller_random,
     formatted_keys,
 )
+from cairn.bench.storage.server import cpu_seconds
 
 # The first operation starts this long after the callers are created, so that
 # they all begin together and the first interval is not short.
@@ -93,6 +95,24 @@ def value_of(options: PerfOptions) -> bytes:
     """The value every put writes: random bytes (not zeros, which a compressing
     transport or store would shrink), the same in every run of a seed."""
     return random.Random(options.seed).randbytes(options.value_size_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class CpuUse:
+    """CPU seconds of this process and of each server named (None: not readable,
+    the process gone or no /proc)."""
+
+    client_s: float
+    servers_s: tuple[float | None, ...]
+
+    def since(self, start: CpuUse) -> CpuUse:
+        return CpuUse(
+            self.client_s - start.client_s,
+            tuple(
+                None if end_s is None or start_s is None else end_s - start_s
+                for start_s, end_s in zip(start.servers_s, self.servers_s, strict=True)
+            ),
+        )
 
 
 class _Run:
@@ -163,14 +183,17 @@ class _Run:
         self.in_flight -= 1
         self.recorder.answered(is_get, started_s, time.monotonic(), found)
 
-    async def mark_cpu(self) -> tuple[float, float]:
-        """This process's CPU seconds at the measured window's start and end: with
-        the operation count, the client's own cost per operation (a client using a
-        whole core is the limit, not the server)."""
+    async def mark_cpu(self) -> CpuUse:
+        """CPU seconds used over the measured window, by this process and by the
+        servers named: with the operation count, the client's own cost per
+        operation (a client using a whole core is the limit, not the server) and
+        each server's."""
+        pids = self.options.server_pids
         await _sleep_until(self.window.measure_start_s)
-        start_cpu_s = time.process_time()
+        start = CpuUse(time.process_time(), tuple(cpu_seconds(pid) for pid in pids))
         await _sleep_until(self.window.end_s)
-        return start_cpu_s, time.process_time()
+        end = CpuUse(time.process_time(), tuple(cpu_seconds(pid) for pid in pids))
+        return end.since(start)
 
     async def report(self, sink: LineSink, lines: list[IntervalLine]) -> None:
         """A line per interval until cancelled (then one for what is left, if anything)."""
@@ -281,8 +304,7 @@ async def run(
         with contextlib.suppress(asyncio.CancelledError):
             await reporter
         # Ends at the window's end at the latest (callers may finish a little before).
-        start_cpu_s, end_cpu_s = await cpu_marks
-        client_cpu_s = end_cpu_s - start_cpu_s
+        used = await cpu_marks
         recorder = state.recorder
         # Throughput over the measured window, stretched to the last answer of an
         # operation started in it (open loop, a backlog may finish well after the end).
@@ -294,7 +316,8 @@ async def run(
             elapsed_s=elapsed_s,
             warmup=recorder.warmup,
             unfinished=unfinished,
-            client_cpu_s=client_cpu_s,
+            client_cpu_s=used.client_s,
+            server_cpu_s=dict(zip(options.server_pids, used.servers_s, strict=True)),
             settings=settings_of(options),
             intervals=tuple(lines),
         )

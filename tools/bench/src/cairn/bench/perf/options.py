@@ -56,6 +56,9 @@ class PerfOptions:
     seed: int = 0
     # HTTP only: the connection pool's bound (default: one per caller).
     http_connections: int | None = None
+    # Server processes (each with its descendants: a gateway's workers) whose CPU
+    # over the measured window is reported per operation, beside the client's.
+    server_pids: tuple[int, ...] = ()
     json: bool = False
 
     def __post_init__(self) -> None:
@@ -89,6 +92,8 @@ class PerfOptions:
             raise ValueError("--request-timeout-s must be positive")
         if self.http_connections is not None and self.http_connections < 1:
             raise ValueError("--http-connections must be at least 1")
+        if any(pid < 1 for pid in self.server_pids):
+            raise ValueError("--server-pid must be a process id")
 
     @property
     def is_http(self) -> bool:
@@ -145,6 +150,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--preload", action="store_true", help="write every key once before the run")
     add("--seed", type=int, default=0, help="random seed of key and operation choice")
     add("--http-connections", type=int, default=None, help="HTTP pool bound (default: callers)")
+    add(
+        "--server-pid",
+        type=int,
+        action="append",
+        default=[],
+        metavar="PID",
+        help="a server process on this machine whose CPU per operation to report, its "
+        "child processes included (a gateway's workers); repeatable",
+    )
 
 
 def options_from(args: argparse.Namespace) -> PerfOptions:
@@ -173,5 +187,6 @@ def options_from(args: argparse.Namespace) -> PerfOptions:
         preload=args.preload,
         seed=args.seed,
         http_connections=args.http_connections,
+        server_pids=tuple(args.server_pid),
         json=args.json,
     )

@@ -223,6 +223,9 @@ class Summary:
     intervals: tuple[IntervalLine, ...] = ()
     # This process's CPU time over the measured window (None: not measured).
     client_cpu_s: float | None = None
+    # The CPU time of each server process named (--server-pid), by pid, over the
+    # same window (None: it could not be read).
+    server_cpu_s: dict[int, float | None] = field(default_factory=dict)
 
     @property
     def ops_per_s(self) -> float:
@@ -230,9 +233,12 @@ class Summary:
 
     @property
     def client_cpu_us_per_op(self) -> float | None:
-        if self.client_cpu_s is None or not self.ops:
+        return self.per_op_us(self.client_cpu_s)
+
+    def per_op_us(self, cpu_s: float | None) -> float | None:
+        if cpu_s is None or not self.ops:
             return None
-        return self.client_cpu_s / self.ops * 1e6
+        return cpu_s / self.ops * 1e6
 
     @property
     def error_count(self) -> int:
@@ -259,6 +265,14 @@ class Summary:
             "client_cpu_us_per_op": (
                 None if self.client_cpu_us_per_op is None else round(self.client_cpu_us_per_op, 2)
             ),
+            "servers": [
+                {
+                    "pid": pid,
+                    "cpu_s": _rounded_or_none(cpu_s, 3),
+                    "cpu_us_per_op": _rounded_or_none(self.per_op_us(cpu_s), 2),
+                }
+                for pid, cpu_s in self.server_cpu_s.items()
+            ],
             "intervals": [line.to_dict() for line in self.intervals],
         }
 
@@ -274,6 +288,7 @@ def summarize(
     settings: dict[str, Any],
     intervals: tuple[IntervalLine, ...] = (),
     client_cpu_s: float | None = None,
+    server_cpu_s: dict[int, float | None] | None = None,
 ) -> Summary:
     return Summary(
         target=target,
@@ -291,6 +306,7 @@ def summarize(
         settings=settings,
         intervals=intervals,
         client_cpu_s=client_cpu_s,
+        server_cpu_s=server_cpu_s or {},
     )
 
 
@@ -318,10 +334,23 @@ def format_summary(summary: Summary) -> str:
             f"  client:   {summary.client_cpu_s:.2f} CPU s in the window"
             + (f" = {per_op:.1f} us per op" if per_op is not None else "")
         )
+    for pid, cpu_s in summary.server_cpu_s.items():
+        per_op = summary.per_op_us(cpu_s)
+        if cpu_s is None:
+            lines.append(f"  server {pid}: CPU not readable (the process was gone)")
+        else:
+            lines.append(
+                f"  server {pid}: {cpu_s:.2f} CPU s in the window"
+                + (f" = {per_op:.1f} us per op" if per_op is not None else "")
+            )
     if summary.unfinished:
         lines.append(f"  unfinished at the end of the drain: {summary.unfinished}")
     lines.append(f"  warmup:   {summary.warmup_ops} ops, {summary.warmup_errors} errors")
     return "\n".join(lines)
+
+
+def _rounded_or_none(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
 
 
 def _rounded(figures: dict[str, float]) -> dict[str, float]:
