@@ -43,7 +43,7 @@ from cairn.controller.model import (
     ShardState,
 )
 from cairn.controller.placement import Candidate, conflicts
-from cairn.controller.planner import PlannerSettings, majority
+from cairn.controller.planner import PlannerSettings, majority, requested_leaders
 from support.model_cluster import (
     FENCED,
     LEADER,
@@ -327,15 +327,19 @@ def check_balance(model: ModelCluster, live_majority: set[int]) -> None:
             return
     note("balance checked")
     leaders = Counter(record.leader for record in records)
+    # An operator's placement stays (requested_leaders); the other shards are
+    # balanced around it.
+    placed = requested_leaders(model.status)
+    free = [record for record in records if (record.shard, record.leader) not in placed]
     # No shard is led by a node while another of its members leads two fewer.
-    for record in records:
+    for record in free:
         assert record.leader is not None
         for name in record.ensemble:
             assert leaders[name] >= leaders[record.leader] - 1, (
                 f"{record}: {record.leader} leads {leaders[record.leader]}, "
                 f"{name} only {leaders[name]}"
             )
-    if all(len(record.ensemble) == len(ok) for record in records):
+    if len(free) == len(records) and all(len(record.ensemble) == len(ok) for record in records):
         counts = [leaders[name] for name in ok]
         assert max(counts) - min(counts) <= 1, f"leaders per node: {dict(leaders)}"
     # Members: balanced unless anti-affinity forbids it, or an ensemble of one
@@ -1342,6 +1346,26 @@ def test_balancing_moves_other_leaders_rather_than_undo_a_requested_move() -> No
         isinstance(action, Elect) and action.reason.startswith("balance leaders")
         for action in flat(history)
     )
+
+
+def test_balancing_never_undoes_a_requested_move() -> None:
+    """An operator puts both shards' leaders on one node, one request after the
+    other: balancing moves the first back once it is no longer the operator's
+    placement, then neither."""
+    model = settled(shards=2, rf=3, nodes=3)
+    chosen = model.record(0).leader
+    assert chosen is not None and model.record(1).leader != chosen
+    model.request_leader_move(1, chosen)
+    settle(model)
+    # Shard 0's leader was the first election's, not the operator's: it moved.
+    assert model.record(1).leader == chosen and model.record(0).leader != chosen
+    model.request_leader_move(0, chosen)
+    history = settle(model)
+    assert model.record(0).leader == chosen and model.record(1).leader == chosen
+    assert not any(
+        isinstance(action, Elect) and action.reason.startswith("balance leaders")
+        for action in flat(history)
+    ), flat(history)
 
 
 # -- hole 2 of issue 38: a learner still catching up never takes over -----------------------

@@ -346,6 +346,10 @@ def create_app(
 
     @app.post("/v1/shards/{shard}/leader", status_code=202, dependencies=[Depends(json_body)])
     async def move_leader(shard: int, body: LeaderMoveRequest) -> dict[str, Any]:
+        """Move a shard's leader to a member of its ensemble, once that member holds
+        everything committed. The leader then stays there until it changes for
+        another reason (a failure, a drain, another move): balancing moves the other
+        leaders around it."""
         handle = keeper()
         record = handle.state.status.shard(shard)
         if record is None:

@@ -346,6 +346,19 @@ def address_of(name: str, observed: Observed, status: ClusterStatus) -> str | No
     return node.internal_address if node is not None else None
 
 
+def requested_leaders(status: ClusterStatus) -> set[tuple[int, str]]:
+    """(shard, leader) of shards whose latest recorded election was a leader move
+    an operator asked for: balancing leaves those leaders where they are."""
+    latest: dict[int, tuple[str, str]] = {}
+    for election in status.elections:  # oldest first
+        latest[election.shard] = (election.reason, election.leader)
+    return {
+        (shard, leader)
+        for shard, (reason, leader) in latest.items()
+        if reason.startswith(REQUESTED_MOVE_REASON)
+    }
+
+
 def plan(
     spec: ClusterSpec,
     status: ClusterStatus,
@@ -1003,10 +1016,12 @@ class _Planner:
                         return
         leaders = leader_load(self.status.shards)
         counts = {name: leaders.get(name, 0) for name in nodes}
-        # Leaders an operator placed are moved last: balancing shifts the others
-        # around them instead of undoing the request at once.
-        requested = self._requested_leaders()
-        shards = sorted(self.status.shards, key=lambda r: (r.shard, r.leader) in requested)
+        # A leader an operator placed stays until it changes for another reason (a
+        # failure, a drain, another request): balancing shifts the others around
+        # it, and waits while none of them can move (under load a follower lags
+        # for a moment), rather than undo the request.
+        requested = requested_leaders(self.status)
+        shards = [r for r in self.status.shards if (r.shard, r.leader) not in requested]
         for most in sorted(nodes, key=lambda name: (-counts[name], name)):
             for least in sorted(nodes, key=lambda name: (counts[name], name)):
                 if counts[most] - counts[least] <= 1:
@@ -1022,18 +1037,6 @@ class _Planner:
                             self.changes_left -= 1
                             yield election
                             return
-
-    def _requested_leaders(self) -> set[tuple[int, str]]:
-        """(shard, leader) of shards whose latest recorded election was a leader
-        move an operator asked for."""
-        latest: dict[int, tuple[str, str]] = {}
-        for election in self.status.elections:  # oldest first
-            latest[election.shard] = (election.reason, election.leader)
-        return {
-            (shard, leader)
-            for shard, (reason, leader) in latest.items()
-            if reason.startswith(REQUESTED_MOVE_REASON)
-        }
 
     def _member_move(
         self, record: ShardRecord, most: str, least: str, handover: bool
