@@ -259,9 +259,9 @@ def _listen(host: str, port: int, *, shared: bool = False) -> socket.socket:
 
 def _listen_per_worker(host: str, port: int, workers: int) -> list[socket.socket]:
     """One listening socket per worker, all on one port (SO_REUSEPORT): the kernel
-    spreads new connections evenly over them. With one socket shared, a worker
-    woken first accepted most of a burst of connections (64 at once from a load
-    generator: one worker took four fifths of the CPU, the other idled)."""
+    spreads new connections evenly over them. With one socket shared, the worker
+    woken first accepted most of a burst of connections, such as a load
+    generator's, and served it while the others idled."""
     first = _listen(host, port, shared=True)
     bound_port = first.getsockname()[1]
     return [first, *(_listen(host, bound_port, shared=True) for _ in range(workers - 1))]

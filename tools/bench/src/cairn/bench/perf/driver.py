@@ -18,7 +18,6 @@ import dataclasses
 import random
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from cairn.bench.perf.options import PerfOptions
@@ -97,7 +96,7 @@ def value_of(options: PerfOptions) -> bytes:
     return random.Random(options.seed).randbytes(options.value_size_bytes)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class CpuUse:
     """CPU seconds of this process and of each server named (None: not readable,
     the process gone or no /proc)."""
