@@ -495,6 +495,9 @@ def test_followers_and_fenced_replicas_redirect_clients_to_the_leader(
     try:
         leader = driver.elect(SHARD, nodes)
         driver.push_map(nodes)
+        # A follower learns its leader's address from the leader's first message;
+        # until then it refuses without a hint (a fresh-clone run caught that race).
+        driver.wait_caught_up(SHARD)
         follower = next(node for node in nodes if node is not leader)
         with grpc.insecure_channel(follower.address) as channel:
             stub = pb_grpc.OxiaClientStub(channel)
