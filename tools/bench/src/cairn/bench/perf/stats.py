@@ -261,10 +261,8 @@ class Summary:
             "warmup_ops": self.warmup_ops,
             "warmup_errors": self.warmup_errors,
             "unfinished": self.unfinished,
-            "client_cpu_s": None if self.client_cpu_s is None else round(self.client_cpu_s, 3),
-            "client_cpu_us_per_op": (
-                None if self.client_cpu_us_per_op is None else round(self.client_cpu_us_per_op, 2)
-            ),
+            "client_cpu_s": _rounded_or_none(self.client_cpu_s, 3),
+            "client_cpu_us_per_op": _rounded_or_none(self.client_cpu_us_per_op, 2),
             "servers": [
                 {
                     "pid": pid,
@@ -329,24 +327,25 @@ def format_summary(summary: Summary) -> str:
         ),
     ]
     if summary.client_cpu_s is not None:
-        per_op = summary.client_cpu_us_per_op
-        lines.append(
-            f"  client:   {summary.client_cpu_s:.2f} CPU s in the window"
-            + (f" = {per_op:.1f} us per op" if per_op is not None else "")
-        )
+        lines.append(f"  client:   {_cpu_used(summary, summary.client_cpu_s)}")
     for pid, cpu_s in summary.server_cpu_s.items():
-        per_op = summary.per_op_us(cpu_s)
-        if cpu_s is None:
-            lines.append(f"  server {pid}: CPU not readable (the process was gone)")
-        else:
-            lines.append(
-                f"  server {pid}: {cpu_s:.2f} CPU s in the window"
-                + (f" = {per_op:.1f} us per op" if per_op is not None else "")
-            )
+        used = (
+            "CPU not readable (the process was gone)"
+            if cpu_s is None
+            else _cpu_used(summary, cpu_s)
+        )
+        lines.append(f"  server {pid}: {used}")
     if summary.unfinished:
         lines.append(f"  unfinished at the end of the drain: {summary.unfinished}")
     lines.append(f"  warmup:   {summary.warmup_ops} ops, {summary.warmup_errors} errors")
     return "\n".join(lines)
+
+
+def _cpu_used(summary: Summary, cpu_s: float) -> str:
+    per_op = summary.per_op_us(cpu_s)
+    return f"{cpu_s:.2f} CPU s in the window" + (
+        f" = {per_op:.1f} us per op" if per_op is not None else ""
+    )
 
 
 def _rounded_or_none(value: float | None, digits: int) -> float | None:
